@@ -1,0 +1,33 @@
+//! The smallest useful program: take a lock, use its fencing token, release it.
+//!
+//! ```text
+//! REDIS_URL=redis://127.0.0.1:6379/ cargo run --example quickstart
+//! ```
+
+use std::time::Duration;
+
+fn main() -> redlatch::Result<()> {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    let client = redlatch::Client::open(&url)?;
+    let lock = client.lock("quickstart");
+
+    // Wait up to 5 s; no lease, so the watchdog keeps the lock alive while we hold it.
+    match lock.try_lock(Duration::from_secs(5), None)? {
+        Some(guard) => {
+            println!(
+                "acquired {:?} with fencing token {}",
+                guard.name(),
+                guard.fencing_token()
+            );
+            // Re-entry from the same thread: a second guard, the same token.
+            let inner = lock.lock()?;
+            println!("re-entered: hold count {}", lock.hold_count()?);
+            drop(inner);
+            guard.check()?; // still ours?
+            guard.unlock()?;
+            println!("released; locked now: {}", lock.is_locked()?);
+        }
+        None => println!("somebody else held {:?} for 5 s", lock.name()),
+    }
+    Ok(())
+}

@@ -1,0 +1,21 @@
+-- inspect.lua: read a lock's state without changing it.
+--
+-- KEYS[1]  the lock hash   <prefix>:{<name>}
+-- ARGV[1]  owner id        whose hold count to report
+--
+-- Reply: {locked, holds, pttl}
+--   locked  1 if the lock is held by anyone, else 0
+--   holds   the owner's hold count (0 if it holds none)
+--   pttl    remaining lease in milliseconds (-2 when not locked)
+-- Errors: "WRONGTYPE <key> ..." when the key holds data that is not a lock of ours.
+
+local lock, owner = KEYS[1], ARGV[1]
+
+local kind = redis.call('type', lock).ok
+if kind == 'none' then
+  return {0, 0, -2}
+end
+if kind ~= 'hash' then
+  return redis.error_reply('WRONGTYPE ' .. lock .. ' holds a ' .. kind .. ', not a lock')
+end
+return {1, tonumber(redis.call('hget', lock, owner)) or 0, redis.call('pttl', lock)}

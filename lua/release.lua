@@ -1,0 +1,41 @@
+-- release.lua: give back one hold; the last one deletes the lock and wakes a waiter.
+--
+-- KEYS[1]  the lock hash     <prefix>:{<name>}
+-- KEYS[2]  the channel       <prefix>:{<name>}:unlocked
+-- KEYS[3]  the release latch <prefix>:{<name>}:released:<owner>:<token>
+-- ARGV[1]  owner id
+-- ARGV[2]  holds             how many holds the caller has before this release (>= 1)
+-- ARGV[3]  latch ttl         milliseconds the latch outlives a final release
+-- ARGV[4]  publish command   PUBLISH (or SPUBLISH on a sharded cluster)
+--
+-- Replies:
+--   1  released: the lock is deleted and "unlock" was published on the channel
+--   2  still held: the caller's hold count is now holds - 1
+--   0  not ours: nothing was changed
+--
+-- Idempotent, so a retry after a lost reply tells the owner the truth: an intermediate
+-- release *sets* the count to holds - 1; the final release leaves a short-lived latch named
+-- after the hold's owner and fencing token, and a retry that finds the latch answers 1
+-- instead of "not ours" (Redisson issues #4871 and #6651).
+
+local lock, channel, latch = KEYS[1], KEYS[2], KEYS[3]
+local owner, holds, latch_ttl, publish = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+
+if holds <= 1 and redis.call('exists', latch) == 1 then
+  return 1
+end
+
+local kind = redis.call('type', lock).ok
+if kind ~= 'hash' or redis.call('hexists', lock, owner) == 0 then
+  return 0
+end
+
+if holds > 1 then
+  redis.call('hset', lock, owner, holds - 1)
+  return 2
+end
+
+redis.call('del', lock)
+redis.call(publish, channel, 'unlock')
+redis.call('set', latch, '1', 'px', latch_ttl)
+return 1

@@ -1,0 +1,261 @@
+//! [`Client`] and its builder: one connection pool, one subscriber thread, one renewal thread.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+
+use crate::connection::{Backend, Settings};
+use crate::error::{Error, Result};
+use crate::hold::Holds;
+use crate::keys;
+use crate::lock::{Lock, validate_duration};
+use crate::subscriber::Subscriber;
+
+const DEFAULT_PREFIX: &str = "redlatch";
+const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_POOL_SIZE: u32 = 16;
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// The renewal period is a third of the watchdog timeout and must stay a usable sleep.
+const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
+
+/// A connection to one Redis deployment, from which locks are made.
+///
+/// Cheap to clone: clones share the connection pool, the subscriber thread, the renewal
+/// thread and the client id (so all clones are one *client* for lock ownership; threads are
+/// told apart by their thread number). Both threads end when the last clone, and the last
+/// [`Lock`] and [`LockGuard`](crate::LockGuard) made from it, are dropped.
+///
+/// ```no_run
+/// # fn main() -> redlatch::Result<()> {
+/// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+/// let lock = client.lock("invoice:42");
+/// let guard = lock.lock()?;
+/// println!("fencing token {}", guard.fencing_token());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<ClientInner>,
+}
+
+/// Owns the threads; dropping it stops them. The threads hold only [`Core`].
+struct ClientInner {
+    core: Arc<Core>,
+    stop_renewal: Option<Sender<()>>,
+    renewal: Option<JoinHandle<()>>,
+    subscriber: Option<JoinHandle<()>>,
+}
+
+/// State shared by the client's handles and its two threads.
+pub(crate) struct Core {
+    /// The client id: a random UUID v4, the first half of every owner id.
+    pub id: String,
+    pub prefix: String,
+    pub watchdog_timeout: Duration,
+    pub backend: Arc<Backend>,
+    pub holds: Holds,
+    pub subscriber: Subscriber,
+    /// Origin of the holds' compact timestamps.
+    pub epoch: Instant,
+}
+
+impl Core {
+    /// The owner id of the calling thread: `<client id>:<thread number>`.
+    pub fn owner(&self, thread: u64) -> String {
+        format!("{}:{thread}", self.id)
+    }
+}
+
+/// The calling thread's number: unique within the process, never reused.
+pub(crate) fn thread_number() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static NUMBER: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    NUMBER.with(|n| *n)
+}
+
+impl Client {
+    /// Connects with default settings. `url` is `redis://[user:password@]host[:port][/db]`,
+    /// `rediss://...` (with the `tls` feature) or `redis+unix:///path`.
+    ///
+    /// Fails with [`Error::InvalidArgument`] for a malformed URL and with [`Error::Redis`] when
+    /// the server cannot be reached or refuses the credentials.
+    pub fn open(url: &str) -> Result<Client> {
+        Client::builder(url).build()
+    }
+
+    /// A builder for a client with non-default settings.
+    pub fn builder(url: &str) -> ClientBuilder {
+        ClientBuilder {
+            url: url.to_string(),
+            prefix: DEFAULT_PREFIX.to_string(),
+            watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
+            settings: Settings {
+                pool_size: DEFAULT_POOL_SIZE,
+                connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+                response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            },
+        }
+    }
+
+    /// A handle on the lock called `name`. No I/O; the name is checked when the lock is used.
+    pub fn lock(&self, name: &str) -> Lock {
+        Lock::new(self.clone(), name)
+    }
+
+    /// This client's id, the first half of its owner ids (`<id>:<thread number>`).
+    pub fn id(&self) -> &str {
+        &self.inner.core.id
+    }
+
+    pub(crate) fn core(&self) -> &Arc<Core> {
+        &self.inner.core
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("id", &self.inner.core.id)
+            .field("prefix", &self.inner.core.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for ClientInner {
+    fn drop(&mut self) {
+        drop(self.stop_renewal.take()); // disconnects the renewal thread's stop channel
+        self.core.subscriber.stop();
+        if let Some(renewal) = self.renewal.take() {
+            let _ = renewal.join();
+        }
+        // The subscriber leaves at its next wake-up, which stop() just caused. It is not
+        // joined: on a blackholed connection that wake-up waits for TCP keepalive, and a drop
+        // must not block that long.
+        drop(self.subscriber.take());
+    }
+}
+
+/// Settings for a [`Client`]; from [`Client::builder`].
+///
+/// ```no_run
+/// # fn main() -> redlatch::Result<()> {
+/// use std::time::Duration;
+/// let client = redlatch::Client::builder("redis://127.0.0.1/")
+///     .key_prefix("billing")
+///     .watchdog_timeout(Duration::from_secs(10))
+///     .pool_size(32)
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    url: String,
+    prefix: String,
+    watchdog_timeout: Duration,
+    settings: Settings,
+}
+
+impl ClientBuilder {
+    /// The first part of every key and channel (default `redlatch`): lock `name` lives at
+    /// `<prefix>:{name}`. Must not be empty or contain `{` or `}`.
+    pub fn key_prefix(mut self, prefix: &str) -> Self {
+        self.prefix = prefix.to_string();
+        self
+    }
+
+    /// The lease of locks taken without one (default 30 s). The renewal thread extends it
+    /// every third of that; a holder that dies frees the lock after at most this long.
+    pub fn watchdog_timeout(mut self, d: Duration) -> Self {
+        self.watchdog_timeout = d;
+        self
+    }
+
+    /// The most command connections open at once (default 16). Each lock operation borrows
+    /// one for a round trip; the subscriber has its own.
+    pub fn pool_size(mut self, n: u32) -> Self {
+        self.settings.pool_size = n;
+        self
+    }
+
+    /// How long to wait for a new connection, or for a pooled one to come free (default 5 s).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.settings.connect_timeout = d;
+        self
+    }
+
+    /// How long a command may wait for its reply before the connection counts as failed and
+    /// the command is retried (default 3 s).
+    pub fn response_timeout(mut self, d: Duration) -> Self {
+        self.settings.response_timeout = d;
+        self
+    }
+
+    /// Checks the settings, connects once to check the server and the credentials, and starts
+    /// the subscriber and renewal threads.
+    pub fn build(self) -> Result<Client> {
+        if self.prefix.is_empty() || self.prefix.contains(['{', '}']) {
+            return Err(Error::invalid(format!(
+                "key prefix {:?} must be non-empty and free of braces",
+                self.prefix
+            )));
+        }
+        validate_duration("watchdog_timeout", self.watchdog_timeout)?;
+        if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT {
+            return Err(Error::invalid(format!(
+                "watchdog_timeout {:?} is below the minimum {MIN_WATCHDOG_TIMEOUT:?}",
+                self.watchdog_timeout
+            )));
+        }
+        if self.settings.pool_size == 0 {
+            return Err(Error::invalid("pool_size must be at least 1"));
+        }
+        for (what, d) in [
+            ("connect_timeout", self.settings.connect_timeout),
+            ("response_timeout", self.settings.response_timeout),
+        ] {
+            validate_duration(what, d)?;
+        }
+
+        let backend = Arc::new(Backend::new(&self.url, self.settings)?);
+        backend.run(|con| redis::cmd("PING").query::<()>(con))?;
+
+        let id = uuid::Uuid::new_v4().to_string();
+        let (subscriber, subscriber_task) =
+            Subscriber::new(backend.clone(), keys::control_channel(&self.prefix, &id));
+        let core = Arc::new(Core {
+            id,
+            prefix: self.prefix,
+            watchdog_timeout: self.watchdog_timeout,
+            backend,
+            holds: Holds::default(),
+            subscriber,
+            epoch: Instant::now(),
+        });
+
+        let (stop_renewal, renewal_stopped) = crossbeam_channel::bounded(0);
+        let renewal_core = core.clone();
+        let renewal = std::thread::Builder::new()
+            .name("redlatch-renewal".into())
+            .spawn(move || crate::renewal::run(renewal_core, renewal_stopped))
+            .map_err(Error::Thread)?;
+        let subscriber = std::thread::Builder::new()
+            .name("redlatch-subscriber".into())
+            .spawn(move || subscriber_task.run())
+            .map_err(Error::Thread)?;
+
+        Ok(Client {
+            inner: Arc::new(ClientInner {
+                core,
+                stop_renewal: Some(stop_renewal),
+                renewal: Some(renewal),
+                subscriber: Some(subscriber),
+            }),
+        })
+    }
+}

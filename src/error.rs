@@ -1,0 +1,86 @@
+//! The crate's error type.
+
+use std::fmt;
+
+/// What went wrong. Every fallible call in the crate returns this; none of them panics.
+#[non_exhaustive]
+#[derive(Debug)]
+pub enum Error {
+    /// Redis could not be reached, refused the request, or answered with an error:
+    /// connection refused or reset, timeout, wrong password, missing ACL permission,
+    /// `READONLY` replica, ... The inner error says which.
+    Redis(redis::RedisError),
+    /// An argument can never work: an empty lock name, a zero lease, a duration too large to
+    /// express in milliseconds, a malformed URL. Nothing was sent to Redis.
+    InvalidArgument(String),
+    /// The lock expired or was taken from its holder (released by `force_unlock`, its lease
+    /// ran out while the holder was paused or Redis was unreachable, Redis restarted). Work
+    /// done under it may have overlapped with another holder's: the fencing token is how the
+    /// protected resource tells.
+    LockLost {
+        /// The lock's name.
+        name: String,
+    },
+    /// A key that the lock uses holds data that is not a lock of ours (another type, or a
+    /// hash without a lease). It was left untouched.
+    WrongType {
+        /// The Redis key in question.
+        key: String,
+    },
+    /// The operating system refused to start one of the client's two threads.
+    Thread(std::io::Error),
+}
+
+/// `std::result::Result` with this crate's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Redis(e) => write!(f, "redis: {e}"),
+            Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::LockLost { name } => {
+                write!(f, "lock {name:?} was lost: it expired or was taken")
+            }
+            Error::WrongType { key } => {
+                write!(
+                    f,
+                    "key {key:?} holds data that is not a redlatch lock; left untouched"
+                )
+            }
+            Error::Thread(e) => write!(f, "cannot start a redlatch thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Redis(e) => Some(e),
+            Error::Thread(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    /// Our scripts answer `WRONGTYPE <key> ...` for foreign data; Redis itself answers a bare
+    /// `WRONGTYPE` for commands outside scripts. Both become [`Error::WrongType`].
+    fn from(e: redis::RedisError) -> Self {
+        if e.code() == Some("WRONGTYPE") {
+            let key = e
+                .detail()
+                .and_then(|d| d.split_whitespace().next())
+                .unwrap_or_default()
+                .to_string();
+            return Error::WrongType { key };
+        }
+        Error::Redis(e)
+    }
+}
+
+impl Error {
+    pub(crate) fn invalid(what: impl Into<String>) -> Self {
+        Error::InvalidArgument(what.into())
+    }
+}

@@ -1,0 +1,184 @@
+//! What this client knows about the locks its threads hold.
+//!
+//! A [`Hold`] is one thread's ownership of one lock: every guard that thread has for that lock
+//! shares it (re-entries add guards, not holds). The client keeps all holds in one
+//! [`Holds`] registry, keyed by lock key and thread; the acquiring thread inserts a hold
+//! *before* handing out its first guard, and removes it when its last guard *starts*
+//! releasing. The renewal thread reads the same registry, so renewal can neither miss a fresh
+//! lock nor outlive an unlock (the race in Redisson #7272 needs two registries to disagree).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::keys::LockKeys;
+
+/// One thread's ownership of one lock.
+///
+/// Invariant: only the owning thread changes `guards`; the renewal thread only reads the
+/// lease deadline, moves it forward, and sets `lost`.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    pub keys: Arc<LockKeys>,
+    pub owner: Arc<str>,
+    pub token: u64,
+    /// Live guards; the count this owner has in the lock hash.
+    guards: AtomicU32,
+    /// Renewed by the watchdog (some guard of this hold was taken without a lease).
+    watchdog: AtomicBool,
+    /// Set once, never cleared: the lock was taken from us or its lease ran out.
+    lost: AtomicBool,
+    /// Microseconds after the client's epoch until which Redis is known to keep the lock:
+    /// the time the acquisition or last renewal was *sent*, plus the lease it set.
+    lease_deadline: AtomicU64,
+    /// When the watchdog should next renew this hold (microseconds after the epoch).
+    renew_at: AtomicU64,
+    epoch: Instant,
+}
+
+impl Hold {
+    pub fn new(keys: Arc<LockKeys>, owner: Arc<str>, token: u64, epoch: Instant) -> Hold {
+        Hold {
+            keys,
+            owner,
+            token,
+            guards: AtomicU32::new(0),
+            watchdog: AtomicBool::new(false),
+            lost: AtomicBool::new(false),
+            lease_deadline: AtomicU64::new(0),
+            renew_at: AtomicU64::new(u64::MAX),
+            epoch,
+        }
+    }
+
+    pub fn guards(&self) -> u32 {
+        self.guards.load(Ordering::Acquire)
+    }
+
+    pub fn add_guard(&self) {
+        self.guards.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Drops one guard; returns how many remain.
+    pub fn remove_guard(&self) -> u32 {
+        self.guards.fetch_sub(1, Ordering::AcqRel) - 1
+    }
+
+    pub fn is_watchdog(&self) -> bool {
+        self.watchdog.load(Ordering::Acquire)
+    }
+
+    /// Records an acquisition sent at `sent` that set `lease`; `renew_every` for watchdog
+    /// acquisitions. The deadline only moves forward: a re-entry never shortens the lease.
+    pub fn extend(&self, sent: Instant, lease: Duration, renew_every: Option<Duration>) {
+        self.lease_deadline
+            .fetch_max(self.micros(sent + lease), Ordering::AcqRel);
+        if let Some(every) = renew_every {
+            self.renew_at
+                .fetch_min(self.micros(sent + every), Ordering::AcqRel);
+            self.watchdog.store(true, Ordering::Release);
+        }
+    }
+
+    /// A renewal sent at `sent` succeeded.
+    pub fn renewed(&self, sent: Instant, lease: Duration, renew_every: Duration) {
+        self.lease_deadline
+            .fetch_max(self.micros(sent + lease), Ordering::AcqRel);
+        self.renew_at
+            .store(self.micros(sent + renew_every), Ordering::Release);
+    }
+
+    pub fn renew_at(&self) -> Instant {
+        self.instant(self.renew_at.load(Ordering::Acquire))
+    }
+
+    pub fn lease_deadline(&self) -> Instant {
+        self.instant(self.lease_deadline.load(Ordering::Acquire))
+    }
+
+    /// Marks the hold lost; `true` if this call did (so exactly one caller logs it).
+    pub fn mark_lost(&self) -> bool {
+        !self.lost.swap(true, Ordering::AcqRel)
+    }
+
+    /// Lost, or past its lease deadline (a paused process finds out on resume).
+    pub fn is_lost(&self) -> bool {
+        if self.lost.load(Ordering::Acquire) {
+            return true;
+        }
+        if Instant::now() >= self.lease_deadline() {
+            if self.mark_lost() {
+                log::warn!(
+                    "lock {:?}: lease ran out before it was renewed; lost",
+                    self.keys.name
+                );
+            }
+            return true;
+        }
+        false
+    }
+
+    fn micros(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.epoch)
+            .as_micros()
+            .min(u64::MAX as u128 - 1) as u64
+    }
+
+    fn instant(&self, micros: u64) -> Instant {
+        self.epoch
+            .checked_add(Duration::from_micros(micros))
+            .unwrap_or_else(|| self.epoch + Duration::from_secs(1 << 40))
+    }
+}
+
+/// Which thread holds which lock: `(lock key, thread number)`.
+type HoldKey = (Arc<str>, u64);
+
+/// All holds of one client.
+#[derive(Default)]
+pub(crate) struct Holds {
+    map: Mutex<HashMap<HoldKey, Arc<Hold>>>,
+}
+
+impl Holds {
+    pub fn get(&self, lock_key: &str, thread: u64) -> Option<Arc<Hold>> {
+        self.map.lock().get(&(Arc::from(lock_key), thread)).cloned()
+    }
+
+    pub fn insert(&self, thread: u64, hold: Arc<Hold>) {
+        let key = (Arc::from(hold.keys.lock.as_str()), thread);
+        self.map.lock().insert(key, hold);
+    }
+
+    /// Removes `hold` if it is still the registered one.
+    pub fn remove(&self, thread: u64, hold: &Arc<Hold>) {
+        let key = (Arc::from(hold.keys.lock.as_str()), thread);
+        let mut map = self.map.lock();
+        if map.get(&key).is_some_and(|h| Arc::ptr_eq(h, hold)) {
+            map.remove(&key);
+        }
+    }
+
+    /// Still registered: the renewal thread checks this before reporting a hold lost, since
+    /// its owner may have released it while the renewal was in flight.
+    pub fn contains(&self, thread: u64, hold: &Arc<Hold>) -> bool {
+        let key = (Arc::from(hold.keys.lock.as_str()), thread);
+        self.map
+            .lock()
+            .get(&key)
+            .is_some_and(|h| Arc::ptr_eq(h, hold))
+    }
+
+    /// Watchdog holds that are not lost, with their thread numbers.
+    pub fn watchdog_holds(&self) -> Vec<(u64, Arc<Hold>)> {
+        self.map
+            .lock()
+            .iter()
+            .filter(|(_, h)| h.is_watchdog() && !h.lost.load(Ordering::Acquire))
+            .map(|((_, thread), h)| (*thread, h.clone()))
+            .collect()
+    }
+}

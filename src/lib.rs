@@ -1,0 +1,47 @@
+//! Reentrant, fenced, watchdog-renewed distributed locks on Redis, for synchronous Rust.
+//!
+//! ```no_run
+//! # fn main() -> redlatch::Result<()> {
+//! use std::time::Duration;
+//! let client = redlatch::Client::open("redis://127.0.0.1/")?;
+//! let lock = client.lock("invoice:42");
+//! if let Some(guard) = lock.try_lock(Duration::from_secs(5), None)? {
+//!     // ... critical section; `guard.fencing_token()` goes with every write it guards
+//!     guard.check()?; // still ours?
+//! } // guard dropped: released, the next waiter anywhere in the fleet is woken
+//! # Ok(()) }
+//! ```
+//!
+//! # How it works
+//! - A lock is a Redis hash `<prefix>:{name}` mapping owner ids (`<client uuid>:<thread>`) to
+//!   hold counts, with a lease (PEXPIRE). Lua scripts in the crate's `lua/` folder make every
+//!   change, atomically and idempotently, so a retried command never double-counts.
+//! - Waiting threads never poll: each [`Client`] has one subscriber thread on one pub/sub
+//!   connection that wakes one local waiter per release. A waiter also wakes when the lock's
+//!   lease would have run out, so a lost message or a dead holder costs time, never a hang.
+//! - Each client has one renewal thread (the watchdog) that extends every lock taken without a
+//!   lease, in batches, and marks a guard [lost](LockGuard::is_lost) when Redis says the lock
+//!   is no longer ours.
+//! - Every acquisition carries a [fencing token](LockGuard::fencing_token).
+//!
+//! # What a lock on Redis cannot promise
+//! Redis replication is asynchronous: a failover can lose a lock that was acquired just
+//! before it. A holder paused (GC, SIGSTOP, VM freeze) past its lease can resume believing it
+//! holds the lock. [`LockGuard::is_lost`] tells as soon as the client knows, but only the
+//! fencing token, checked by the protected resource, makes such a late write harmless.
+
+#![warn(missing_docs)]
+
+mod client;
+mod connection;
+mod error;
+mod hold;
+mod keys;
+mod lock;
+mod renewal;
+mod scripts;
+mod subscriber;
+
+pub use client::{Client, ClientBuilder};
+pub use error::{Error, Result};
+pub use lock::{Lock, LockGuard};

@@ -1,0 +1,383 @@
+//! [`Lock`], the handle on one named lock, and [`LockGuard`], proof of holding it.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::{Client, Core, thread_number};
+use crate::error::{Error, Result};
+use crate::hold::Hold;
+use crate::keys::LockKeys;
+use crate::scripts::{self, Acquire, Release};
+
+/// The longest lease or wait the crate accepts: far beyond any sensible value, far below
+/// where milliseconds overflow in Redis or `Instant` arithmetic.
+const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// A handle on the lock called [`name`](Lock::name), made by [`Client::lock`].
+///
+/// Cheap to clone and to make; holds no lock itself. `Send + Sync`: share it between threads.
+/// Ownership belongs to a thread: the same thread may acquire again (re-entry, with a new
+/// guard), and another thread, of this client or any other, waits.
+///
+/// ```no_run
+/// # fn main() -> redlatch::Result<()> {
+/// use std::time::Duration;
+/// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+/// let lock = client.lock("report:daily");
+/// match lock.try_lock(Duration::from_secs(2), None)? {
+///     Some(guard) => println!("got it, token {}", guard.fencing_token()),
+///     None => println!("busy"),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Lock {
+    client: Client,
+    keys: Arc<LockKeys>,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &self.keys.name)
+            .finish()
+    }
+}
+
+/// What one attempt gave.
+enum Attempt {
+    Acquired(LockGuard),
+    Busy { ttl: Duration },
+}
+
+impl Lock {
+    pub(crate) fn new(client: Client, name: &str) -> Lock {
+        let keys = Arc::new(LockKeys::new(&client.core().prefix, name));
+        Lock { client, keys }
+    }
+
+    /// The lock's name, as given to [`Client::lock`].
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// Waits as long as it takes, then holds the lock with the watchdog: the renewal thread
+    /// extends it until the guard is dropped.
+    pub fn lock(&self) -> Result<LockGuard> {
+        self.acquire(None, None)
+            .map(|g| g.expect("an unbounded wait only ends with the lock"))
+    }
+
+    /// Waits as long as it takes, then holds the lock for at most `lease` (no renewal).
+    pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.acquire(None, Some(lease))
+            .map(|g| g.expect("an unbounded wait only ends with the lock"))
+    }
+
+    /// Waits at most `wait` for the lock; `Ok(None)` if it did not come free in time.
+    ///
+    /// `wait == Duration::ZERO` makes exactly one attempt. `lease: None` holds the lock with
+    /// the watchdog; `Some(lease)` lets it expire after `lease` unless released before.
+    /// Waiting costs no Redis commands beyond one attempt per wake-up: a release anywhere
+    /// wakes one waiter per client through pub/sub, and a waiter also wakes when the lock's
+    /// lease would run out, so a crashed holder or a lost message costs time, never a hang.
+    pub fn try_lock(&self, wait: Duration, lease: Option<Duration>) -> Result<Option<LockGuard>> {
+        validate_duration("wait", wait)?;
+        self.acquire(Some(wait), lease)
+    }
+
+    /// Whether anybody holds the lock.
+    pub fn is_locked(&self) -> Result<bool> {
+        Ok(self.inspect()?.locked)
+    }
+
+    /// Whether the calling thread holds the lock (according to Redis).
+    pub fn is_held_by_current_thread(&self) -> Result<bool> {
+        Ok(self.inspect()?.holds > 0)
+    }
+
+    /// How many holds the calling thread has on the lock (according to Redis): 0 if none.
+    pub fn hold_count(&self) -> Result<u32> {
+        Ok(self.inspect()?.holds)
+    }
+
+    /// How long until the lock's current lease runs out; `None` when it is not locked.
+    pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        Ok(self.inspect()?.ttl)
+    }
+
+    /// Deletes the lock whoever holds it and wakes every waiter. `true` if it was locked.
+    ///
+    /// The holder is not interrupted: its guard reports the loss at its next renewal
+    /// (watchdog), when its lease runs out, or when it releases.
+    pub fn force_unlock(&self) -> Result<bool> {
+        self.validate_name()?;
+        let keys = &self.keys;
+        self.core()
+            .backend
+            .run(|con| scripts::force_unlock(con, keys))
+    }
+
+    fn inspect(&self) -> Result<scripts::Inspection> {
+        self.validate_name()?;
+        let core = self.core();
+        let owner = core.owner(thread_number());
+        let keys = &self.keys;
+        core.backend.run(|con| scripts::inspect(con, keys, &owner))
+    }
+
+    fn core(&self) -> &Arc<Core> {
+        self.client.core()
+    }
+
+    fn validate_name(&self) -> Result<()> {
+        if self.keys.name.is_empty() {
+            return Err(Error::invalid("lock name must not be empty"));
+        }
+        Ok(())
+    }
+
+    /// The waiting path. `wait: None` waits forever.
+    fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        self.validate_name()?;
+        if let Some(lease) = lease {
+            validate_duration("lease", lease)?;
+            if lease < Duration::from_millis(1) {
+                return Err(Error::invalid(format!(
+                    "lease {lease:?} is shorter than a millisecond"
+                )));
+            }
+        }
+        let start = Instant::now();
+        // A wait too long to represent is a wait without end.
+        let deadline = wait.and_then(|w| start.checked_add(w));
+
+        let mut ttl = match self.attempt(lease)? {
+            Attempt::Acquired(guard) => return Ok(Some(guard)),
+            Attempt::Busy { ttl } => ttl,
+        };
+        if wait == Some(Duration::ZERO) {
+            return Ok(None);
+        }
+
+        // Queue up, make sure the channel is subscribed (the first wait returns when it is),
+        // then alternate attempts and sleeps. A sleep ends at a wake-up, at the lock's TTL
+        // (its holder may have died without a message) or at our deadline.
+        let mut waiter = self.core().subscriber.join(&self.keys.channel);
+        loop {
+            let now = Instant::now();
+            let sleep = match deadline {
+                Some(deadline) if now >= deadline => return Ok(None),
+                Some(deadline) => ttl.min(deadline - now),
+                None => ttl,
+            };
+            waiter.wait(sleep);
+            match self.attempt(lease)? {
+                Attempt::Acquired(guard) => {
+                    waiter.acquired();
+                    return Ok(Some(guard));
+                }
+                Attempt::Busy { ttl: t } => ttl = t,
+            }
+        }
+    }
+
+    /// One round trip: acquire or re-enter, or learn how long the holder has left.
+    fn attempt(&self, lease: Option<Duration>) -> Result<Attempt> {
+        let core = self.core();
+        let thread = thread_number();
+        let existing = core.holds.get(&self.keys.lock, thread);
+        if existing.as_ref().is_some_and(|h| h.is_lost()) {
+            return Err(self.lost());
+        }
+        let holds = existing.as_ref().map_or(0, |h| h.guards());
+        let owner: Arc<str> = match &existing {
+            Some(hold) => hold.owner.clone(),
+            None => core.owner(thread).into(),
+        };
+        let lease_set = lease.unwrap_or(core.watchdog_timeout);
+        let renew_every = lease.is_none().then(|| core.watchdog_timeout / 3);
+
+        let sent = Instant::now();
+        let keys = &self.keys;
+        let reply = core
+            .backend
+            .run(|con| scripts::acquire(con, keys, &owner, holds, lease_set))?;
+        match reply {
+            Acquire::Acquired { token } => {
+                let hold = match existing {
+                    Some(hold) => hold,
+                    None => {
+                        let hold = Arc::new(Hold::new(keys.clone(), owner, token, core.epoch));
+                        hold.extend(sent, lease_set, renew_every);
+                        // Registered before the guard exists: renewal cannot miss it.
+                        core.holds.insert(thread, hold.clone());
+                        hold
+                    }
+                };
+                hold.extend(sent, lease_set, renew_every);
+                hold.add_guard();
+                Ok(Attempt::Acquired(LockGuard {
+                    lock: self.clone(),
+                    hold,
+                    thread,
+                    released: false,
+                    _not_send: PhantomData,
+                }))
+            }
+            Acquire::Busy { ttl } => Ok(Attempt::Busy { ttl }),
+            Acquire::Lost => {
+                if existing.is_some_and(|h| h.mark_lost()) {
+                    log::warn!("lock {:?} was lost under its holder", self.keys.name);
+                }
+                Err(self.lost())
+            }
+        }
+    }
+
+    fn lost(&self) -> Error {
+        Error::LockLost {
+            name: self.keys.name.clone(),
+        }
+    }
+}
+
+/// Checks a duration the caller gave: it must fit the crate's millisecond arithmetic.
+pub(crate) fn validate_duration(what: &str, d: Duration) -> Result<()> {
+    if d > MAX_DURATION {
+        return Err(Error::invalid(format!(
+            "{what} {d:?} is too long (at most {MAX_DURATION:?})"
+        )));
+    }
+    if what != "wait" && d.is_zero() {
+        return Err(Error::invalid(format!("{what} must not be zero")));
+    }
+    Ok(())
+}
+
+/// Proof that the current thread holds a lock; releases it when dropped.
+///
+/// Not `Send`: the hold belongs to the thread that acquired it (its owner id is the client
+/// id plus the thread number). Owns what it needs, so it can live in a request's state.
+/// Dropping it releases the lock, also during a panic; a failure is logged, never raised.
+/// Use [`unlock`](LockGuard::unlock) to see the outcome.
+///
+/// A guard cannot move to another thread:
+///
+/// ```compile_fail
+/// fn send<T: Send>(_: T) {}
+/// let client = redlatch::Client::open("redis://127.0.0.1/").unwrap();
+/// send(client.lock("x").lock().unwrap());
+/// ```
+///
+/// while the client and lock handles can:
+///
+/// ```
+/// fn send_sync<T: Send + Sync>() {}
+/// send_sync::<redlatch::Client>();
+/// send_sync::<redlatch::Lock>();
+/// ```
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct LockGuard {
+    lock: Lock,
+    hold: Arc<Hold>,
+    thread: u64,
+    released: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.lock.keys.name)
+            .field("fencing_token", &self.hold.token)
+            .finish()
+    }
+}
+
+impl LockGuard {
+    /// Releases this hold. `Err(Error::LockLost)` if the lock was no longer ours (then nothing
+    /// in Redis was changed) or had been reported lost; `Err(Error::Redis)` if Redis could not
+    /// be reached, in which case the lock expires with its lease.
+    pub fn unlock(mut self) -> Result<()> {
+        self.release()
+    }
+
+    /// The fencing token of this hold: strictly increasing per lock name across all clients,
+    /// never reused. Send it with every write the lock protects and have the resource reject
+    /// tokens older than the newest it has seen; that, not the lock alone, is what makes the
+    /// write safe against a holder that was paused past its lease. Re-entries share the first
+    /// acquisition's token.
+    pub fn fencing_token(&self) -> u64 {
+        self.hold.token
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.lock.keys.name
+    }
+
+    /// Whether the lock is known to be lost: renewal found it gone, or the last lease Redis
+    /// confirmed has run out. Advisory: a pause can fall between this check and the write it
+    /// guards, which is why writes carry the [fencing token](LockGuard::fencing_token).
+    pub fn is_lost(&self) -> bool {
+        self.hold.is_lost()
+    }
+
+    /// `Err(Error::LockLost)` when [`is_lost`](LockGuard::is_lost).
+    pub fn check(&self) -> Result<()> {
+        if self.is_lost() {
+            Err(self.lock.lost())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn release(&mut self) -> Result<()> {
+        self.released = true;
+        let core = self.lock.core();
+        let hold = &self.hold;
+        let holds = hold.guards();
+        if holds == 1 {
+            // Stop renewal before the lock is released, never after.
+            core.holds.remove(self.thread, hold);
+        }
+        hold.remove_guard();
+        let was_lost = hold.is_lost();
+        let keys = &self.lock.keys;
+        let reply = core
+            .backend
+            .run(|con| scripts::release(con, keys, &hold.owner, holds, hold.token))?;
+        match reply {
+            Release::NotOurs => {
+                hold.mark_lost();
+                Err(self.lock.lost())
+            }
+            _ if was_lost => Err(self.lock.lost()),
+            Release::Released | Release::StillHeld => Ok(()),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        match self.release() {
+            Ok(()) => {}
+            Err(Error::LockLost { name }) => {
+                log::warn!("lock {name:?} was lost before its guard was dropped")
+            }
+            Err(e) => log::error!(
+                "releasing lock {:?} failed ({e}); it expires when its lease runs out",
+                self.lock.keys.name
+            ),
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! The Lua scripts in `lua/` and typed calls to them.
+//!
+//! Every change to a lock goes through one of these scripts. `redis::Script` runs them with
+//! EVALSHA and, on `NOSCRIPT` (a `SCRIPT FLUSH`, a restarted or failed-over server), loads the
+//! script and runs it again, so a flushed script cache never surfaces to the user. The text is
+//! fixed; keys and values travel as KEYS and ARGV, so user data never becomes code.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{Connection, RedisResult, Script};
+
+use crate::keys::{LockKeys, RELEASE_LATCH_TTL};
+
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/acquire.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/renew.lua")));
+static FORCE_UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/force_unlock.lua")));
+static INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/inspect.lua")));
+
+/// The command a release publishes with (SPUBLISH once sharded Cluster support lands).
+const PUBLISH: &str = "PUBLISH";
+
+/// What `acquire.lua` answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Acquire {
+    /// Ours, with this fencing token.
+    Acquired { token: u64 },
+    /// Held by another owner for at most this much longer.
+    Busy { ttl: Duration },
+    /// We believed we held it, but our hold is gone.
+    Lost,
+}
+
+pub(crate) fn acquire(
+    con: &mut Connection,
+    keys: &LockKeys,
+    owner: &str,
+    holds: u32,
+    lease: Duration,
+) -> RedisResult<Acquire> {
+    let (status, value): (i64, i64) = ACQUIRE
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .arg(owner)
+        .arg(holds)
+        .arg(millis(lease))
+        .invoke(con)?;
+    Ok(match status {
+        1 => Acquire::Acquired {
+            token: value as u64,
+        },
+        0 => Acquire::Busy {
+            ttl: Duration::from_millis(value.max(0) as u64),
+        },
+        _ => Acquire::Lost,
+    })
+}
+
+/// What `release.lua` answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Release {
+    Released,
+    StillHeld,
+    NotOurs,
+}
+
+pub(crate) fn release(
+    con: &mut Connection,
+    keys: &LockKeys,
+    owner: &str,
+    holds: u32,
+    token: u64,
+) -> RedisResult<Release> {
+    let reply: i64 = RELEASE
+        .key(&keys.lock)
+        .key(&keys.channel)
+        .key(keys.release_latch(owner, token))
+        .arg(owner)
+        .arg(holds)
+        .arg(millis(RELEASE_LATCH_TTL))
+        .arg(PUBLISH)
+        .invoke(con)?;
+    Ok(match reply {
+        1 => Release::Released,
+        2 => Release::StillHeld,
+        _ => Release::NotOurs,
+    })
+}
+
+/// One lock to renew: its key and the owner whose hold must still be there.
+pub(crate) struct Renewal<'a> {
+    pub lock_key: &'a str,
+    pub owner: &'a str,
+}
+
+/// Renews every lock in `batch` in one script call; `true` where the lock is still ours.
+pub(crate) fn renew(
+    con: &mut Connection,
+    batch: &[Renewal<'_>],
+    lease: Duration,
+) -> RedisResult<Vec<bool>> {
+    let mut invocation = RENEW.prepare_invoke();
+    invocation.arg(millis(lease));
+    for r in batch {
+        invocation.key(r.lock_key).arg(r.owner);
+    }
+    let replies: Vec<i64> = invocation.invoke(con)?;
+    Ok(replies.into_iter().map(|r| r == 1).collect())
+}
+
+pub(crate) fn force_unlock(con: &mut Connection, keys: &LockKeys) -> RedisResult<bool> {
+    let reply: i64 = FORCE_UNLOCK
+        .key(&keys.lock)
+        .key(&keys.channel)
+        .arg(PUBLISH)
+        .invoke(con)?;
+    Ok(reply == 1)
+}
+
+/// A lock's state as `inspect.lua` reads it.
+pub(crate) struct Inspection {
+    pub locked: bool,
+    pub holds: u32,
+    pub ttl: Option<Duration>,
+}
+
+pub(crate) fn inspect(
+    con: &mut Connection,
+    keys: &LockKeys,
+    owner: &str,
+) -> RedisResult<Inspection> {
+    let (locked, holds, pttl): (i64, i64, i64) = INSPECT.key(&keys.lock).arg(owner).invoke(con)?;
+    Ok(Inspection {
+        locked: locked == 1,
+        holds: holds.clamp(0, u32::MAX as i64) as u32,
+        ttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+    })
+}
+
+/// Milliseconds for Redis; callers validated that the value fits.
+fn millis(d: Duration) -> u64 {
+    d.as_millis() as u64
+}

@@ -1,0 +1,447 @@
+//! The subscriber thread: one pub/sub connection per client, waking waiting threads.
+//!
+//! # Entries and waiters
+//! Threads waiting for the same lock share one [`Entry`] keyed by the lock's channel. Each
+//! waiter owns a [`Slot`] in the entry's FIFO queue and parks on it; a slot holds at most one
+//! *permit* (a wake-up). Together the slots form a fair counting semaphore:
+//! - an `unlock` message grants one permit, to the oldest waiter that has none (one release
+//!   wakes one local waiter: no herd);
+//! - a `force` message (force-unlock), a confirmed subscription and a reconnect grant a permit
+//!   to every waiter, so each retries once;
+//! - a permit granted while its waiter is busy stays set, so a message that arrives between a
+//!   waiter's attempt and its sleep is not lost;
+//! - a waiter that leaves with a permit it never used passes it to the next one.
+//!
+//! # Waking the thread without polling
+//! The thread blocks on a read of the pub/sub connection and uses no CPU while idle. To make it
+//! (un)subscribe, a waiter records what it wants in the entry map and rings the thread:
+//! through Redis, by publishing on the client's own control channel (to which the connection
+//! is subscribed), and through an in-process doorbell for when it is not connected. The thread
+//! then reconciles the connection's subscriptions with the entry map. The sync `redis`
+//! connection cannot be written by one thread while another blocks reading it, so this costs
+//! a PUBLISH round trip plus the SUBSCRIBE round trip; concurrent requests share one ring.
+//!
+//! # Failure
+//! When the connection fails the thread reconnects with backoff, resubscribes every channel
+//! that has waiters, and the confirmations give every waiter a permit. Meanwhile, and whenever
+//! a message is lost, waiters still wake when the lock's TTL or their deadline says so.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use parking_lot::{Condvar, Mutex};
+use redis::{Connection, RedisResult, Value};
+
+use crate::connection::Backend;
+
+/// Payload of a release's message: wake one waiter.
+const UNLOCK: &[u8] = b"unlock";
+/// Payload of a force-unlock's message: wake every waiter.
+const FORCE: &[u8] = b"force";
+
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// The handle the rest of the client uses; the thread runs [`Subscriber::run`].
+pub(crate) struct Subscriber {
+    shared: Arc<Shared>,
+    backend: Arc<Backend>,
+}
+
+struct Shared {
+    /// Channels that have waiters. The thread subscribes exactly these (plus control).
+    entries: Mutex<HashMap<String, Arc<Entry>>>,
+    control_channel: String,
+    /// The connection is up and subscribed to the control channel, so a PUBLISH reaches it.
+    connected: AtomicBool,
+    /// A control message is on its way; later requests need not send another.
+    ring_in_flight: AtomicBool,
+    stop: AtomicBool,
+    doorbell: Sender<()>,
+}
+
+/// The waiters of one lock in this client.
+struct Entry {
+    channel: String,
+    state: Mutex<EntryState>,
+}
+
+struct EntryState {
+    /// Redis confirmed the subscription for this entry's current connection.
+    confirmed: bool,
+    queue: VecDeque<Arc<Slot>>,
+}
+
+/// Where one waiting thread parks.
+#[derive(Default)]
+struct Slot {
+    permit: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Slot {
+    fn grant(&self) -> bool {
+        let mut permit = self.permit.lock();
+        if *permit {
+            return false;
+        }
+        *permit = true;
+        self.wake.notify_one();
+        true
+    }
+}
+
+impl Entry {
+    /// Gives a permit to the oldest waiter without one.
+    fn wake_one(state: &EntryState) {
+        for slot in &state.queue {
+            if slot.grant() {
+                return;
+            }
+        }
+    }
+
+    fn wake_all(state: &EntryState) {
+        for slot in &state.queue {
+            slot.grant();
+        }
+    }
+
+    fn confirm(&self) {
+        let mut state = self.state.lock();
+        if !state.confirmed {
+            state.confirmed = true;
+            Entry::wake_all(&state);
+        }
+    }
+}
+
+impl Subscriber {
+    /// Creates the handle and the receiving end of its doorbell, for [`Subscriber::run`].
+    pub fn new(backend: Arc<Backend>, control_channel: String) -> (Subscriber, SubscriberTask) {
+        let (doorbell, rung) = crossbeam_channel::bounded(1);
+        let shared = Arc::new(Shared {
+            entries: Mutex::new(HashMap::new()),
+            control_channel,
+            connected: AtomicBool::new(false),
+            ring_in_flight: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            doorbell,
+        });
+        let task = SubscriberTask {
+            shared: shared.clone(),
+            backend: backend.clone(),
+            rung,
+        };
+        (Subscriber { shared, backend }, task)
+    }
+
+    /// Registers the calling thread as a waiter on `channel`, subscribing it if this is the
+    /// channel's first waiter. The waiter's first [`Waiter::wait`] returns once the
+    /// subscription is confirmed (at once if it already is).
+    pub fn join(&self, channel: &str) -> Waiter<'_> {
+        let slot = Arc::new(Slot::default());
+        let (entry, created) = {
+            let mut entries = self.shared.entries.lock();
+            let (entry, created) = match entries.get(channel) {
+                Some(entry) => (entry.clone(), false),
+                None => {
+                    let entry = Arc::new(Entry {
+                        channel: channel.to_string(),
+                        state: Mutex::new(EntryState {
+                            confirmed: false,
+                            queue: VecDeque::new(),
+                        }),
+                    });
+                    entries.insert(channel.to_string(), entry.clone());
+                    (entry, true)
+                }
+            };
+            let mut state = entry.state.lock();
+            if state.confirmed {
+                // Subscribed already: the first attempt after joining may go at once.
+                *slot.permit.lock() = true;
+            }
+            state.queue.push_back(slot.clone());
+            drop(state);
+            (entry, created)
+        };
+        if created {
+            self.ring();
+        }
+        Waiter {
+            subscriber: self,
+            entry,
+            slot,
+            used: false,
+        }
+    }
+
+    /// Makes the thread reconcile its subscriptions with the entry map.
+    fn ring(&self) {
+        let _ = self.shared.doorbell.try_send(());
+        if self.shared.connected.load(Ordering::SeqCst)
+            && !self.shared.ring_in_flight.swap(true, Ordering::SeqCst)
+        {
+            let channel = &self.shared.control_channel;
+            let sent = self.backend.run(|con| {
+                redis::cmd("PUBLISH")
+                    .arg(channel)
+                    .arg("reconcile")
+                    .query::<i64>(con)
+            });
+            match sent {
+                // 0 receivers: the connection is gone; the thread reconciles on reconnect.
+                Ok(receivers) if receivers > 0 => {}
+                Ok(_) => self.shared.ring_in_flight.store(false, Ordering::SeqCst),
+                Err(e) => {
+                    log::debug!("could not wake the subscriber thread: {e}");
+                    self.shared.ring_in_flight.store(false, Ordering::SeqCst);
+                }
+            }
+        }
+    }
+
+    /// Asks the thread to end; it does at its next wake-up.
+    pub fn stop(&self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        let _ = self.shared.doorbell.try_send(());
+        if self.shared.connected.load(Ordering::SeqCst) {
+            let channel = &self.shared.control_channel;
+            let _ = self.backend.run(|con| {
+                redis::cmd("PUBLISH")
+                    .arg(channel)
+                    .arg("stop")
+                    .query::<i64>(con)
+            });
+        }
+    }
+}
+
+/// A thread's place in the queue of one lock's waiters. Leaves the queue on drop.
+pub(crate) struct Waiter<'a> {
+    subscriber: &'a Subscriber,
+    entry: Arc<Entry>,
+    slot: Arc<Slot>,
+    /// The waiter acquired the lock, so a permit it still holds has served its purpose.
+    used: bool,
+}
+
+impl Waiter<'_> {
+    /// Sleeps until a permit arrives or `timeout` passes; `true` if woken by a permit.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let mut permit = self.slot.permit.lock();
+        if !*permit {
+            // Spurious wake-ups re-check the permit; the timeout is absolute.
+            let _ = self.slot.wake.wait_while_for(&mut permit, |p| !*p, timeout);
+        }
+        std::mem::replace(&mut *permit, false)
+    }
+
+    /// The waiter got the lock: nothing to pass on when it leaves.
+    pub fn acquired(&mut self) {
+        self.used = true;
+    }
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        let shared = &self.subscriber.shared;
+        let mut entries = shared.entries.lock();
+        let mut state = self.entry.state.lock();
+        state.queue.retain(|s| !Arc::ptr_eq(s, &self.slot));
+        let unused_permit = std::mem::replace(&mut *self.slot.permit.lock(), false);
+        if unused_permit && !self.used {
+            Entry::wake_one(&state);
+        }
+        let last = state.queue.is_empty();
+        drop(state);
+        if last {
+            if entries
+                .get(&self.entry.channel)
+                .is_some_and(|e| Arc::ptr_eq(e, &self.entry))
+            {
+                entries.remove(&self.entry.channel);
+            }
+            drop(entries);
+            self.subscriber.ring();
+        }
+    }
+}
+
+/// What the subscriber thread owns.
+pub(crate) struct SubscriberTask {
+    shared: Arc<Shared>,
+    backend: Arc<Backend>,
+    rung: Receiver<()>,
+}
+
+impl SubscriberTask {
+    /// The thread's body: connect when there are waiters, serve, reconnect, until stopped.
+    pub fn run(self) {
+        let mut backoff = BACKOFF_MIN;
+        while !self.stopping() {
+            if self.shared.entries.lock().is_empty() {
+                // Nobody waits: hold no connection until somebody does (or we stop).
+                if self.rung.recv().is_err() {
+                    return;
+                }
+                continue;
+            }
+            match self.backend.connect() {
+                Ok(con) => {
+                    backoff = BACKOFF_MIN;
+                    if let Err(e) = self.serve(con)
+                        && !self.stopping()
+                    {
+                        log::warn!("redlatch pub/sub connection failed: {e}; reconnecting");
+                    }
+                    self.disconnected();
+                }
+                Err(e) => {
+                    log::warn!("redlatch pub/sub connection failed: {e}; retrying in {backoff:?}");
+                    match self.rung.recv_timeout(backoff) {
+                        Ok(()) | Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => return,
+                    }
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.shared.stop.load(Ordering::SeqCst)
+    }
+
+    /// Reads the connection until it fails or the client stops.
+    fn serve(&self, mut con: Connection) -> RedisResult<()> {
+        // No read timeout: idle, the thread sleeps in the kernel. TCP keepalive and the user
+        // timeout set by the backend bound how long a dead peer goes unnoticed.
+        con.set_read_timeout(None)?;
+        let control = self.shared.control_channel.clone();
+        let mut subscribed: HashMap<String, bool> = HashMap::new();
+        con.send_packed_command(&redis::cmd("SUBSCRIBE").arg(&control).get_packed_command())?;
+        while !self.stopping() {
+            let (kind, channel, payload) = match parse_push(con.recv_response()?) {
+                Some(push) => push,
+                None => continue,
+            };
+            match kind.as_slice() {
+                b"message" if channel == control.as_bytes() => {
+                    self.shared.ring_in_flight.store(false, Ordering::SeqCst);
+                    self.reconcile(&mut con, &mut subscribed)?;
+                }
+                b"message" => {
+                    let entry = std::str::from_utf8(&channel)
+                        .ok()
+                        .and_then(|ch| self.shared.entries.lock().get(ch).cloned());
+                    if let Some(entry) = entry {
+                        let state = entry.state.lock();
+                        if payload == UNLOCK {
+                            Entry::wake_one(&state);
+                        } else if payload == FORCE {
+                            Entry::wake_all(&state);
+                        }
+                    }
+                }
+                b"subscribe" if channel == control.as_bytes() => {
+                    self.shared.connected.store(true, Ordering::SeqCst);
+                    self.shared.ring_in_flight.store(false, Ordering::SeqCst);
+                    self.reconcile(&mut con, &mut subscribed)?;
+                }
+                b"subscribe" => {
+                    if let Ok(ch) = String::from_utf8(channel) {
+                        if let Some(confirmed) = subscribed.get_mut(&ch) {
+                            *confirmed = true;
+                        }
+                        let entry = self.shared.entries.lock().get(&ch).cloned();
+                        if let Some(entry) = entry {
+                            entry.confirm();
+                        }
+                    }
+                }
+                _ => {} // unsubscribe confirmations, pongs
+            }
+        }
+        Ok(())
+    }
+
+    /// Subscribes channels that gained waiters, unsubscribes those that lost them, and
+    /// confirms new entries whose channel was subscribed all along.
+    fn reconcile(
+        &self,
+        con: &mut Connection,
+        subscribed: &mut HashMap<String, bool>,
+    ) -> RedisResult<()> {
+        let mut to_subscribe = Vec::new();
+        let mut to_unsubscribe = Vec::new();
+        {
+            let entries = self.shared.entries.lock();
+            for (channel, entry) in entries.iter() {
+                match subscribed.get(channel) {
+                    Some(true) => entry.confirm(),
+                    Some(false) => {}
+                    None => to_subscribe.push(channel.clone()),
+                }
+            }
+            subscribed.retain(|channel, _| {
+                let keep = entries.contains_key(channel);
+                if !keep {
+                    to_unsubscribe.push(channel.clone());
+                }
+                keep
+            });
+        }
+        if !to_subscribe.is_empty() {
+            con.send_packed_command(
+                &redis::cmd("SUBSCRIBE")
+                    .arg(&to_subscribe)
+                    .get_packed_command(),
+            )?;
+            subscribed.extend(to_subscribe.into_iter().map(|c| (c, false)));
+        }
+        if !to_unsubscribe.is_empty() {
+            con.send_packed_command(
+                &redis::cmd("UNSUBSCRIBE")
+                    .arg(&to_unsubscribe)
+                    .get_packed_command(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The connection is gone: nothing is confirmed until the next one says so.
+    fn disconnected(&self) {
+        self.shared.connected.store(false, Ordering::SeqCst);
+        self.shared.ring_in_flight.store(false, Ordering::SeqCst);
+        for entry in self.shared.entries.lock().values() {
+            entry.state.lock().confirmed = false;
+        }
+    }
+}
+
+/// Splits a pub/sub push (`[kind, channel, payload-or-count]`) into its parts.
+fn parse_push(value: Value) -> Option<(Vec<u8>, Vec<u8>, Vec<u8>)> {
+    let items = match value {
+        Value::Array(items) => items,
+        Value::Push { data, .. } => data,
+        _ => return None,
+    };
+    let mut items = items.into_iter();
+    let kind = bytes(items.next()?)?;
+    let channel = bytes(items.next()?)?;
+    let payload = items.next().and_then(bytes).unwrap_or_default();
+    Some((kind, channel, payload))
+}
+
+fn bytes(v: Value) -> Option<Vec<u8>> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.into_bytes()),
+        _ => None,
+    }
+}

@@ -1,0 +1,345 @@
+//! The lock's behaviour against a real redis-server: exclusion, re-entry, fencing, waiting,
+//! leases, the watchdog, release on panic.
+
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlatch::{Client, Error};
+use support::{RedisServer, command_calls, eventually, unique};
+
+fn client(server: &RedisServer) -> Client {
+    Client::open(&server.url()).unwrap()
+}
+
+fn client_with_watchdog(server: &RedisServer, watchdog: Duration) -> Client {
+    Client::builder(&server.url())
+        .watchdog_timeout(watchdog)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn mutual_exclusion_across_clients_and_threads_with_increasing_tokens() {
+    let server = RedisServer::start();
+    let name = unique("exclusion");
+    const CLIENTS: usize = 3;
+    const THREADS: usize = 3;
+    const ROUNDS: usize = 15;
+    let mut handles = Vec::new();
+    for _ in 0..CLIENTS {
+        let client = client(&server);
+        for _ in 0..THREADS {
+            let lock = client.lock(&name);
+            let url = server.url();
+            handles.push(thread::spawn(move || {
+                let mut data = redis::Client::open(url).unwrap().get_connection().unwrap();
+                for _ in 0..ROUNDS {
+                    let guard = lock
+                        .try_lock(Duration::from_secs(60), None)
+                        .unwrap()
+                        .expect("acquired");
+                    // An unprotected read-modify-write: exact only under mutual exclusion.
+                    let n: i64 = redis::cmd("GET")
+                        .arg("counter")
+                        .query::<Option<i64>>(&mut data)
+                        .unwrap()
+                        .unwrap_or(0);
+                    thread::sleep(Duration::from_micros(300));
+                    let _: () = redis::cmd("SET")
+                        .arg("counter")
+                        .arg(n + 1)
+                        .query(&mut data)
+                        .unwrap();
+                    let _: () = redis::cmd("RPUSH")
+                        .arg("tokens")
+                        .arg(guard.fencing_token())
+                        .query(&mut data)
+                        .unwrap();
+                    guard.unlock().unwrap();
+                }
+            }));
+        }
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    let mut admin = server.admin();
+    let counter: i64 = redis::cmd("GET").arg("counter").query(&mut admin).unwrap();
+    assert_eq!(counter, (CLIENTS * THREADS * ROUNDS) as i64);
+    let tokens: Vec<u64> = redis::cmd("LRANGE")
+        .arg("tokens")
+        .arg(0)
+        .arg(-1)
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(tokens.len(), CLIENTS * THREADS * ROUNDS);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens in acquisition order must increase: {tokens:?}"
+    );
+}
+
+#[test]
+fn reentry_counts_holds_and_keeps_the_token() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let lock = client.lock(&unique("reentry"));
+    let outer = lock.lock().unwrap();
+    let first_token = outer.fencing_token();
+    let inner = lock
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(5)))
+        .unwrap()
+        .unwrap();
+    let innermost = lock.lock().unwrap();
+    assert_eq!(lock.hold_count().unwrap(), 3);
+    assert!(lock.is_held_by_current_thread().unwrap());
+    assert_eq!(outer.fencing_token(), inner.fencing_token());
+    assert_eq!(outer.fencing_token(), innermost.fencing_token());
+
+    // Another thread of the same client is another owner.
+    let other = lock.clone();
+    let seen = thread::spawn(move || {
+        (
+            other.hold_count().unwrap(),
+            other.is_held_by_current_thread().unwrap(),
+            other.try_lock(Duration::ZERO, None).unwrap().is_none(),
+        )
+    })
+    .join()
+    .unwrap();
+    assert_eq!(seen, (0, false, true));
+
+    drop(innermost);
+    assert_eq!(lock.hold_count().unwrap(), 2);
+    inner.unlock().unwrap();
+    assert_eq!(lock.hold_count().unwrap(), 1);
+    assert!(lock.is_locked().unwrap());
+    outer.unlock().unwrap();
+    assert!(!lock.is_locked().unwrap());
+    assert_eq!(lock.hold_count().unwrap(), 0);
+
+    // The next first acquisition gets a new token.
+    let again = lock.lock().unwrap();
+    assert!(again.fencing_token() > first_token);
+}
+
+#[test]
+fn tokens_keep_increasing_after_the_lock_key_expired() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let lock = client.lock(&unique("fence"));
+    let first = lock.lock_with_lease(Duration::from_millis(50)).unwrap();
+    let first_token = first.fencing_token();
+    assert!(eventually(Duration::from_secs(5), || !lock
+        .is_locked()
+        .unwrap()));
+    assert!(first.is_lost());
+    let other_client = Client::open(&server.url()).unwrap();
+    let second = other_client.lock(lock.name()).lock().unwrap();
+    assert!(second.fencing_token() > first_token);
+    assert!(matches!(first.unlock(), Err(Error::LockLost { .. })));
+    assert!(
+        lock.is_locked().unwrap(),
+        "a stale guard must not release the new holder's lock"
+    );
+}
+
+#[test]
+fn try_lock_waits_about_as_long_as_asked() {
+    let server = RedisServer::start();
+    let holder_client = client(&server);
+    let waiter_client = client(&server);
+    let name = unique("wait");
+    let _held = holder_client.lock(&name).lock().unwrap();
+    let lock = waiter_client.lock(&name);
+    for wait in [
+        Duration::ZERO,
+        Duration::from_millis(200),
+        Duration::from_millis(700),
+    ] {
+        let start = Instant::now();
+        assert!(lock.try_lock(wait, None).unwrap().is_none());
+        let took = start.elapsed();
+        assert!(
+            took >= wait,
+            "returned after {took:?}, before the {wait:?} wait was over"
+        );
+        assert!(
+            took < wait + Duration::from_millis(500),
+            "waited {took:?} for a {wait:?} wait"
+        );
+    }
+}
+
+#[test]
+fn a_release_wakes_the_waiter_promptly_and_waiting_costs_few_commands() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let holder_client = client(&server);
+    let waiter_client = client(&server);
+    let name = unique("wake");
+    let holder = holder_client.lock(&name).lock().unwrap(); // 30 s watchdog lease
+    let lock = waiter_client.lock(&name);
+    let waiter = thread::spawn(move || {
+        let start = Instant::now();
+        let guard = lock
+            .try_lock(Duration::from_secs(20), None)
+            .unwrap()
+            .expect("acquired");
+        (start.elapsed(), guard.fencing_token())
+    });
+    // Let the waiter subscribe and settle, then count what it does during a long wait.
+    let channel = format!("redlatch:{{{name}}}:unlocked");
+    assert!(eventually(
+        Duration::from_secs(5),
+        || support::pubsub_channels(&mut admin, &channel).len() == 1
+    ));
+    let before = command_calls(&mut admin, "evalsha");
+    thread::sleep(Duration::from_secs(2));
+    let during = command_calls(&mut admin, "evalsha") - before;
+    assert!(
+        during <= 1,
+        "a waiter polled: {during} script calls in 2 s of waiting"
+    );
+
+    let released = Instant::now();
+    holder.unlock().unwrap();
+    let (waited, _) = waiter.join().unwrap();
+    let handoff = released.elapsed();
+    assert!(
+        handoff < Duration::from_secs(2),
+        "the waiter took {handoff:?} to notice a release"
+    );
+    assert!(waited >= Duration::from_secs(2));
+}
+
+#[test]
+fn a_fixed_lease_expires_and_its_stale_guard_changes_nothing() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let b = client(&server);
+    let name = unique("lease");
+    let stale = a
+        .lock(&name)
+        .lock_with_lease(Duration::from_millis(300))
+        .unwrap();
+    assert!(!stale.is_lost());
+    let ttl = a.lock(&name).remaining_ttl().unwrap().unwrap();
+    assert!(ttl <= Duration::from_millis(300) && ttl > Duration::ZERO);
+
+    // A waiter gets it once the lease ran out, with no release message at all.
+    let start = Instant::now();
+    let fresh = b
+        .lock(&name)
+        .try_lock(Duration::from_secs(5), None)
+        .unwrap()
+        .expect("acquired after expiry");
+    assert!(start.elapsed() < Duration::from_secs(2));
+    assert!(stale.is_lost());
+    assert!(matches!(stale.check(), Err(Error::LockLost { .. })));
+    assert!(fresh.fencing_token() > stale.fencing_token());
+    assert!(matches!(stale.unlock(), Err(Error::LockLost { .. })));
+    assert!(b.lock(&name).is_locked().unwrap());
+    assert!(!fresh.is_lost());
+}
+
+#[test]
+fn the_watchdog_renews_and_reports_a_force_unlocked_lock_lost() {
+    let server = RedisServer::start();
+    let client = client_with_watchdog(&server, Duration::from_millis(600));
+    let lock = client.lock(&unique("watchdog"));
+    let guard = lock.lock().unwrap();
+    // Four leases long: only renewal keeps it.
+    thread::sleep(Duration::from_millis(2400));
+    assert!(lock.is_locked().unwrap());
+    assert!(!guard.is_lost());
+    assert!(lock.remaining_ttl().unwrap().unwrap() > Duration::from_millis(100));
+
+    let other = Client::open(&server.url()).unwrap();
+    assert!(other.lock(lock.name()).force_unlock().unwrap());
+    assert!(
+        eventually(Duration::from_secs(3), || guard.is_lost()),
+        "renewal did not notice"
+    );
+    assert!(matches!(guard.check(), Err(Error::LockLost { .. })));
+    // Re-entering a lost hold is refused, and the stale guard releases nothing.
+    assert!(matches!(lock.lock(), Err(Error::LockLost { .. })));
+    let taken = other.lock(lock.name()).lock().unwrap();
+    assert!(matches!(guard.unlock(), Err(Error::LockLost { .. })));
+    assert!(other.lock(lock.name()).is_locked().unwrap());
+    drop(taken);
+    // Once the lost hold is gone, the thread may lock again.
+    assert!(
+        lock.try_lock(Duration::from_secs(1), None)
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[test]
+fn force_unlock_wakes_every_waiter() {
+    let server = RedisServer::start();
+    let holder_client = client(&server);
+    let waiters_client = client(&server);
+    let name = unique("force");
+    let _holder = holder_client.lock(&name).lock().unwrap();
+    let mut handles = Vec::new();
+    for _ in 0..3 {
+        let lock = waiters_client.lock(&name);
+        handles.push(thread::spawn(move || {
+            let start = Instant::now();
+            let guard = lock
+                .try_lock(Duration::from_secs(20), Some(Duration::from_millis(100)))
+                .unwrap();
+            (start.elapsed(), guard.is_some())
+        }));
+    }
+    let mut admin = server.admin();
+    let channel = format!("redlatch:{{{name}}}:unlocked");
+    assert!(eventually(
+        Duration::from_secs(5),
+        || support::pubsub_channels(&mut admin, &channel).len() == 1
+    ));
+    thread::sleep(Duration::from_millis(100));
+    let forced = Instant::now();
+    assert!(holder_client.lock(&name).force_unlock().unwrap());
+    for h in handles {
+        let (_, got) = h.join().unwrap();
+        assert!(got);
+    }
+    // Each waiter took it in turn (100 ms leases), long before the holder's 30 s lease.
+    assert!(forced.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn a_panicking_holder_releases() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let lock = client.lock(&unique("panic"));
+    let in_thread = lock.clone();
+    let result = thread::spawn(move || {
+        let _guard = in_thread.lock().unwrap();
+        panic!("boom");
+    })
+    .join();
+    assert!(result.is_err());
+    assert!(!lock.is_locked().unwrap());
+}
+
+#[test]
+fn script_flush_does_not_break_a_running_client() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = client(&server);
+    let lock = client.lock(&unique("flush"));
+    let guard = lock.lock().unwrap();
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut admin).unwrap();
+    assert_eq!(lock.hold_count().unwrap(), 1);
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut admin).unwrap();
+    guard.unlock().unwrap();
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut admin).unwrap();
+    let again = lock.try_lock(Duration::ZERO, None).unwrap();
+    assert!(again.is_some());
+}

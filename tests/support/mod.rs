@@ -1,0 +1,342 @@
+//! Test support: private `redis-server` processes on free loopback ports, a fault-injecting
+//! TCP proxy, and bounded waiting. Every helper here gives up after a deadline.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+/// A redis-server child process on a free loopback port; killed on drop.
+pub struct RedisServer {
+    pub port: u16,
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// A server with no persistence, on a free port.
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// A server with extra `redis-server` arguments, e.g. `["--requirepass", "s3cret"]`.
+    pub fn start_with(args: &[&str]) -> RedisServer {
+        for _ in 0..20 {
+            let port = free_port();
+            let mut server = RedisServer {
+                port,
+                args: args.iter().map(|s| s.to_string()).collect(),
+                child: None,
+            };
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!("could not start redis-server on a free port (is redis-server on PATH?)");
+    }
+
+    fn spawn(&mut self) -> bool {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--loglevel", "warning"])
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be on PATH (apt-get install redis-server)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                let _ = status;
+                self.child = None;
+                return false; // port taken, most likely
+            }
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        self.kill();
+        false
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// An admin connection (default user; pass the password if the server has one).
+    pub fn admin(&self) -> redis::Connection {
+        self.admin_with_url(&self.url())
+    }
+
+    pub fn admin_with_url(&self, url: &str) -> redis::Connection {
+        let client = redis::Client::open(url).unwrap();
+        let con = client
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .unwrap();
+        con.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        con
+    }
+
+    /// kill -9, then start again on the same port with no data: a crash without persistence.
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.spawn() {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not come back on {}",
+                self.port
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server is running").id()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `cond` every few milliseconds until it holds or `within` passes; returns whether it held.
+pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A lock name no other test uses.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Total calls of `command` (lowercase, e.g. "evalsha") from INFO commandstats.
+pub fn command_calls(admin: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(admin).unwrap();
+    let needle = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&needle))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Channels with at least one subscriber (PUBSUB CHANNELS pattern).
+pub fn pubsub_channels(admin: &mut redis::Connection, pattern: &str) -> Vec<String> {
+    redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg(pattern)
+        .query(admin)
+        .unwrap()
+}
+
+/// Threads of this process, from /proc.
+pub fn thread_count() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// A TCP proxy between clients and a server that can lose a reply on purpose: the request
+/// reaches the server and runs, the reply is swallowed and the client's connection reset.
+pub struct Proxy {
+    pub port: u16,
+    state: Arc<ProxyState>,
+}
+
+struct ProxyState {
+    upstream: SocketAddr,
+    /// Lose the reply to the next request whose bytes contain this pattern.
+    armed: Mutex<Option<Vec<u8>>>,
+    cuts: AtomicUsize,
+    stop: AtomicBool,
+    streams: Mutex<Vec<TcpStream>>,
+}
+
+impl Proxy {
+    pub fn start(upstream_port: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let state = Arc::new(ProxyState {
+            upstream: SocketAddr::from(([127, 0, 0, 1], upstream_port)),
+            armed: Mutex::new(None),
+            cuts: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            streams: Mutex::new(Vec::new()),
+        });
+        let accept_state = state.clone();
+        thread::spawn(move || {
+            for client in listener.incoming() {
+                if accept_state.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(accept_state.upstream) else {
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                Proxy::pump(accept_state.clone(), client, server);
+            }
+        });
+        Proxy { port, state }
+    }
+
+    fn pump(state: Arc<ProxyState>, client: TcpStream, server: TcpStream) {
+        {
+            let mut streams = state.streams.lock();
+            streams.push(client.try_clone().unwrap());
+            streams.push(server.try_clone().unwrap());
+        }
+        let lose_next_reply = Arc::new(AtomicBool::new(false));
+        let (mut c_read, mut s_write) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+        let up_state = state.clone();
+        let up_flag = lose_next_reply.clone();
+        thread::spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            while let Ok(n) = c_read.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let chunk = &buf[..n];
+                {
+                    let mut armed = up_state.armed.lock();
+                    if armed
+                        .as_ref()
+                        .is_some_and(|p| chunk.windows(p.len()).any(|w| w == &p[..]))
+                    {
+                        *armed = None;
+                        up_flag.store(true, Ordering::SeqCst);
+                    }
+                }
+                if s_write.write_all(chunk).is_err() {
+                    break;
+                }
+            }
+            let _ = s_write.shutdown(Shutdown::Both);
+        });
+        let (mut s_read, mut c_write) = (server, client);
+        thread::spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            while let Ok(n) = s_read.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                if lose_next_reply.load(Ordering::SeqCst) {
+                    state.cuts.fetch_add(1, Ordering::SeqCst);
+                    break; // the reply is dropped and both sides closed
+                }
+                if c_write.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            let _ = c_write.shutdown(Shutdown::Both);
+            let _ = s_read.shutdown(Shutdown::Both);
+        });
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The next request containing `pattern` runs on the server, but its reply is lost and
+    /// the connection reset.
+    pub fn lose_reply_to(&self, pattern: &[u8]) {
+        *self.state.armed.lock() = Some(pattern.to_vec());
+    }
+
+    /// Replies lost so far.
+    pub fn cuts(&self) -> usize {
+        self.state.cuts.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.state.stop.store(true, Ordering::SeqCst);
+        for s in self.state.streams.lock().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        let _ = TcpStream::connect(("127.0.0.1", self.port)); // unblocks accept
+    }
+}
+
+/// Runs the current test binary's `#[ignore]`d test `name` as a child process with `env`,
+/// and returns it with its stdout piped.
+pub fn spawn_child_test(name: &str, env: &[(&str, String)]) -> Child {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "--exact",
+        name,
+        "--ignored",
+        "--nocapture",
+        "--test-threads",
+        "1",
+    ]);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Reads the child's stdout until a line starts with `prefix`; returns the rest of it.
+pub fn read_line_starting(child: &mut Child, prefix: &str, within: Duration) -> String {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let prefix = prefix.to_string();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(rest) = line.strip_prefix(&prefix) {
+                let _ = tx.send(rest.trim().to_string());
+                return;
+            }
+        }
+    });
+    rx.recv_timeout(within)
+        .expect("child did not report in time")
+}
