@@ -324,15 +324,16 @@ pub fn spawn_child_test(name: &str, env: &[(&str, String)]) -> Child {
         .unwrap()
 }
 
-/// Reads the child's stdout until a line starts with `prefix`; returns the rest of it.
-pub fn read_line_starting(child: &mut Child, prefix: &str, within: Duration) -> String {
+/// Reads the child's stdout until a line contains `prefix` (libtest may print its own text
+/// before it on the same line); returns what follows it.
+pub fn read_reported(child: &mut Child, prefix: &str, within: Duration) -> String {
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = crossbeam_channel::bounded(1);
     let prefix = prefix.to_string();
     thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(rest) = line.strip_prefix(&prefix) {
-                let _ = tx.send(rest.trim().to_string());
+            if let Some(at) = line.find(&prefix) {
+                let _ = tx.send(line[at + prefix.len()..].trim().to_string());
                 return;
             }
         }

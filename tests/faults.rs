@@ -1,0 +1,373 @@
+//! Faults that are real: a holder process killed, pub/sub connections killed, the server
+//! restarted, replies lost between send and receive, a least-privilege ACL user.
+
+mod support;
+
+use std::process::Child;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlatch::{Client, Error};
+use support::{Proxy, RedisServer, eventually, pubsub_channels, unique};
+
+fn channel_of(name: &str) -> String {
+    format!("redlatch:{{{name}}}:unlocked")
+}
+
+/// Entry point of the child process in `a_killed_holder_frees_the_lock_after_the_watchdog_timeout`;
+/// does nothing unless started by it.
+#[test]
+#[ignore = "run as a child process by another test"]
+fn child_holds_a_lock_until_killed() {
+    let (Ok(url), Ok(name), Ok(watchdog)) = (
+        std::env::var("REDLATCH_CHILD_URL"),
+        std::env::var("REDLATCH_CHILD_LOCK"),
+        std::env::var("REDLATCH_CHILD_WATCHDOG_MS"),
+    ) else {
+        return;
+    };
+    let client = Client::builder(&url)
+        .watchdog_timeout(Duration::from_millis(watchdog.parse().unwrap()))
+        .build()
+        .unwrap();
+    let guard = client.lock(&name).lock().unwrap();
+    println!("LOCKED {}", guard.fencing_token());
+    thread::sleep(Duration::from_secs(60)); // killed long before
+}
+
+fn spawn_holder(server: &RedisServer, name: &str, watchdog: Duration) -> Child {
+    support::spawn_child_test(
+        "child_holds_a_lock_until_killed",
+        &[
+            ("REDLATCH_CHILD_URL", server.url()),
+            ("REDLATCH_CHILD_LOCK", name.to_string()),
+            (
+                "REDLATCH_CHILD_WATCHDOG_MS",
+                watchdog.as_millis().to_string(),
+            ),
+        ],
+    )
+}
+
+#[test]
+fn a_killed_holder_frees_the_lock_after_the_watchdog_timeout() {
+    let server = RedisServer::start();
+    let name = unique("killed");
+    let watchdog = Duration::from_millis(1500);
+    let mut child = spawn_holder(&server, &name, watchdog);
+    let token: u64 = support::read_reported(&mut child, "LOCKED", Duration::from_secs(30))
+        .parse()
+        .unwrap();
+
+    let client = Client::open(&server.url()).unwrap();
+    let lock = client.lock(&name);
+    // The child's watchdog keeps it held well past one lease.
+    thread::sleep(watchdog * 2);
+    assert!(
+        lock.try_lock(Duration::ZERO, None).unwrap().is_none(),
+        "lock expired under a live holder"
+    );
+
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed = Instant::now();
+    let left = lock
+        .remaining_ttl()
+        .unwrap()
+        .expect("still locked right after the kill");
+    let guard = lock
+        .try_lock(Duration::from_secs(20), None)
+        .unwrap()
+        .expect("freed by expiry");
+    let freed_after = killed.elapsed();
+    assert!(guard.fencing_token() > token);
+    assert!(
+        freed_after + Duration::from_millis(50) >= left,
+        "freed after {freed_after:?}, lease had {left:?} left"
+    );
+    assert!(
+        freed_after < watchdog + Duration::from_secs(1),
+        "took {freed_after:?} to notice expiry"
+    );
+}
+
+#[test]
+fn waiters_still_wake_after_their_pubsub_connection_is_killed() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let holder_client = Client::open(&server.url()).unwrap();
+    let waiter_client = Client::open(&server.url()).unwrap();
+    let name = unique("pubsub-kill");
+    let holder = holder_client.lock(&name).lock().unwrap(); // 30 s lease
+    let lock = waiter_client.lock(&name);
+    let waiter = thread::spawn(move || {
+        lock.try_lock(Duration::from_secs(25), None)
+            .unwrap()
+            .is_some()
+    });
+    assert!(eventually(Duration::from_secs(5), || pubsub_channels(
+        &mut admin,
+        &channel_of(&name)
+    )
+    .len()
+        == 1));
+
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut admin)
+        .unwrap();
+    assert!(killed >= 1);
+    // Released while the subscriber is still reconnecting: that message is lost, and the
+    // waiter must not sleep out the holder's 30 s lease.
+    let released = Instant::now();
+    holder.unlock().unwrap();
+    assert!(waiter.join().unwrap());
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        released.elapsed()
+    );
+
+    // And the resubscribed connection delivers later releases.
+    let lock = waiter_client.lock(&name);
+    let holder = holder_client.lock(&name).lock().unwrap();
+    let waiter = thread::spawn(move || {
+        let start = Instant::now();
+        let got = lock
+            .try_lock(Duration::from_secs(25), None)
+            .unwrap()
+            .is_some();
+        (got, start.elapsed())
+    });
+    assert!(eventually(Duration::from_secs(5), || pubsub_channels(
+        &mut admin,
+        &channel_of(&name)
+    )
+    .len()
+        == 1));
+    thread::sleep(Duration::from_millis(200));
+    holder.unlock().unwrap();
+    let (got, _) = waiter.join().unwrap();
+    assert!(got);
+}
+
+#[test]
+fn a_server_restart_reports_the_lock_lost_and_clients_recover() {
+    let mut server = RedisServer::start();
+    let client = Client::builder(&server.url())
+        .watchdog_timeout(Duration::from_millis(900))
+        .build()
+        .unwrap();
+    let name = unique("restart");
+    let lock = client.lock(&name);
+    let guard = lock.lock().unwrap();
+    let token = guard.fencing_token();
+
+    server.restart();
+    assert!(
+        eventually(Duration::from_secs(5), || guard.is_lost()),
+        "restart went unnoticed"
+    );
+    assert!(matches!(guard.unlock(), Err(Error::LockLost { .. })));
+
+    // The same client works again without any help: pool and subscriber reconnect.
+    let again = lock
+        .try_lock(Duration::from_secs(5), None)
+        .unwrap()
+        .expect("lock after restart");
+    // The fence counter was lost with the data (no persistence): say so, don't hide it.
+    assert!(again.fencing_token() >= 1);
+    let _ = token;
+    let other = Client::open(&server.url()).unwrap();
+    let other_lock = other.lock(&name);
+    let waiter = thread::spawn(move || {
+        other_lock
+            .try_lock(Duration::from_secs(10), None)
+            .unwrap()
+            .is_some()
+    });
+    let mut admin = server.admin();
+    assert!(eventually(Duration::from_secs(5), || pubsub_channels(
+        &mut admin,
+        &channel_of(&name)
+    )
+    .len()
+        == 1));
+    again.unlock().unwrap();
+    assert!(waiter.join().unwrap());
+}
+
+/// Warms the script cache so a lost reply hits the script itself, not its NOSCRIPT reload.
+fn warm_up(client: &Client) {
+    let lock = client.lock(&unique("warm"));
+    let g = lock.lock_with_lease(Duration::from_secs(5)).unwrap();
+    assert_eq!(lock.hold_count().unwrap(), 1);
+    g.unlock().unwrap();
+}
+
+#[test]
+fn a_release_whose_reply_was_lost_is_retried_without_harm() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let client = Client::open(&proxy.url()).unwrap();
+    warm_up(&client);
+    let lock = client.lock(&unique("lost-release"));
+    let lease = Some(Duration::from_secs(30));
+
+    // An intermediate release: the count must drop by exactly one.
+    let outer = lock.try_lock(Duration::ZERO, lease).unwrap().unwrap();
+    let inner = lock.try_lock(Duration::ZERO, lease).unwrap().unwrap();
+    assert_eq!(lock.hold_count().unwrap(), 2);
+    proxy.lose_reply_to(b"EVALSHA");
+    inner.unlock().unwrap();
+    assert_eq!(proxy.cuts(), 1);
+    assert_eq!(lock.hold_count().unwrap(), 1);
+
+    // The final release: the retry finds it already done and says so, not "not ours".
+    proxy.lose_reply_to(b"EVALSHA");
+    outer
+        .unlock()
+        .expect("a retried release must not report the lock lost");
+    assert_eq!(proxy.cuts(), 2);
+    assert!(!lock.is_locked().unwrap());
+}
+
+#[test]
+fn an_acquisition_whose_reply_was_lost_leaves_no_orphan_hold() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let proxy = Proxy::start(server.port);
+    let client = Client::open(&proxy.url()).unwrap();
+    warm_up(&client);
+    let name = unique("lost-acquire");
+    let lock = client.lock(&name);
+    let lease = Some(Duration::from_secs(30));
+
+    proxy.lose_reply_to(b"EVALSHA");
+    let guard = lock
+        .try_lock(Duration::ZERO, lease)
+        .unwrap()
+        .expect("the retry returns the acquisition");
+    assert_eq!(proxy.cuts(), 1);
+    assert_eq!(lock.hold_count().unwrap(), 1);
+    let fence: u64 = redis::cmd("GET")
+        .arg(format!("redlatch:{{{name}}}:fence"))
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(
+        fence,
+        guard.fencing_token(),
+        "the retry must not take a second token"
+    );
+
+    proxy.lose_reply_to(b"EVALSHA");
+    let inner = lock.try_lock(Duration::ZERO, lease).unwrap().unwrap();
+    assert_eq!(proxy.cuts(), 2);
+    assert_eq!(lock.hold_count().unwrap(), 2);
+    drop(inner);
+    drop(guard);
+    assert!(
+        !lock.is_locked().unwrap(),
+        "a retried acquisition left a hold behind"
+    );
+}
+
+#[test]
+fn a_command_paused_then_killed_is_retried_safely() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = Client::builder(&server.url())
+        .response_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    warm_up(&client);
+    let lock = client.lock(&unique("pause-kill"));
+    let guard = lock.lock_with_lease(Duration::from_secs(30)).unwrap();
+
+    // The release reaches a paused server; its connection is killed before it runs.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1000)
+        .arg("WRITE")
+        .query(&mut admin)
+        .unwrap();
+    let killer = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(200));
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+            .query(&mut admin)
+            .unwrap();
+        let _: () = redis::cmd("CLIENT")
+            .arg("UNPAUSE")
+            .query(&mut admin)
+            .unwrap();
+        killed
+    });
+    guard.unlock().expect("the release must succeed on retry");
+    assert!(killer.join().unwrap() >= 1);
+    assert!(!lock.is_locked().unwrap());
+}
+
+#[test]
+fn a_least_privilege_acl_user_can_do_everything() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "locker",
+            "on",
+            ">s3cret",
+            "resetkeys",
+            "~redlatch:*",
+            "resetchannels",
+            "&redlatch:*",
+            "+@all",
+            "-@dangerous",
+        ])
+        .query(&mut admin)
+        .unwrap();
+    let url = format!("redis://locker:s3cret@127.0.0.1:{}/", server.port);
+    let a = Client::builder(&url)
+        .watchdog_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let b = Client::open(&url).unwrap();
+    let name = unique("acl");
+    let lock = a.lock(&name);
+    let guard = lock.lock().unwrap();
+    let inner = lock.lock().unwrap();
+    assert_eq!(lock.hold_count().unwrap(), 2);
+    assert!(lock.remaining_ttl().unwrap().is_some());
+    thread::sleep(Duration::from_millis(700)); // renewal ran
+    assert!(!guard.is_lost());
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut admin).unwrap();
+    drop(inner);
+    let waiter_lock = b.lock(&name);
+    let waiter = thread::spawn(move || {
+        waiter_lock
+            .try_lock(Duration::from_secs(10), None)
+            .unwrap()
+            .is_some()
+    });
+    assert!(eventually(Duration::from_secs(5), || pubsub_channels(
+        &mut admin,
+        &channel_of(&name)
+    )
+    .len()
+        == 1));
+    guard.unlock().unwrap();
+    assert!(waiter.join().unwrap());
+    let _guard = lock.lock_with_lease(Duration::from_secs(5)).unwrap();
+    assert!(b.lock(&name).force_unlock().unwrap());
+
+    // The user really is restricted: a key outside the prefix is refused.
+    let mut limited = server.admin_with_url(&url);
+    let denied = redis::cmd("SET")
+        .arg("elsewhere")
+        .arg(1)
+        .query::<()>(&mut limited);
+    assert!(denied.is_err());
+}
