@@ -1,0 +1,206 @@
+//! Bad input gets a clear error: no panic, no hang, and foreign data stays untouched.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redlatch::{Client, Error};
+use support::{RedisServer, unique};
+
+fn invalid<T: std::fmt::Debug>(r: redlatch::Result<T>) -> String {
+    match r {
+        Err(Error::InvalidArgument(what)) => what,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+#[test]
+fn empty_names_zero_and_absurd_durations_are_refused_before_any_io() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let empty = client.lock("");
+    invalid(empty.lock());
+    invalid(empty.try_lock(Duration::ZERO, None));
+    invalid(empty.is_locked());
+    invalid(empty.hold_count());
+    invalid(empty.remaining_ttl());
+    invalid(empty.force_unlock());
+
+    let lock = client.lock(&unique("durations"));
+    assert!(invalid(lock.try_lock(Duration::ZERO, Some(Duration::ZERO))).contains("lease"));
+    invalid(lock.lock_with_lease(Duration::ZERO));
+    invalid(lock.lock_with_lease(Duration::from_micros(500)));
+    invalid(lock.lock_with_lease(Duration::MAX));
+    invalid(lock.try_lock(Duration::MAX, None));
+    invalid(lock.try_lock(
+        Duration::from_secs(1),
+        Some(Duration::from_secs(u64::MAX / 1000)),
+    ));
+    assert!(
+        !lock.is_locked().unwrap(),
+        "a refused call must not have taken the lock"
+    );
+
+    invalid(
+        Client::builder(&server.url())
+            .watchdog_timeout(Duration::ZERO)
+            .build(),
+    );
+    invalid(
+        Client::builder(&server.url())
+            .watchdog_timeout(Duration::MAX)
+            .build(),
+    );
+    invalid(Client::builder(&server.url()).pool_size(0).build());
+    invalid(Client::builder(&server.url()).key_prefix("").build());
+    invalid(Client::builder(&server.url()).key_prefix("a{b").build());
+}
+
+#[test]
+fn bad_urls_wrong_passwords_and_unreachable_servers_fail_fast() {
+    for url in [
+        "",
+        "not a url",
+        "http://127.0.0.1/",
+        "redis://127.0.0.1:99999/",
+    ] {
+        invalid(Client::open(url));
+    }
+    let closed_port = support::free_port();
+    let start = Instant::now();
+    match Client::open(&format!("redis://127.0.0.1:{closed_port}/")) {
+        Err(Error::Redis(e)) => assert!(e.is_connection_refusal() || e.is_io_error(), "{e}"),
+        other => panic!("expected a connection error, got {other:?}"),
+    }
+    assert!(start.elapsed() < Duration::from_secs(5));
+
+    let server = RedisServer::start_with(&["--requirepass", "right"]);
+    match Client::open(&format!("redis://:wrong@127.0.0.1:{}/", server.port)) {
+        Err(Error::Redis(e)) => assert!(e.to_string().to_lowercase().contains("pass"), "{e}"),
+        other => panic!("expected an authentication error, got {other:?}"),
+    }
+    match Client::open(&server.url()) {
+        Err(Error::Redis(_)) => {}
+        other => panic!("expected NOAUTH, got {other:?}"),
+    }
+    let client = Client::open(&format!("redis://:right@127.0.0.1:{}/", server.port)).unwrap();
+    assert!(
+        client
+            .lock("ok")
+            .try_lock(Duration::ZERO, None)
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[test]
+fn foreign_data_under_our_keys_is_reported_and_left_alone() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = Client::open(&server.url()).unwrap();
+
+    // The lock key holds a string.
+    let name = unique("string");
+    let key = format!("redlatch:{{{name}}}");
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("precious")
+        .query(&mut admin)
+        .unwrap();
+    let lock = client.lock(&name);
+    for result in [
+        lock.try_lock(Duration::ZERO, None).map(|_| ()),
+        lock.lock().map(|_| ()),
+        lock.force_unlock().map(|_| ()),
+        lock.is_locked().map(|_| ()),
+    ] {
+        match result {
+            Err(Error::WrongType { key: k }) => assert_eq!(k, key),
+            other => panic!("expected WrongType, got {other:?}"),
+        }
+    }
+    let value: String = redis::cmd("GET").arg(&key).query(&mut admin).unwrap();
+    assert_eq!(value, "precious");
+
+    // A hash without a lease is not a lock of ours either.
+    let name = unique("hash");
+    let key = format!("redlatch:{{{name}}}");
+    let _: () = redis::cmd("HSET")
+        .arg(&key)
+        .arg("field")
+        .arg("value")
+        .query(&mut admin)
+        .unwrap();
+    assert!(matches!(
+        client
+            .lock(&name)
+            .try_lock(Duration::from_millis(100), None),
+        Err(Error::WrongType { .. })
+    ));
+    let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut admin).unwrap();
+    assert_eq!(ttl, -1);
+
+    // The fencing counter holds something that is not a number.
+    let name = unique("fence");
+    let fence = format!("redlatch:{{{name}}}:fence");
+    let _: () = redis::cmd("SET")
+        .arg(&fence)
+        .arg("not a number")
+        .query(&mut admin)
+        .unwrap();
+    match client.lock(&name).try_lock(Duration::ZERO, None) {
+        Err(Error::WrongType { key }) => assert_eq!(key, fence),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    assert!(
+        !client.lock(&name).is_locked().unwrap(),
+        "nothing may be written when a check fails"
+    );
+    let value: String = redis::cmd("GET").arg(&fence).query(&mut admin).unwrap();
+    assert_eq!(value, "not a number");
+    let _: () = redis::cmd("DEL").arg(&fence).query(&mut admin).unwrap();
+    let _: () = redis::cmd("LPUSH")
+        .arg(&fence)
+        .arg("x")
+        .query(&mut admin)
+        .unwrap();
+    assert!(matches!(
+        client.lock(&name).try_lock(Duration::ZERO, None),
+        Err(Error::WrongType { .. })
+    ));
+}
+
+#[test]
+fn any_utf8_name_works() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let long = "x".repeat(10 * 1024);
+    for name in [
+        "with spaces",
+        "{braces}",
+        "}{",
+        "a}b{c",
+        "ünïcödé 🔒",
+        "tab\tnewline\n",
+        long.as_str(),
+    ] {
+        let lock = client.lock(name);
+        let guard = lock.try_lock(Duration::ZERO, None).unwrap().expect(name);
+        assert_eq!(lock.hold_count().unwrap(), 1);
+        assert!(client.lock(name).is_locked().unwrap());
+        guard.unlock().unwrap();
+        assert!(!lock.is_locked().unwrap());
+    }
+    // Names that differ only after a brace are different locks.
+    let a = client.lock("same{x}a").lock().unwrap();
+    let other = client.clone();
+    let b_free = std::thread::spawn(move || {
+        other
+            .lock("same{x}b")
+            .try_lock(Duration::ZERO, None)
+            .unwrap()
+            .is_some()
+    });
+    assert!(b_free.join().unwrap());
+    drop(a);
+}

@@ -1,0 +1,76 @@
+//! Thread accounting, alone in its own test binary so no other test's threads interfere:
+//! a client runs exactly two threads, however many locks are held or threads wait, and both
+//! end with the client.
+
+mod support;
+
+use std::thread;
+use std::time::Duration;
+
+use redlatch::Client;
+use support::{RedisServer, eventually, pubsub_channels, thread_count};
+
+#[test]
+fn two_threads_per_client_with_50_waiters_and_none_after_drop() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let before = thread_count();
+    let client = Client::open(&server.url()).unwrap();
+    assert_eq!(
+        thread_count(),
+        before + 2,
+        "a client runs exactly two threads"
+    );
+
+    let holder = Client::open(&server.url()).unwrap();
+    let with_holder = thread_count();
+    let guards: Vec<_> = (0..5)
+        .map(|i| holder.lock(&format!("held-{i}")).lock().unwrap())
+        .collect();
+
+    const WAITERS: usize = 50;
+    let mut waiters = Vec::new();
+    for i in 0..WAITERS {
+        let lock = client.lock(&format!("held-{}", i % 5));
+        waiters.push(thread::spawn(move || {
+            lock.try_lock(Duration::from_secs(30), Some(Duration::from_millis(20)))
+                .unwrap()
+                .is_some()
+        }));
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || pubsub_channels(
+            &mut admin,
+            "redlatch:{held-*}:unlocked"
+        )
+        .len()
+            == 5),
+        "five channels, one per lock, shared by ten waiters each"
+    );
+    assert_eq!(
+        thread_count(),
+        with_holder + WAITERS,
+        "the client started threads for its waiters"
+    );
+
+    drop(guards);
+    for w in waiters {
+        assert!(w.join().unwrap());
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || pubsub_channels(
+            &mut admin,
+            "redlatch:{held-*}:unlocked"
+        )
+        .is_empty()),
+        "subscriptions must be dropped when the last waiter leaves"
+    );
+    assert_eq!(thread_count(), with_holder);
+
+    drop(client);
+    drop(holder);
+    assert!(
+        eventually(Duration::from_secs(5), || thread_count() == before),
+        "client threads outlived the clients"
+    );
+}
