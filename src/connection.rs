@@ -106,6 +106,23 @@ impl Backend {
         }
     }
 
+    /// Publishes `message` without waiting for the reply: `CLIENT REPLY SKIP` makes the server
+    /// send none, so the connection stays in step. For notifications whose loss costs only
+    /// time, sent from paths that should not wait a round trip.
+    pub fn publish_and_forget(&self, channel: &str, message: &str) -> Result<()> {
+        let mut bytes = redis::cmd("CLIENT")
+            .arg("REPLY")
+            .arg("SKIP")
+            .get_packed_command();
+        bytes.extend(
+            redis::cmd("PUBLISH")
+                .arg(channel)
+                .arg(message)
+                .get_packed_command(),
+        );
+        self.run(|con| con.send_packed_command(&bytes))
+    }
+
     fn run_once<T>(
         &self,
         op: &mut impl FnMut(&mut Connection) -> RedisResult<T>,

@@ -302,8 +302,9 @@ impl std::fmt::Debug for LockGuard {
 
 impl LockGuard {
     /// Releases this hold. `Err(Error::LockLost)` if the lock was no longer ours (then nothing
-    /// in Redis was changed) or had been reported lost; `Err(Error::Redis)` if Redis could not
-    /// be reached, in which case the lock expires with its lease.
+    /// in Redis was changed) or had already been reported lost (then a hold Redis still had is
+    /// released all the same); `Err(Error::Redis)` if Redis could not be reached, in which case
+    /// the lock expires with its lease.
     pub fn unlock(mut self) -> Result<()> {
         self.release()
     }
@@ -352,14 +353,16 @@ impl LockGuard {
         let keys = &self.lock.keys;
         let reply = core
             .backend
-            .run(|con| scripts::release(con, keys, &hold.owner, holds, hold.token))?;
+            .run(|con| scripts::release(con, keys, &hold.owner, holds, hold.token));
         match reply {
-            Release::NotOurs => {
+            Ok(Release::NotOurs) => {
                 hold.mark_lost();
                 Err(self.lock.lost())
             }
+            // Whatever Redis said, the holder was told it had lost the lock: stay consistent.
             _ if was_lost => Err(self.lock.lost()),
-            Release::Released | Release::StillHeld => Ok(()),
+            Ok(Release::Released | Release::StillHeld) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 }

@@ -63,6 +63,23 @@ struct Shared {
     doorbell: Sender<()>,
 }
 
+impl Shared {
+    /// A message on a lock's channel: a release wakes one waiter, a force-unlock all.
+    fn deliver(&self, channel: &[u8], payload: &[u8]) {
+        let entry = std::str::from_utf8(channel)
+            .ok()
+            .and_then(|ch| self.entries.lock().get(ch).cloned());
+        if let Some(entry) = entry {
+            let state = entry.state.lock();
+            if payload == UNLOCK {
+                Entry::wake_one(&state);
+            } else if payload == FORCE {
+                Entry::wake_all(&state);
+            }
+        }
+    }
+}
+
 /// The waiters of one lock in this client.
 struct Entry {
     channel: String,
@@ -205,19 +222,30 @@ impl Subscriber {
         }
     }
 
+    /// Makes the thread reconcile soon, without waiting for Redis: for a waiter leaving, whose
+    /// thread has better things to do than a round trip. If the message is lost, the channel
+    /// stays subscribed until the next reconciliation; nothing waits on it.
+    fn ring_soon(&self, why: &str) {
+        let _ = self.shared.doorbell.try_send(());
+        if self.shared.connected.load(Ordering::SeqCst)
+            && let Err(e) = self
+                .backend
+                .publish_and_forget(&self.shared.control_channel, why)
+        {
+            log::debug!("could not wake the subscriber thread: {e}");
+        }
+    }
+
     /// Asks the thread to end; it does at its next wake-up.
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        let _ = self.shared.doorbell.try_send(());
-        if self.shared.connected.load(Ordering::SeqCst) {
-            let channel = &self.shared.control_channel;
-            let _ = self.backend.run(|con| {
-                redis::cmd("PUBLISH")
-                    .arg(channel)
-                    .arg("stop")
-                    .query::<i64>(con)
-            });
-        }
+        self.ring_soon("stop");
+    }
+
+    /// Hands a message on `channel` to its waiters, as the thread does when one arrives.
+    #[cfg(test)]
+    fn deliver(&self, channel: &[u8], payload: &[u8]) {
+        self.shared.deliver(channel, payload)
     }
 }
 
@@ -267,7 +295,7 @@ impl Drop for Waiter<'_> {
                 entries.remove(&self.entry.channel);
             }
             drop(entries);
-            self.subscriber.ring();
+            self.subscriber.ring_soon("reconcile");
         }
     }
 }
@@ -326,28 +354,22 @@ impl SubscriberTask {
         let mut subscribed: HashMap<String, bool> = HashMap::new();
         con.send_packed_command(&redis::cmd("SUBSCRIBE").arg(&control).get_packed_command())?;
         while !self.stopping() {
-            let (kind, channel, payload) = match parse_push(con.recv_response()?) {
-                Some(push) => push,
-                None => continue,
+            let value = con.recv_response()?;
+            if let Value::ServerError(e) = &value {
+                // A refused SUBSCRIBE (an ACL without our channels, say): waiters fall back to
+                // waking at the lock's TTL, so say loudly why they are slow.
+                log::warn!("redis refused a redlatch subscription: {e:?}");
+                continue;
+            }
+            let Some((kind, channel, payload)) = parse_push(value) else {
+                continue;
             };
             match kind.as_slice() {
                 b"message" if channel == control.as_bytes() => {
                     self.shared.ring_in_flight.store(false, Ordering::SeqCst);
                     self.reconcile(&mut con, &mut subscribed)?;
                 }
-                b"message" => {
-                    let entry = std::str::from_utf8(&channel)
-                        .ok()
-                        .and_then(|ch| self.shared.entries.lock().get(ch).cloned());
-                    if let Some(entry) = entry {
-                        let state = entry.state.lock();
-                        if payload == UNLOCK {
-                            Entry::wake_one(&state);
-                        } else if payload == FORCE {
-                            Entry::wake_all(&state);
-                        }
-                    }
-                }
+                b"message" => self.shared.deliver(&channel, &payload),
                 b"subscribe" if channel == control.as_bytes() => {
                     self.shared.connected.store(true, Ordering::SeqCst);
                     self.shared.ring_in_flight.store(false, Ordering::SeqCst);
@@ -443,5 +465,118 @@ fn bytes(v: Value) -> Option<Vec<u8>> {
         Value::BulkString(b) => Some(b),
         Value::SimpleString(s) => Some(s.into_bytes()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The in-process half of waking: which waiter gets which permit. No Redis is involved:
+    //! messages are handed to the entries as the subscriber thread would hand them.
+    use super::*;
+    use crate::connection::Settings;
+
+    fn subscriber() -> Subscriber {
+        let settings = Settings {
+            pool_size: 1,
+            connect_timeout: Duration::from_millis(10),
+            response_timeout: Duration::from_millis(10),
+        };
+        // Never connected: rings go to the doorbell only, and nothing here does I/O.
+        let backend = Arc::new(Backend::new("redis://127.0.0.1:1/", settings).unwrap());
+        Subscriber::new(backend, "p:control:test".into()).0
+    }
+
+    const NOW: Duration = Duration::ZERO;
+
+    #[test]
+    fn one_release_wakes_the_oldest_waiter_only() {
+        let sub = subscriber();
+        let first = sub.join("ch");
+        let second = sub.join("ch");
+        sub.deliver(b"ch", UNLOCK);
+        assert!(first.wait(NOW));
+        assert!(!second.wait(NOW));
+        sub.deliver(b"ch", UNLOCK);
+        assert!(first.wait(NOW) || second.wait(NOW));
+    }
+
+    #[test]
+    fn a_permit_waits_for_a_busy_waiter_and_does_not_pile_up() {
+        let sub = subscriber();
+        let waiter = sub.join("ch");
+        sub.deliver(b"ch", UNLOCK);
+        sub.deliver(b"ch", UNLOCK); // a second release while the first permit is unused
+        assert!(waiter.wait(NOW), "a permit granted before the wait is kept");
+        assert!(!waiter.wait(NOW), "one waiter holds at most one permit");
+    }
+
+    #[test]
+    fn a_waiter_leaving_with_an_unused_permit_passes_it_on() {
+        let sub = subscriber();
+        let leaving = sub.join("ch");
+        let staying = sub.join("ch");
+        sub.deliver(b"ch", UNLOCK);
+        drop(leaving); // its deadline passed before it used the wake-up
+        assert!(staying.wait(NOW));
+    }
+
+    #[test]
+    fn a_waiter_that_acquired_keeps_its_permit_to_itself() {
+        let sub = subscriber();
+        let mut winner = sub.join("ch");
+        let other = sub.join("ch");
+        sub.deliver(b"ch", UNLOCK);
+        winner.acquired();
+        drop(winner);
+        assert!(!other.wait(NOW));
+    }
+
+    #[test]
+    fn force_unlock_and_confirmation_wake_everyone_once() {
+        let sub = subscriber();
+        let waiters: Vec<_> = (0..3).map(|_| sub.join("ch")).collect();
+        sub.deliver(b"ch", FORCE);
+        assert!(waiters.iter().all(|w| w.wait(NOW)));
+        assert!(waiters.iter().all(|w| !w.wait(NOW)));
+
+        let entry = sub.shared.entries.lock().get("ch").cloned().unwrap();
+        entry.confirm();
+        assert!(waiters.iter().all(|w| w.wait(NOW)));
+        // Once confirmed, a newcomer may try at once.
+        let late = sub.join("ch");
+        assert!(late.wait(NOW));
+    }
+
+    #[test]
+    fn messages_for_other_channels_wake_nobody() {
+        let sub = subscriber();
+        let waiter = sub.join("ch");
+        sub.deliver(b"other", UNLOCK);
+        sub.deliver(b"ch", b"something else");
+        assert!(!waiter.wait(NOW));
+    }
+
+    #[test]
+    fn the_entry_goes_when_its_last_waiter_leaves() {
+        let sub = subscriber();
+        let a = sub.join("ch");
+        let b = sub.join("ch");
+        drop(a);
+        assert!(sub.shared.entries.lock().contains_key("ch"));
+        drop(b);
+        assert!(!sub.shared.entries.lock().contains_key("ch"));
+    }
+
+    #[test]
+    fn a_parked_waiter_is_woken_by_a_release() {
+        let sub = Arc::new(subscriber());
+        let waiter = sub.join("ch");
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                sub.deliver(b"ch", UNLOCK);
+            });
+            assert!(waiter.wait(Duration::from_secs(10)));
+        });
     }
 }

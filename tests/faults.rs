@@ -199,6 +199,48 @@ fn a_server_restart_reports_the_lock_lost_and_clients_recover() {
     assert!(waiter.join().unwrap());
 }
 
+#[test]
+fn an_unreachable_server_makes_the_guard_lost_once_its_lease_ran_out() {
+    let mut server = RedisServer::start();
+    let watchdog = Duration::from_millis(900);
+    let client = Client::builder(&server.url())
+        .watchdog_timeout(watchdog)
+        .build()
+        .unwrap();
+    let lock = client.lock(&unique("unreachable"));
+    let guard = lock.lock().unwrap();
+    thread::sleep(watchdog); // renewed at least twice by now
+    assert!(!guard.is_lost());
+
+    server.kill();
+    let killed = Instant::now();
+    assert!(eventually(Duration::from_secs(5), || guard.is_lost()));
+    let noticed = killed.elapsed();
+    assert!(
+        noticed <= watchdog + Duration::from_millis(300),
+        "lost only after {noticed:?}"
+    );
+    // Renewals run every third of the watchdog timeout, so the last confirmed lease reached
+    // at least two thirds of it past the kill: the guard must not give up before that.
+    assert!(
+        noticed + Duration::from_millis(50) >= watchdog * 2 / 3,
+        "lost after {noticed:?}, too early"
+    );
+    assert!(matches!(guard.unlock(), Err(Error::LockLost { .. })));
+    assert!(matches!(
+        lock.try_lock(Duration::ZERO, None),
+        Err(Error::Redis(_))
+    ));
+
+    // Back again (empty): the same client recovers.
+    server.restart();
+    assert!(
+        lock.try_lock(Duration::from_secs(5), None)
+            .unwrap()
+            .is_some()
+    );
+}
+
 /// Warms the script cache so a lost reply hits the script itself, not its NOSCRIPT reload.
 fn warm_up(client: &Client) {
     let lock = client.lock(&unique("warm"));
