@@ -45,3 +45,22 @@ mod subscriber;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};
 pub use lock::{Lock, LockGuard};
+
+/// Measurement hooks for the crate's own benchmarks. Not part of the API: no stability promise.
+#[doc(hidden)]
+pub mod bench_support {
+    use std::time::{Duration, Instant};
+
+    use crate::Client;
+    use crate::keys::LockKeys;
+
+    /// How long a waiter on lock `name`, the first in this client, waits from asking for the
+    /// lock's channel until Redis confirms the subscription. `None` if not within 5 s.
+    pub fn subscribe_latency(client: &Client, name: &str) -> Option<Duration> {
+        let core = client.core();
+        let channel = LockKeys::new(&core.prefix, name).channel;
+        let start = Instant::now();
+        let waiter = core.subscriber.join(&channel);
+        waiter.wait(Duration::from_secs(5)).then(|| start.elapsed())
+    }
+}
