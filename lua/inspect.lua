@@ -11,11 +11,12 @@
 
 local lock, owner = KEYS[1], ARGV[1]
 
-local kind = redis.call('type', lock).ok
-if kind == 'none' then
+local pttl = redis.call('pttl', lock)
+if pttl == -2 then
   return {0, 0, -2}
 end
-if kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE ' .. lock .. ' holds a ' .. kind .. ', not a lock')
+local holds = redis.pcall('hget', lock, owner)
+if type(holds) == 'table' and holds.err then
+  return redis.error_reply('WRONGTYPE ' .. lock .. ' is not a hash, so it is not a lock')
 end
-return {1, tonumber(redis.call('hget', lock, owner)) or 0, redis.call('pttl', lock)}
+return {1, tonumber(holds) or 0, pttl}

@@ -16,17 +16,18 @@
 -- Idempotent, so a retry after a lost reply tells the owner the truth: an intermediate
 -- release *sets* the count to holds - 1; the final release leaves a short-lived latch named
 -- after the hold's owner and fencing token, and a retry that finds the latch answers 1
--- instead of "not ours" (Redisson issues #4871 and #6651).
+-- instead of "not ours" (Redisson issues #4871 and #6651). The latch is looked at only when
+-- the hold is gone, so the common path makes four calls.
 
 local lock, channel, latch = KEYS[1], KEYS[2], KEYS[3]
 local owner, holds, latch_ttl, publish = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 
-if holds <= 1 and redis.call('exists', latch) == 1 then
-  return 1
-end
-
-local kind = redis.call('type', lock).ok
-if kind ~= 'hash' or redis.call('hexists', lock, owner) == 0 then
+-- A key of another type is not ours: HEXISTS fails on it, and nothing is touched.
+local mine = redis.pcall('hexists', lock, owner)
+if mine ~= 1 then
+  if holds <= 1 and redis.call('exists', latch) == 1 then
+    return 1
+  end
   return 0
 end
 

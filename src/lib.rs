@@ -60,7 +60,7 @@ pub mod bench_support {
         let core = client.core();
         let channel = LockKeys::new(&core.prefix, name).channel;
         let start = Instant::now();
-        let waiter = core.subscriber.join(&channel);
+        let waiter = core.subscriber.join(&channel, Duration::from_secs(5));
         waiter.wait(Duration::from_secs(5)).then(|| start.elapsed())
     }
 }

@@ -156,19 +156,35 @@ impl Lock {
         let start = Instant::now();
         // A wait too long to represent is a wait without end.
         let deadline = wait.and_then(|w| start.checked_add(w));
+        let core = self.core();
 
-        let mut ttl = match self.attempt(lease)? {
-            Attempt::Acquired(guard) => return Ok(Some(guard)),
-            Attempt::Busy { ttl } => ttl,
+        // Other threads of this client wait already: queue behind them (see
+        // `Subscriber::join_behind_waiters`), unless this thread holds the lock (a re-entry
+        // never waits) or may make only one attempt.
+        let reentry = core.holds.get(&self.keys.lock, thread_number()).is_some();
+        let queued = if reentry || wait == Some(Duration::ZERO) {
+            None
+        } else {
+            core.subscriber.join_behind_waiters(&self.keys.channel)
         };
-        if wait == Some(Duration::ZERO) {
-            return Ok(None);
-        }
+        let (mut waiter, mut ttl) = match queued {
+            Some(queued) => queued,
+            None => {
+                let ttl = match self.attempt(lease)? {
+                    Attempt::Acquired(guard) => return Ok(Some(guard)),
+                    Attempt::Busy { ttl } => ttl,
+                };
+                if wait == Some(Duration::ZERO) {
+                    return Ok(None);
+                }
+                // Queue up and make sure the channel is subscribed: the first wait returns
+                // when it is, and the attempt after it cannot miss a release.
+                (core.subscriber.join(&self.keys.channel, ttl), ttl)
+            }
+        };
 
-        // Queue up, make sure the channel is subscribed (the first wait returns when it is),
-        // then alternate attempts and sleeps. A sleep ends at a wake-up, at the lock's TTL
-        // (its holder may have died without a message) or at our deadline.
-        let mut waiter = self.core().subscriber.join(&self.keys.channel);
+        // Alternate sleeps and attempts. A sleep ends at a wake-up, at the lock's TTL (its
+        // holder may have died without a message) or at our deadline.
         loop {
             let now = Instant::now();
             let sleep = match deadline {
@@ -182,7 +198,10 @@ impl Lock {
                     waiter.acquired();
                     return Ok(Some(guard));
                 }
-                Attempt::Busy { ttl: t } => ttl = t,
+                Attempt::Busy { ttl: t } => {
+                    waiter.saw_busy(t);
+                    ttl = t;
+                }
             }
         }
     }

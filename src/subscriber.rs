@@ -29,7 +29,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Condvar, Mutex};
@@ -89,6 +89,8 @@ struct Entry {
 struct EntryState {
     /// Redis confirmed the subscription for this entry's current connection.
     confirmed: bool,
+    /// Until when the lock was last seen held by someone else, by any of these waiters.
+    busy_until: Instant,
     queue: VecDeque<Arc<Slot>>,
 }
 
@@ -156,11 +158,13 @@ impl Subscriber {
         (Subscriber { shared, backend }, task)
     }
 
-    /// Registers the calling thread as a waiter on `channel`, subscribing it if this is the
-    /// channel's first waiter. The waiter's first [`Waiter::wait`] returns once the
-    /// subscription is confirmed (at once if it already is).
-    pub fn join(&self, channel: &str) -> Waiter<'_> {
+    /// Registers the calling thread, whose attempt just found the lock busy for `ttl`, as a
+    /// waiter on `channel`, subscribing the channel if this is its first waiter. The waiter's
+    /// first [`Waiter::wait`] returns once the subscription is confirmed (at once if it
+    /// already is), so its next attempt cannot miss a release.
+    pub fn join(&self, channel: &str, ttl: Duration) -> Waiter<'_> {
         let slot = Arc::new(Slot::default());
+        let busy_until = Instant::now() + ttl;
         let (entry, created) = {
             let mut entries = self.shared.entries.lock();
             let (entry, created) = match entries.get(channel) {
@@ -170,6 +174,7 @@ impl Subscriber {
                         channel: channel.to_string(),
                         state: Mutex::new(EntryState {
                             confirmed: false,
+                            busy_until,
                             queue: VecDeque::new(),
                         }),
                     });
@@ -178,8 +183,9 @@ impl Subscriber {
                 }
             };
             let mut state = entry.state.lock();
+            state.busy_until = busy_until;
             if state.confirmed {
-                // Subscribed already: the first attempt after joining may go at once.
+                // Subscribed already: the attempt after joining may go at once.
                 *slot.permit.lock() = true;
             }
             state.queue.push_back(slot.clone());
@@ -195,6 +201,38 @@ impl Subscriber {
             slot,
             used: false,
         }
+    }
+
+    /// Queues the calling thread behind the threads of this client already waiting on
+    /// `channel`, without a permit: it will be woken in its turn. `None` if nobody waits.
+    ///
+    /// This is what keeps a client fair to its own threads. A thread that has just released
+    /// a lock and asks for it again would otherwise reach Redis before the waiter its release
+    /// woke (which first needs the message, a thread wake-up and a round trip), and take the
+    /// lock straight back, again and again, while the waiters time out.
+    pub fn join_behind_waiters(&self, channel: &str) -> Option<(Waiter<'_>, Duration)> {
+        let slot = Arc::new(Slot::default());
+        let entries = self.shared.entries.lock();
+        let entry = entries.get(channel)?.clone();
+        let mut state = entry.state.lock();
+        if state.queue.is_empty() {
+            return None;
+        }
+        state.queue.push_back(slot.clone());
+        // Nobody ahead may ever be woken (a holder that died sends no message): sleep no
+        // longer than the lock was last seen to be busy for.
+        let ttl = state.busy_until.saturating_duration_since(Instant::now());
+        drop(state);
+        drop(entries);
+        Some((
+            Waiter {
+                subscriber: self,
+                entry,
+                slot,
+                used: false,
+            },
+            ttl,
+        ))
     }
 
     /// Makes the thread reconcile its subscriptions with the entry map.
@@ -267,6 +305,11 @@ impl Waiter<'_> {
             let _ = self.slot.wake.wait_while_for(&mut permit, |p| !*p, timeout);
         }
         std::mem::replace(&mut *permit, false)
+    }
+
+    /// Records that the lock was found held for `ttl` more, for threads queueing behind.
+    pub fn saw_busy(&self, ttl: Duration) {
+        self.entry.state.lock().busy_until = Instant::now() + ttl;
     }
 
     /// The waiter got the lock: nothing to pass on when it leaves.
@@ -487,12 +530,13 @@ mod tests {
     }
 
     const NOW: Duration = Duration::ZERO;
+    const TTL: Duration = Duration::from_secs(30);
 
     #[test]
     fn one_release_wakes_the_oldest_waiter_only() {
         let sub = subscriber();
-        let first = sub.join("ch");
-        let second = sub.join("ch");
+        let first = sub.join("ch", TTL);
+        let second = sub.join("ch", TTL);
         sub.deliver(b"ch", UNLOCK);
         assert!(first.wait(NOW));
         assert!(!second.wait(NOW));
@@ -503,7 +547,7 @@ mod tests {
     #[test]
     fn a_permit_waits_for_a_busy_waiter_and_does_not_pile_up() {
         let sub = subscriber();
-        let waiter = sub.join("ch");
+        let waiter = sub.join("ch", TTL);
         sub.deliver(b"ch", UNLOCK);
         sub.deliver(b"ch", UNLOCK); // a second release while the first permit is unused
         assert!(waiter.wait(NOW), "a permit granted before the wait is kept");
@@ -513,8 +557,8 @@ mod tests {
     #[test]
     fn a_waiter_leaving_with_an_unused_permit_passes_it_on() {
         let sub = subscriber();
-        let leaving = sub.join("ch");
-        let staying = sub.join("ch");
+        let leaving = sub.join("ch", TTL);
+        let staying = sub.join("ch", TTL);
         sub.deliver(b"ch", UNLOCK);
         drop(leaving); // its deadline passed before it used the wake-up
         assert!(staying.wait(NOW));
@@ -523,8 +567,8 @@ mod tests {
     #[test]
     fn a_waiter_that_acquired_keeps_its_permit_to_itself() {
         let sub = subscriber();
-        let mut winner = sub.join("ch");
-        let other = sub.join("ch");
+        let mut winner = sub.join("ch", TTL);
+        let other = sub.join("ch", TTL);
         sub.deliver(b"ch", UNLOCK);
         winner.acquired();
         drop(winner);
@@ -534,7 +578,7 @@ mod tests {
     #[test]
     fn force_unlock_and_confirmation_wake_everyone_once() {
         let sub = subscriber();
-        let waiters: Vec<_> = (0..3).map(|_| sub.join("ch")).collect();
+        let waiters: Vec<_> = (0..3).map(|_| sub.join("ch", TTL)).collect();
         sub.deliver(b"ch", FORCE);
         assert!(waiters.iter().all(|w| w.wait(NOW)));
         assert!(waiters.iter().all(|w| !w.wait(NOW)));
@@ -543,14 +587,38 @@ mod tests {
         entry.confirm();
         assert!(waiters.iter().all(|w| w.wait(NOW)));
         // Once confirmed, a newcomer may try at once.
-        let late = sub.join("ch");
+        let late = sub.join("ch", TTL);
+        assert!(late.wait(NOW));
+    }
+
+    #[test]
+    fn a_newcomer_queues_behind_waiters_without_a_permit() {
+        let sub = subscriber();
+        assert!(
+            sub.join_behind_waiters("ch").is_none(),
+            "nobody waits: go to Redis"
+        );
+        let first = sub.join("ch", Duration::from_millis(500));
+        let entry = sub.shared.entries.lock().get("ch").cloned().unwrap();
+        entry.confirm();
+        assert!(first.wait(NOW));
+        let (late, ttl) = sub.join_behind_waiters("ch").expect("queued");
+        assert!(ttl <= Duration::from_millis(500) && ttl > Duration::from_millis(100));
+        assert!(!late.wait(NOW), "a newcomer waits its turn");
+        sub.deliver(b"ch", UNLOCK);
+        assert!(
+            first.wait(NOW) && !late.wait(NOW),
+            "the older waiter goes first"
+        );
+        drop(first);
+        sub.deliver(b"ch", UNLOCK);
         assert!(late.wait(NOW));
     }
 
     #[test]
     fn messages_for_other_channels_wake_nobody() {
         let sub = subscriber();
-        let waiter = sub.join("ch");
+        let waiter = sub.join("ch", TTL);
         sub.deliver(b"other", UNLOCK);
         sub.deliver(b"ch", b"something else");
         assert!(!waiter.wait(NOW));
@@ -559,8 +627,8 @@ mod tests {
     #[test]
     fn the_entry_goes_when_its_last_waiter_leaves() {
         let sub = subscriber();
-        let a = sub.join("ch");
-        let b = sub.join("ch");
+        let a = sub.join("ch", TTL);
+        let b = sub.join("ch", TTL);
         drop(a);
         assert!(sub.shared.entries.lock().contains_key("ch"));
         drop(b);
@@ -570,7 +638,7 @@ mod tests {
     #[test]
     fn a_parked_waiter_is_woken_by_a_release() {
         let sub = Arc::new(subscriber());
-        let waiter = sub.join("ch");
+        let waiter = sub.join("ch", TTL);
         std::thread::scope(|s| {
             s.spawn(|| {
                 std::thread::sleep(Duration::from_millis(20));

@@ -1,0 +1,214 @@
+//! The three locks the report runs side by side, behind one small interface.
+
+use std::time::{Duration, Instant};
+
+use redis::io::tcp::TcpSettings;
+
+/// A lock implementation under test: makes one handle per (client, thread).
+pub trait Contender: Sync {
+    /// Short name used in the table and the JSON keys.
+    fn name(&self) -> &'static str;
+    /// A handle on lock `lock` for a thread of simulated client `client`.
+    fn handle(&self, client: usize, lock: &str) -> Box<dyn Handle>;
+    /// Commands that this implementation's scripts run inside EVAL/EVALSHA. INFO commandstats
+    /// counts those too; the report counts only commands a client sent, so it subtracts them.
+    fn inner_commands(&self) -> &'static [&'static str];
+    /// PUBLISH calls made inside scripts per release (subtracted like `inner_commands`).
+    fn inner_publishes_per_release(&self) -> u64 {
+        0
+    }
+}
+
+/// One thread's use of one lock.
+pub trait Handle {
+    /// Waits at most `wait`; `true` if acquired.
+    fn lock(&mut self, wait: Duration) -> bool;
+    fn unlock(&mut self);
+}
+
+/// A connection like redlatch's own: TCP_NODELAY on, so PING and the baselines get the same
+/// transport.
+pub fn connection(url: &str) -> redis::Connection {
+    let info = redis::IntoConnectionInfo::into_connection_info(url).unwrap();
+    let info = info.set_tcp_settings(TcpSettings::default().set_nodelay(true));
+    redis::Client::open(info).unwrap().get_connection().unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// redlatch itself: one `Client` per simulated client, shared by its threads.
+pub struct Redlatch {
+    clients: Vec<redlatch::Client>,
+}
+
+impl Redlatch {
+    pub fn new(url: &str, clients: usize) -> Redlatch {
+        Redlatch { clients: (0..clients).map(|_| redlatch::Client::open(url).unwrap()).collect() }
+    }
+}
+
+impl Contender for Redlatch {
+    fn name(&self) -> &'static str {
+        "redlatch"
+    }
+    fn handle(&self, client: usize, lock: &str) -> Box<dyn Handle> {
+        Box::new(RedlatchHandle { lock: self.clients[client].lock(lock), guard: None })
+    }
+    fn inner_commands(&self) -> &'static [&'static str] {
+        &["pttl", "incr", "hset", "pexpire", "hexists", "del", "set", "exists", "get", "type", "hget"]
+    }
+    fn inner_publishes_per_release(&self) -> u64 {
+        1
+    }
+}
+
+struct RedlatchHandle {
+    lock: redlatch::Lock,
+    guard: Option<redlatch::LockGuard>,
+}
+
+impl Handle for RedlatchHandle {
+    fn lock(&mut self, wait: Duration) -> bool {
+        self.guard = self.lock.try_lock(wait, None).unwrap();
+        self.guard.is_some()
+    }
+    fn unlock(&mut self) {
+        self.guard.take().unwrap().unlock().unwrap();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// The seed articles' lock: SET NX PX with a random token, compare-and-delete unlock, waiters
+/// retry every millisecond. One connection per thread.
+pub struct Polling {
+    url: String,
+}
+
+impl Polling {
+    pub fn new(url: &str) -> Polling {
+        Polling { url: url.to_string() }
+    }
+}
+
+const COMPARE_AND_DELETE: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+
+impl Contender for Polling {
+    fn name(&self) -> &'static str {
+        "polling"
+    }
+    fn handle(&self, _client: usize, lock: &str) -> Box<dyn Handle> {
+        Box::new(PollingHandle {
+            con: connection(&self.url),
+            key: format!("polling:{lock}"),
+            token: String::new(),
+            unlock: redis::Script::new(COMPARE_AND_DELETE),
+        })
+    }
+    fn inner_commands(&self) -> &'static [&'static str] {
+        &["get", "del"]
+    }
+}
+
+struct PollingHandle {
+    con: redis::Connection,
+    key: String,
+    token: String,
+    unlock: redis::Script,
+}
+
+impl Handle for PollingHandle {
+    fn lock(&mut self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        self.token = uuid::Uuid::new_v4().to_string();
+        loop {
+            let ok: Option<String> = redis::cmd("SET")
+                .arg(&self.key)
+                .arg(&self.token)
+                .arg("NX")
+                .arg("PX")
+                .arg(30_000)
+                .query(&mut self.con)
+                .unwrap();
+            if ok.is_some() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    fn unlock(&mut self) {
+        let _: i64 = self.unlock.key(&self.key).arg(&self.token).invoke(&mut self.con).unwrap();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// The `redlock` crate (redlock-rs 2.x) on a single server: its `lock()` makes `retry_count`
+/// attempts with a random sleep in `[0, retry_delay)` ms between them; we call it until the
+/// wait is over. It opens a new connection for every command.
+pub struct RedlockRs {
+    managers: Vec<&'static redlock::RedLock>,
+    label: &'static str,
+}
+
+impl RedlockRs {
+    /// `retry_delay_ms: None` keeps the crate's defaults (3 attempts, 0-200 ms sleeps).
+    pub fn new(url: &str, clients: usize, retry_delay_ms: Option<u32>, label: &'static str) -> RedlockRs {
+        let managers = (0..clients)
+            .map(|_| {
+                let mut rl = redlock::RedLock::new(vec![url.to_string()]);
+                if let Some(delay) = retry_delay_ms {
+                    rl.set_retry(3, delay);
+                }
+                // Handles borrow the manager for as long as the bench runs.
+                &*Box::leak(Box::new(rl))
+            })
+            .collect();
+        RedlockRs { managers, label }
+    }
+}
+
+impl Contender for RedlockRs {
+    fn name(&self) -> &'static str {
+        self.label
+    }
+    fn handle(&self, client: usize, lock: &str) -> Box<dyn Handle> {
+        Box::new(RedlockHandle {
+            manager: self.managers[client],
+            resource: format!("redlock:{lock}").into_bytes(),
+            held: None,
+        })
+    }
+    fn inner_commands(&self) -> &'static [&'static str] {
+        &["get", "del"]
+    }
+}
+
+struct RedlockHandle {
+    manager: &'static redlock::RedLock,
+    resource: Vec<u8>,
+    held: Option<redlock::Lock<'static>>,
+}
+
+impl Handle for RedlockHandle {
+    fn lock(&mut self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(lock) = self.manager.lock(&self.resource, 30_000).unwrap() {
+                self.held = Some(lock);
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+        }
+    }
+    fn unlock(&mut self) {
+        let lock = self.held.take().unwrap();
+        self.manager.unlock(&lock);
+    }
+}

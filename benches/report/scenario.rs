@@ -1,0 +1,175 @@
+//! Scenario runners: contended hand-offs, many keys, raw round trips, and the command count.
+
+use std::collections::HashMap;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::contenders::{Contender, connection};
+
+/// How long one acquisition may wait before it counts as a timeout.
+const MAX_WAIT: Duration = Duration::from_secs(10);
+
+/// Many threads in a few clients on one lock.
+pub struct Contended {
+    pub clients: usize,
+    pub threads_per_client: usize,
+    pub hold: Duration,
+    pub duration: Duration,
+}
+
+/// What a contended run measured.
+#[derive(Default)]
+pub struct Outcome {
+    pub acquisitions: u64,
+    pub timeouts: u64,
+    /// From a holder starting its release to the next holder returning from its lock call.
+    pub handoffs: Vec<Duration>,
+    /// From calling lock to holding it.
+    pub waits: Vec<Duration>,
+    /// Hand-offs where the releasing thread took the lock straight back.
+    pub self_handoffs: u64,
+    /// Commands clients sent to Redis (script-internal calls not counted).
+    pub commands: u64,
+    pub duration: Duration,
+}
+
+/// Who released last, and when they started.
+type LastRelease = Option<(Instant, usize)>;
+
+pub fn contended(contender: &dyn Contender, s: &Contended, url: &str) -> Outcome {
+    let mut admin = connection(url);
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut admin).unwrap();
+    let last_release: Mutex<LastRelease> = Mutex::new(None);
+    let results: Mutex<Outcome> = Mutex::new(Outcome::default());
+    let lock_name = format!("contended-{}", contender.name());
+    let end = Instant::now() + s.duration;
+    thread::scope(|scope| {
+        for client in 0..s.clients {
+            for t in 0..s.threads_per_client {
+                let me = client * s.threads_per_client + t;
+                let (last_release, results, lock_name) = (&last_release, &results, &lock_name);
+                scope.spawn(move || {
+                    let mut handle = contender.handle(client, lock_name);
+                    let mut mine = Outcome::default();
+                    while Instant::now() < end {
+                        let asked = Instant::now();
+                        if !handle.lock(MAX_WAIT) {
+                            mine.timeouts += 1;
+                            continue;
+                        }
+                        let got = Instant::now();
+                        mine.acquisitions += 1;
+                        mine.waits.push(got - asked);
+                        if let Some((released, who)) = last_release.lock().take() {
+                            mine.handoffs.push(got - released);
+                            mine.self_handoffs += u64::from(who == me);
+                        }
+                        thread::sleep(s.hold);
+                        *last_release.lock() = Some((Instant::now(), me));
+                        handle.unlock();
+                    }
+                    let mut all = results.lock();
+                    all.acquisitions += mine.acquisitions;
+                    all.timeouts += mine.timeouts;
+                    all.handoffs.extend(mine.handoffs);
+                    all.waits.extend(mine.waits);
+                    all.self_handoffs += mine.self_handoffs;
+                });
+            }
+        }
+    });
+    let mut outcome = results.into_inner();
+    outcome.duration = s.duration;
+    outcome.commands = client_commands(&mut admin, contender, outcome.acquisitions);
+    outcome
+}
+
+/// Commands clients sent since the last CONFIG RESETSTAT: INFO commandstats counts commands
+/// run inside scripts too, so the contender's script-internal commands are taken out (and
+/// the admin connection's own INFO and CONFIG).
+pub fn client_commands(admin: &mut redis::Connection, contender: &dyn Contender, releases: u64) -> u64 {
+    let calls = command_stats(admin);
+    let total: u64 = calls.values().sum();
+    let inner: u64 = contender.inner_commands().iter().map(|c| calls.get(*c).copied().unwrap_or(0)).sum();
+    let admin_calls = calls.get("info").copied().unwrap_or(0) + calls.get("config|resetstat").copied().unwrap_or(0);
+    let inner_publishes = contender.inner_publishes_per_release() * releases;
+    total.saturating_sub(inner + admin_calls + inner_publishes)
+}
+
+/// `cmdstat_<name>:calls=N` from INFO commandstats.
+pub fn command_stats(admin: &mut redis::Connection) -> HashMap<String, u64> {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(admin).unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("cmdstat_")?;
+            let (name, stats) = rest.split_once(':')?;
+            let calls = stats.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect()
+}
+
+/// Many threads over many locks, no hold: acquisitions per second.
+pub fn many_keys(url: &str, clients: usize, threads_per_client: usize, locks: usize, duration: Duration) -> f64 {
+    let clients: Vec<redlatch::Client> = (0..clients).map(|_| redlatch::Client::open(url).unwrap()).collect();
+    let end = Instant::now() + duration;
+    let total = Mutex::new(0u64);
+    thread::scope(|scope| {
+        for (c, client) in clients.iter().enumerate() {
+            for t in 0..threads_per_client {
+                let total = &total;
+                scope.spawn(move || {
+                    let mut rng = XorShift((c * 1000 + t + 1) as u64 * 0x9E37_79B9_7F4A_7C15);
+                    let mut n = 0u64;
+                    while Instant::now() < end {
+                        let lock = client.lock(&format!("many-{}", rng.next() as usize % locks));
+                        if let Some(guard) = lock.try_lock(MAX_WAIT, None).unwrap() {
+                            guard.unlock().unwrap();
+                            n += 1;
+                        }
+                    }
+                    *total.lock() += n;
+                });
+            }
+        }
+    });
+    total.into_inner() as f64 / duration.as_secs_f64()
+}
+
+/// `threads` threads, each on its own connection, running a one-key EVALSHA back to back:
+/// round trips per second, the ceiling for anything that needs one script call.
+pub fn raw_evalsha(url: &str, threads: usize, duration: Duration) -> f64 {
+    let end = Instant::now() + duration;
+    let total = Mutex::new(0u64);
+    let script = redis::Script::new("return redis.call('exists', KEYS[1])");
+    thread::scope(|scope| {
+        for t in 0..threads {
+            let (total, script) = (&total, &script);
+            scope.spawn(move || {
+                let mut con = connection(url);
+                let key = format!("raw-{t}");
+                let mut n = 0u64;
+                while Instant::now() < end {
+                    let _: i64 = script.key(&key).invoke(&mut con).unwrap();
+                    n += 1;
+                }
+                *total.lock() += n;
+            });
+        }
+    });
+    total.into_inner() as f64 / duration.as_secs_f64()
+}
+
+/// A small, seedable generator: the report needs spread, not cryptography.
+pub struct XorShift(pub u64);
+
+impl XorShift {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
