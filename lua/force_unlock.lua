@@ -2,21 +2,34 @@
 --
 -- KEYS[1]  the lock hash   <prefix>:{<name>}
 -- KEYS[2]  the channel     <prefix>:{<name>}:unlocked
+-- KEYS[3]  a request latch <prefix>:{<name>}:forced:<request id>
 -- ARGV[1]  publish command PUBLISH (or SPUBLISH on a sharded cluster)
+-- ARGV[2]  latch ttl       milliseconds
 --
 -- Replies: 1 = it was locked and is now free, 0 = it was not locked.
--- Errors: "WRONGTYPE <key> ..." when the key holds data that is not a lock of ours (another
+-- Errors: "WRONGTYPE lock" when the key holds data that is not a lock of ours (another
 -- type, or a hash without a lease); it is left untouched.
+--
+-- Idempotent per request: the answer is kept in the latch, so a retry after a lost reply
+-- answers the same and does not delete a lock somebody took in the meantime.
 
-local lock, channel, publish = KEYS[1], KEYS[2], ARGV[1]
+local lock, channel, latch = KEYS[1], KEYS[2], KEYS[3]
+local publish, latch_ttl = ARGV[1], ARGV[2]
+
+local earlier = redis.call('get', latch)
+if earlier then
+  return tonumber(earlier)
+end
 
 local kind = redis.call('type', lock).ok
-if kind == 'none' then
-  return 0
+local result = 0
+if kind ~= 'none' then
+  if kind ~= 'hash' or redis.call('pttl', lock) == -1 then
+    return redis.error_reply('WRONGTYPE lock')
+  end
+  redis.call('del', lock)
+  redis.call(publish, channel, 'force')
+  result = 1
 end
-if kind ~= 'hash' or redis.call('pttl', lock) == -1 then
-  return redis.error_reply('WRONGTYPE ' .. lock .. ' is not a lock of ours; left untouched')
-end
-redis.call('del', lock)
-redis.call(publish, channel, 'force')
-return 1
+redis.call('set', latch, result, 'px', latch_ttl)
+return result

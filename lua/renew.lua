@@ -1,21 +1,30 @@
 -- renew.lua: the watchdog; extend the lease of many locks in one call.
 --
--- KEYS[i]    lock hash i          <prefix>:{<name>}
--- ARGV[1]    lease                milliseconds
--- ARGV[i+1]  owner id of lock i
+-- KEYS[2i-1]  lock hash i          <prefix>:{<name>}
+-- KEYS[2i]    its fencing counter  <prefix>:{<name>}:fence
+-- ARGV[1]     lease                milliseconds
+-- ARGV[2i]    owner id of lock i
+-- ARGV[2i+1]  fencing token of the hold being renewed
 --
--- Reply: an array with one entry per key: 1 = renewed (still ours), 0 = no longer ours.
--- A key that holds another type counts as 0 rather than failing the whole batch.
+-- Reply: an array with one entry per lock: 1 = still ours, 0 = no longer ours.
+--
+-- A lock is ours only if the owner's field is there *and* the fence still shows the hold's
+-- token: a renewal that was in flight while its hold was released and the same thread took
+-- the lock again must not touch the new hold. A lease is only ever extended, never
+-- shortened (a re-entry may have set a longer fixed lease). A key of another type counts
+-- as 0 rather than failing the whole batch.
 
-local lease = ARGV[1]
+local lease = tonumber(ARGV[1])
 local result = {}
-for i, lock in ipairs(KEYS) do
-  local held = redis.pcall('hexists', lock, ARGV[i + 1])
-  if held == 1 then
-    redis.call('pexpire', lock, lease)
+for i = 1, #KEYS / 2 do
+  local lock, fence = KEYS[2 * i - 1], KEYS[2 * i]
+  local owner, token = ARGV[2 * i], ARGV[2 * i + 1]
+  result[i] = 0
+  if redis.pcall('hexists', lock, owner) == 1 and redis.pcall('get', fence) == token then
+    if redis.call('pttl', lock) < lease then
+      redis.call('pexpire', lock, lease)
+    end
     result[i] = 1
-  else
-    result[i] = 0
   end
 end
 return result

@@ -226,8 +226,12 @@ impl ClientBuilder {
         backend.run(|con| redis::cmd("PING").query::<()>(con))?;
 
         let id = uuid::Uuid::new_v4().to_string();
-        let (subscriber, subscriber_task) =
-            Subscriber::new(backend.clone(), keys::control_channel(&self.prefix, &id));
+        let (ring_requests, rings_requested) = crossbeam_channel::bounded(1);
+        let (subscriber, subscriber_task) = Subscriber::new(
+            backend.clone(),
+            keys::control_channel(&self.prefix, &id),
+            ring_requests,
+        );
         let core = Arc::new(Core {
             id,
             prefix: self.prefix,
@@ -242,7 +246,7 @@ impl ClientBuilder {
         let renewal_core = core.clone();
         let renewal = std::thread::Builder::new()
             .name("redlatch-renewal".into())
-            .spawn(move || crate::renewal::run(renewal_core, renewal_stopped))
+            .spawn(move || crate::renewal::run(renewal_core, renewal_stopped, rings_requested))
             .map_err(Error::Thread)?;
         let subscriber = std::thread::Builder::new()
             .name("redlatch-subscriber".into())

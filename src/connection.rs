@@ -15,9 +15,12 @@
 //! server restart costs one failed attempt, which the retry policy absorbs.
 //!
 //! # Retries
-//! A command whose connection fails (refused, reset, timed out) is retried on a fresh
+//! A command whose connection fails fast (refused, reset, closed) is retried on a fresh
 //! connection, at most [`ATTEMPTS`] times. That is safe only because every script the crate
-//! runs is idempotent (see `lua/`): a retry after a reply was lost changes nothing.
+//! runs is idempotent (see `lua/`): a retry after a reply was lost changes nothing. A command
+//! that *timed out* is not retried: the server is there but not answering (paused, stopped,
+//! overloaded), and another full timeout would only make the caller wait longer. So every
+//! call waits at most one response timeout for an unresponsive server, plus connect time.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -74,7 +77,12 @@ impl Backend {
                     .with_retries(3),
             )
             .set_user_timeout(Duration::from_secs(30));
-        let info = info.set_tcp_settings(tcp);
+        // No CLIENT SETINFO on connect: its replies are read one timeout each, so against a
+        // stopped server a new connection would cost several timeouts instead of one.
+        let redis_settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let info = info
+            .set_tcp_settings(tcp)
+            .set_redis_settings(redis_settings);
         let client = redis::Client::open(info).map_err(|e| Error::invalid(e.to_string()))?;
         Ok(Backend {
             client,
@@ -96,7 +104,7 @@ impl Backend {
         let mut attempt = 0;
         loop {
             match self.run_once(&mut op) {
-                Err(e) if is_transport_error(&e) && attempt + 1 < ATTEMPTS => {
+                Err(e) if is_retryable(&e) && attempt + 1 < ATTEMPTS => {
                     log::debug!("redis connection failed ({e}), retrying");
                     std::thread::sleep(BACKOFF[attempt]);
                     attempt += 1;
@@ -106,21 +114,19 @@ impl Backend {
         }
     }
 
-    /// Publishes `message` without waiting for the reply: `CLIENT REPLY SKIP` makes the server
-    /// send none, so the connection stays in step. For notifications whose loss costs only
-    /// time, sent from paths that should not wait a round trip.
-    pub fn publish_and_forget(&self, channel: &str, message: &str) -> Result<()> {
-        let mut bytes = redis::cmd("CLIENT")
-            .arg("REPLY")
-            .arg("SKIP")
-            .get_packed_command();
-        bytes.extend(
-            redis::cmd("PUBLISH")
-                .arg(channel)
-                .arg(message)
-                .get_packed_command(),
-        );
-        self.run(|con| con.send_packed_command(&bytes))
+    /// Runs `op` once, without retries: for best-effort notifications.
+    pub fn run_once_only<T>(
+        &self,
+        mut op: impl FnMut(&mut Connection) -> RedisResult<T>,
+    ) -> Result<T> {
+        self.run_once(&mut op).map_err(Error::from)
+    }
+
+    /// How long a latch that makes a retried script idempotent must live: longer than the
+    /// slowest retry can arrive (every attempt connecting and timing out, plus the pauses).
+    pub fn latch_ttl(&self) -> Duration {
+        let attempt = self.settings.connect_timeout + self.settings.response_timeout;
+        attempt * ATTEMPTS as u32 + BACKOFF.iter().sum::<Duration>() + Duration::from_secs(1)
     }
 
     fn run_once<T>(
@@ -164,10 +170,16 @@ impl Backend {
     }
 }
 
-/// Errors after which the connection cannot be trusted and the command may be retried:
-/// the transport failed, so the command may or may not have run.
+/// Errors after which the connection cannot be trusted: the transport failed, so the command
+/// may or may not have run.
 fn is_transport_error(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+}
+
+/// Transport errors worth a retry on a new connection: those that fail fast. A timeout (or a
+/// pool that stayed exhausted) would cost the caller another full timeout.
+fn is_retryable(e: &RedisError) -> bool {
+    is_transport_error(e) && !e.is_timeout()
 }
 
 /// Idle connections plus a count of connections in existence, capped at `max`.

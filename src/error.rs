@@ -64,16 +64,18 @@ impl std::error::Error for Error {
 }
 
 impl From<redis::RedisError> for Error {
-    /// Our scripts answer `WRONGTYPE <key> ...` for foreign data; Redis itself answers a bare
-    /// `WRONGTYPE` for commands outside scripts. Both become [`Error::WrongType`].
+    /// Our scripts answer `WRONGTYPE lock` or `WRONGTYPE fence` for foreign data (Redis's own
+    /// WRONGTYPE says neither). Both become [`Error::WrongType`]; the lock module, which knows
+    /// the keys, puts the real key name in.
     fn from(e: redis::RedisError) -> Self {
         if e.code() == Some("WRONGTYPE") {
-            let key = e
+            let which = e
                 .detail()
                 .and_then(|d| d.split_whitespace().next())
-                .unwrap_or_default()
-                .to_string();
-            return Error::WrongType { key };
+                .unwrap_or("lock");
+            return Error::WrongType {
+                key: which.to_string(),
+            };
         }
         Error::Redis(e)
     }

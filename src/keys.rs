@@ -6,17 +6,14 @@
 //! - `p:{name}:unlocked`   the channel a release publishes on
 //! - `p:{name}:released:<owner>:<token>`  a latch that makes a retried release idempotent;
 //!   lives a few seconds
+//! - `p:{name}:forced:<request id>`  the same for a force-unlock
 //! - `p:control:<client id>`  the channel a client uses to wake its own subscriber thread
 //!
 //! The lock's keys share the hash tag `{name}`, so each script touches one Cluster slot.
 //! Lock keys always begin `p:{`; the control channel begins `p:control:`, so no lock name can
 //! collide with it.
 
-use std::time::Duration;
-
-/// How long a release latch outlives the release it records. It only has to cover the retry
-/// of a release whose reply was lost, which happens within a second.
-pub(crate) const RELEASE_LATCH_TTL: Duration = Duration::from_secs(10);
+use crate::error::Error;
 
 /// The keys and channel of one lock.
 #[derive(Debug)]
@@ -41,6 +38,26 @@ impl LockKeys {
     /// The latch that records the final release of the hold `owner` took with `token`.
     pub fn release_latch(&self, owner: &str, token: u64) -> String {
         format!("{}:released:{owner}:{token}", self.lock)
+    }
+
+    /// The latch that records the outcome of force-unlock request `request`.
+    pub fn force_latch(&self, request: &str) -> String {
+        format!("{}:forced:{request}", self.lock)
+    }
+
+    /// Names the key in a [`Error::WrongType`]: the scripts say which of the lock's keys
+    /// holds foreign data ("lock" or "fence"), not the key itself, which may be any text.
+    pub fn resolve(&self, e: Error) -> Error {
+        match e {
+            Error::WrongType { key } => Error::WrongType {
+                key: if key == "fence" {
+                    self.fence.clone()
+                } else {
+                    self.lock.clone()
+                },
+            },
+            other => other,
+        }
     }
 }
 

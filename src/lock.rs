@@ -114,9 +114,14 @@ impl Lock {
     pub fn force_unlock(&self) -> Result<bool> {
         self.validate_name()?;
         let keys = &self.keys;
-        self.core()
-            .backend
-            .run(|con| scripts::force_unlock(con, keys))
+        let backend = &self.core().backend;
+        // Names this call, so that a retry after a lost reply answers the same rather than
+        // deleting a lock somebody took in the meantime.
+        let request = uuid::Uuid::new_v4().simple().to_string();
+        let latch_ttl = backend.latch_ttl();
+        backend
+            .run(|con| scripts::force_unlock(con, keys, &request, latch_ttl))
+            .map_err(|e| keys.resolve(e))
     }
 
     fn inspect(&self) -> Result<scripts::Inspection> {
@@ -124,7 +129,9 @@ impl Lock {
         let core = self.core();
         let owner = core.owner(thread_number());
         let keys = &self.keys;
-        core.backend.run(|con| scripts::inspect(con, keys, &owner))
+        core.backend
+            .run(|con| scripts::inspect(con, keys, &owner))
+            .map_err(|e| keys.resolve(e))
     }
 
     fn core(&self) -> &Arc<Core> {
@@ -174,8 +181,8 @@ impl Lock {
                     Attempt::Acquired(guard) => return Ok(Some(guard)),
                     Attempt::Busy { ttl } => ttl,
                 };
-                if wait == Some(Duration::ZERO) {
-                    return Ok(None);
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok(None); // no time left to wait: don't subscribe for nothing
                 }
                 // Queue up and make sure the channel is subscribed: the first wait returns
                 // when it is, and the attempt after it cannot miss a release.
@@ -187,10 +194,13 @@ impl Lock {
         // holder may have died without a message) or at our deadline.
         loop {
             let now = Instant::now();
+            // A TTL of 0 means the lease is running out right now: give it a millisecond
+            // rather than spin.
+            let bound = ttl.max(Duration::from_millis(1));
             let sleep = match deadline {
                 Some(deadline) if now >= deadline => return Ok(None),
-                Some(deadline) => ttl.min(deadline - now),
-                None => ttl,
+                Some(deadline) => bound.min(deadline - now),
+                None => bound,
             };
             waiter.wait(sleep);
             match self.attempt(lease)? {
@@ -219,14 +229,17 @@ impl Lock {
             Some(hold) => hold.owner.clone(),
             None => core.owner(thread).into(),
         };
-        let lease_set = lease.unwrap_or(core.watchdog_timeout);
+        // Redis keeps whole milliseconds: so does the local deadline.
+        let lease_set =
+            Duration::from_millis(lease.unwrap_or(core.watchdog_timeout).as_millis() as u64);
         let renew_every = lease.is_none().then(|| core.watchdog_timeout / 3);
 
         let sent = Instant::now();
         let keys = &self.keys;
         let reply = core
             .backend
-            .run(|con| scripts::acquire(con, keys, &owner, holds, lease_set))?;
+            .run(|con| scripts::acquire(con, keys, &owner, holds, lease_set))
+            .map_err(|e| keys.resolve(e))?;
         match reply {
             Acquire::Acquired { token } => {
                 let hold = match existing {
@@ -370,9 +383,10 @@ impl LockGuard {
         hold.remove_guard();
         let was_lost = hold.is_lost();
         let keys = &self.lock.keys;
+        let latch_ttl = core.backend.latch_ttl();
         let reply = core
             .backend
-            .run(|con| scripts::release(con, keys, &hold.owner, holds, hold.token));
+            .run(|con| scripts::release(con, keys, &hold.owner, holds, hold.token, latch_ttl));
         match reply {
             Ok(Release::NotOurs) => {
                 hold.mark_lost();

@@ -9,11 +9,15 @@
 //! - Redis says a lock is no longer ours: the hold is marked lost and a warning logged.
 //! - Redis cannot be reached: the thread retries every [`RETRY`] and a hold becomes lost once
 //!   its last confirmed lease has run out (the holder's `is_lost()` sees that on its own too).
+//!
+//! It also does one errand for the subscriber: when the last waiter of a lock leaves (it got
+//! the lock, or its time ran out), the subscription should go, which takes a PUBLISH to wake
+//! the subscriber thread. The leaving thread asks this thread to do it, and returns at once.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::{Receiver, select};
 
 use crate::client::Core;
 use crate::hold::Hold;
@@ -25,21 +29,29 @@ pub(crate) const BATCH: usize = 500;
 const RETRY: Duration = Duration::from_millis(250);
 
 /// The thread's body; returns when `stop` is disconnected.
-pub(crate) fn run(core: Arc<Core>, stop: Receiver<()>) {
+pub(crate) fn run(core: Arc<Core>, stop: Receiver<()>, ring_requests: Receiver<()>) {
     let lease = core.watchdog_timeout;
     let period = lease / 3;
+    let mut next = Instant::now();
     loop {
-        let next = round(&core, lease, period);
-        let now = Instant::now();
-        match stop.recv_timeout(next.saturating_duration_since(now)) {
-            Err(RecvTimeoutError::Timeout) => {}
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        if Instant::now() >= next {
+            next = round(&core, lease, period, &stop);
+        }
+        select! {
+            recv(stop) -> _ => return,
+            recv(ring_requests) -> request => {
+                if request.is_ok() {
+                    core.subscriber.ring();
+                }
+            }
+            default(next.saturating_duration_since(Instant::now())) => {}
         }
     }
 }
 
-/// Renews what is due; returns when the next round should start.
-fn round(core: &Core, lease: Duration, period: Duration) -> Instant {
+/// Renews what is due; returns when the next round should start. Checks `stop` between
+/// batches, so a closing client waits for one round trip at most.
+fn round(core: &Core, lease: Duration, period: Duration, stop: &Receiver<()>) -> Instant {
     let now = Instant::now();
     let horizon = now + period / 4;
     let mut next = now + period;
@@ -56,12 +68,16 @@ fn round(core: &Core, lease: Duration, period: Duration) -> Instant {
         }
     }
     for batch in due.chunks(BATCH) {
+        if !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) {
+            break;
+        }
         let sent = Instant::now();
         let renewals: Vec<Renewal<'_>> = batch
             .iter()
             .map(|(_, h)| Renewal {
-                lock_key: &h.keys.lock,
+                keys: &h.keys,
                 owner: &h.owner,
+                token: h.token,
             })
             .collect();
         match core

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::{Connection, RedisResult, Script};
 
-use crate::keys::{LockKeys, RELEASE_LATCH_TTL};
+use crate::keys::LockKeys;
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/acquire.lua")));
@@ -75,6 +75,7 @@ pub(crate) fn release(
     owner: &str,
     holds: u32,
     token: u64,
+    latch_ttl: Duration,
 ) -> RedisResult<Release> {
     let reply: i64 = RELEASE
         .key(&keys.lock)
@@ -82,7 +83,7 @@ pub(crate) fn release(
         .key(keys.release_latch(owner, token))
         .arg(owner)
         .arg(holds)
-        .arg(millis(RELEASE_LATCH_TTL))
+        .arg(millis(latch_ttl))
         .arg(PUBLISH)
         .invoke(con)?;
     Ok(match reply {
@@ -92,13 +93,15 @@ pub(crate) fn release(
     })
 }
 
-/// One lock to renew: its key and the owner whose hold must still be there.
+/// One hold to renew: the lock, the owner whose field must still be there, and the fencing
+/// token the hold was taken with.
 pub(crate) struct Renewal<'a> {
-    pub lock_key: &'a str,
+    pub keys: &'a LockKeys,
     pub owner: &'a str,
+    pub token: u64,
 }
 
-/// Renews every lock in `batch` in one script call; `true` where the lock is still ours.
+/// Renews every hold in `batch` in one script call; `true` where the lock is still ours.
 pub(crate) fn renew(
     con: &mut Connection,
     batch: &[Renewal<'_>],
@@ -107,17 +110,29 @@ pub(crate) fn renew(
     let mut invocation = RENEW.prepare_invoke();
     invocation.arg(millis(lease));
     for r in batch {
-        invocation.key(r.lock_key).arg(r.owner);
+        invocation
+            .key(&r.keys.lock)
+            .key(&r.keys.fence)
+            .arg(r.owner)
+            .arg(r.token);
     }
     let replies: Vec<i64> = invocation.invoke(con)?;
     Ok(replies.into_iter().map(|r| r == 1).collect())
 }
 
-pub(crate) fn force_unlock(con: &mut Connection, keys: &LockKeys) -> RedisResult<bool> {
+/// Deletes the lock whoever holds it; `request` names this call so a retry answers the same.
+pub(crate) fn force_unlock(
+    con: &mut Connection,
+    keys: &LockKeys,
+    request: &str,
+    latch_ttl: Duration,
+) -> RedisResult<bool> {
     let reply: i64 = FORCE_UNLOCK
         .key(&keys.lock)
         .key(&keys.channel)
+        .key(keys.force_latch(request))
         .arg(PUBLISH)
+        .arg(millis(latch_ttl))
         .invoke(con)?;
     Ok(reply == 1)
 }

@@ -19,12 +19,21 @@
 //! is subscribed), and through an in-process doorbell for when it is not connected. The thread
 //! then reconciles the connection's subscriptions with the entry map. The sync `redis`
 //! connection cannot be written by one thread while another blocks reading it, so this costs
-//! a PUBLISH round trip plus the SUBSCRIBE round trip; concurrent requests share one ring.
+//! a PUBLISH round trip plus the SUBSCRIBE round trip; concurrent requests share one ring. A
+//! joining waiter rings itself (it is about to wait anyway); a leaving one has the renewal
+//! thread ring for it, so that a thread that just got its lock returns at once.
+//!
+//! Only the answer to the *last* SUBSCRIBE sent for a channel confirms it: an older answer can
+//! arrive after the channel was unsubscribed and wanted again, before the server has seen the
+//! new SUBSCRIBE.
 //!
 //! # Failure
 //! When the connection fails the thread reconnects with backoff, resubscribes every channel
 //! that has waiters, and the confirmations give every waiter a permit. Meanwhile, and whenever
-//! a message is lost, waiters still wake when the lock's TTL or their deadline says so.
+//! a message is lost, waiters still wake when the lock's TTL or their deadline says so. A
+//! refused SUBSCRIBE (an ACL without our channels) is logged and retried with backoff; waiting
+//! then degrades to waking at the lock's TTL. A connection that carried nothing for
+//! [`IDLE_TIMEOUT`] is given up, and made anew only if threads still wait.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -33,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Condvar, Mutex};
-use redis::{Connection, RedisResult, Value};
+use redis::{Connection, PushKind, RedisResult, Value};
 
 use crate::connection::Backend;
 
@@ -44,11 +53,16 @@ const FORCE: &[u8] = b"force";
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// A pub/sub connection with no traffic for this long is given up (and made anew if threads
+/// still wait, which wakes each of them once).
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The handle the rest of the client uses; the thread runs [`Subscriber::run`].
 pub(crate) struct Subscriber {
     shared: Arc<Shared>,
     backend: Arc<Backend>,
+    /// To the renewal thread, which rings on behalf of leaving waiters.
+    ring_requests: Sender<()>,
 }
 
 struct Shared {
@@ -139,8 +153,13 @@ impl Entry {
 }
 
 impl Subscriber {
-    /// Creates the handle and the receiving end of its doorbell, for [`Subscriber::run`].
-    pub fn new(backend: Arc<Backend>, control_channel: String) -> (Subscriber, SubscriberTask) {
+    /// Creates the handle and the task for the subscriber thread. `ring_requests` goes to the
+    /// thread that will call [`Subscriber::ring`] for waiters that leave.
+    pub fn new(
+        backend: Arc<Backend>,
+        control_channel: String,
+        ring_requests: Sender<()>,
+    ) -> (Subscriber, SubscriberTask) {
         let (doorbell, rung) = crossbeam_channel::bounded(1);
         let shared = Arc::new(Shared {
             entries: Mutex::new(HashMap::new()),
@@ -155,7 +174,14 @@ impl Subscriber {
             backend: backend.clone(),
             rung,
         };
-        (Subscriber { shared, backend }, task)
+        (
+            Subscriber {
+                shared,
+                backend,
+                ring_requests,
+            },
+            task,
+        )
     }
 
     /// Registers the calling thread, whose attempt just found the lock busy for `ttl`, as a
@@ -235,8 +261,9 @@ impl Subscriber {
         ))
     }
 
-    /// Makes the thread reconcile its subscriptions with the entry map.
-    fn ring(&self) {
+    /// Makes the thread reconcile its subscriptions with the entry map: publishes on the
+    /// control channel and waits for Redis to take it (one round trip).
+    pub fn ring(&self) {
         let _ = self.shared.doorbell.try_send(());
         if self.shared.connected.load(Ordering::SeqCst)
             && !self.shared.ring_in_flight.swap(true, Ordering::SeqCst)
@@ -260,24 +287,29 @@ impl Subscriber {
         }
     }
 
-    /// Makes the thread reconcile soon, without waiting for Redis: for a waiter leaving, whose
-    /// thread has better things to do than a round trip. If the message is lost, the channel
-    /// stays subscribed until the next reconciliation; nothing waits on it.
-    fn ring_soon(&self, why: &str) {
+    /// Has the client's renewal thread ring for us: for a waiter leaving, which has just got
+    /// the lock or run out of time and should not spend a round trip on housekeeping. The
+    /// renewal thread calls [`Subscriber::ring`] when it receives this.
+    fn ring_later(&self) {
         let _ = self.shared.doorbell.try_send(());
-        if self.shared.connected.load(Ordering::SeqCst)
-            && let Err(e) = self
-                .backend
-                .publish_and_forget(&self.shared.control_channel, why)
-        {
-            log::debug!("could not wake the subscriber thread: {e}");
-        }
+        let _ = self.ring_requests.try_send(());
     }
 
-    /// Asks the thread to end; it does at its next wake-up.
+    /// Asks the thread to end; it does at its next wake-up, which this causes if Redis answers
+    /// (one attempt: a drop must not wait on a server that does not), else within
+    /// [`IDLE_TIMEOUT`].
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        self.ring_soon("stop");
+        let _ = self.shared.doorbell.try_send(());
+        if self.shared.connected.load(Ordering::SeqCst) {
+            let channel = &self.shared.control_channel;
+            let _ = self.backend.run_once_only(|con| {
+                redis::cmd("PUBLISH")
+                    .arg(channel)
+                    .arg("stop")
+                    .query::<i64>(con)
+            });
+        }
     }
 
     /// Hands a message on `channel` to its waiters, as the thread does when one arrives.
@@ -338,7 +370,7 @@ impl Drop for Waiter<'_> {
                 entries.remove(&self.entry.channel);
             }
             drop(entries);
-            self.subscriber.ring_soon("reconcile");
+            self.subscriber.ring_later();
         }
     }
 }
@@ -348,6 +380,15 @@ pub(crate) struct SubscriberTask {
     shared: Arc<Shared>,
     backend: Arc<Backend>,
     rung: Receiver<()>,
+}
+
+/// What the thread knows about one channel of its connection.
+#[derive(Default)]
+struct ChannelState {
+    /// SUBSCRIBE commands sent for it and not yet answered.
+    pending: u32,
+    /// We want it subscribed (the last command sent for it was SUBSCRIBE).
+    wanted: bool,
 }
 
 impl SubscriberTask {
@@ -362,25 +403,29 @@ impl SubscriberTask {
                 }
                 continue;
             }
-            match self.backend.connect() {
-                Ok(con) => {
-                    backoff = BACKOFF_MIN;
-                    if let Err(e) = self.serve(con)
-                        && !self.stopping()
-                    {
-                        log::warn!("redlatch pub/sub connection failed: {e}; reconnecting");
-                    }
-                    self.disconnected();
-                }
-                Err(e) => {
-                    log::warn!("redlatch pub/sub connection failed: {e}; retrying in {backoff:?}");
-                    match self.rung.recv_timeout(backoff) {
-                        Ok(()) | Err(RecvTimeoutError::Timeout) => {}
-                        Err(RecvTimeoutError::Disconnected) => return,
-                    }
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
-                }
+            let started = Instant::now();
+            let failure = match self.backend.connect() {
+                Ok(con) => self.serve(con).err(),
+                Err(e) => Some(e),
+            };
+            self.disconnected();
+            let Some(e) = failure else {
+                backoff = BACKOFF_MIN;
+                continue; // given up on purpose (idle, or stopping)
+            };
+            if self.stopping() {
+                return;
             }
+            if started.elapsed() > BACKOFF_MAX * 2 {
+                backoff = BACKOFF_MIN; // it had worked for a while
+            }
+            log::warn!("redlatch pub/sub connection failed: {e}; retrying in {backoff:?}");
+            // Failing fast, again and again (refused, or closed at once): back off.
+            match self.rung.recv_timeout(backoff) {
+                Ok(()) | Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
         }
     }
 
@@ -388,21 +433,36 @@ impl SubscriberTask {
         self.shared.stop.load(Ordering::SeqCst)
     }
 
-    /// Reads the connection until it fails or the client stops.
+    /// Reads the connection until it fails, falls idle, or the client stops. `Ok` when it
+    /// ended on purpose.
     fn serve(&self, mut con: Connection) -> RedisResult<()> {
-        // No read timeout: idle, the thread sleeps in the kernel. TCP keepalive and the user
-        // timeout set by the backend bound how long a dead peer goes unnoticed.
-        con.set_read_timeout(None)?;
+        // Idle, the thread sleeps in the kernel. The long timeout bounds how long it outlives a
+        // stopped client whose stop message could not be sent, and lets it give the connection
+        // up when nobody has waited for a while; TCP keepalive finds a dead peer sooner.
+        con.set_read_timeout(Some(IDLE_TIMEOUT))?;
         let control = self.shared.control_channel.clone();
-        let mut subscribed: HashMap<String, bool> = HashMap::new();
+        let mut channels: HashMap<String, ChannelState> = HashMap::new();
         con.send_packed_command(&redis::cmd("SUBSCRIBE").arg(&control).get_packed_command())?;
         while !self.stopping() {
-            let value = con.recv_response()?;
+            let value = match con.recv_response() {
+                Ok(value) => value,
+                // The connection is spent either way (a timed-out read leaves it out of step).
+                Err(e) if e.is_timeout() => {
+                    return if self.shared.entries.lock().is_empty() {
+                        Ok(())
+                    } else {
+                        Err(e)
+                    };
+                }
+                Err(e) => return Err(e),
+            };
             if let Value::ServerError(e) = &value {
-                // A refused SUBSCRIBE (an ACL without our channels, say): waiters fall back to
-                // waking at the lock's TTL, so say loudly why they are slow.
-                log::warn!("redis refused a redlatch subscription: {e:?}");
-                continue;
+                // A refused SUBSCRIBE (an ACL without our channels, say). Waiters still wake at
+                // the lock's TTL; say loudly why they are slow, and try again later.
+                log::warn!(
+                    "redis refused a redlatch subscription ({e:?}): waiters fall back to polling at the lock's TTL"
+                );
+                return Err(e.clone().into());
             }
             let Some((kind, channel, payload)) = parse_push(value) else {
                 continue;
@@ -410,23 +470,34 @@ impl SubscriberTask {
             match kind.as_slice() {
                 b"message" if channel == control.as_bytes() => {
                     self.shared.ring_in_flight.store(false, Ordering::SeqCst);
-                    self.reconcile(&mut con, &mut subscribed)?;
+                    self.reconcile(&mut con, &mut channels)?;
                 }
                 b"message" => self.shared.deliver(&channel, &payload),
                 b"subscribe" if channel == control.as_bytes() => {
                     self.shared.connected.store(true, Ordering::SeqCst);
                     self.shared.ring_in_flight.store(false, Ordering::SeqCst);
-                    self.reconcile(&mut con, &mut subscribed)?;
+                    self.reconcile(&mut con, &mut channels)?;
                 }
                 b"subscribe" => {
-                    if let Ok(ch) = String::from_utf8(channel) {
-                        if let Some(confirmed) = subscribed.get_mut(&ch) {
-                            *confirmed = true;
-                        }
-                        let entry = self.shared.entries.lock().get(&ch).cloned();
-                        if let Some(entry) = entry {
-                            entry.confirm();
-                        }
+                    let Ok(channel) = String::from_utf8(channel) else {
+                        continue;
+                    };
+                    let Some(state) = channels.get_mut(&channel) else {
+                        continue;
+                    };
+                    state.pending = state.pending.saturating_sub(1);
+                    // Only the answer to the *last* SUBSCRIBE confirms: an older one may
+                    // precede an UNSUBSCRIBE that the server has not processed yet.
+                    if state.pending > 0 {
+                        continue;
+                    }
+                    if !state.wanted {
+                        channels.remove(&channel);
+                        continue;
+                    }
+                    let entry = self.shared.entries.lock().get(&channel).cloned();
+                    if let Some(entry) = entry {
+                        entry.confirm();
                     }
                 }
                 _ => {} // unsubscribe confirmations, pongs
@@ -440,25 +511,30 @@ impl SubscriberTask {
     fn reconcile(
         &self,
         con: &mut Connection,
-        subscribed: &mut HashMap<String, bool>,
+        channels: &mut HashMap<String, ChannelState>,
     ) -> RedisResult<()> {
         let mut to_subscribe = Vec::new();
         let mut to_unsubscribe = Vec::new();
         {
             let entries = self.shared.entries.lock();
             for (channel, entry) in entries.iter() {
-                match subscribed.get(channel) {
-                    Some(true) => entry.confirm(),
-                    Some(false) => {}
-                    None => to_subscribe.push(channel.clone()),
+                let state = channels.entry(channel.clone()).or_default();
+                if !state.wanted {
+                    state.wanted = true;
+                    state.pending += 1;
+                    to_subscribe.push(channel.clone());
+                } else if state.pending == 0 {
+                    entry.confirm(); // subscribed all along
                 }
             }
-            subscribed.retain(|channel, _| {
-                let keep = entries.contains_key(channel);
-                if !keep {
+            channels.retain(|channel, state| {
+                if state.wanted && !entries.contains_key(channel) {
+                    state.wanted = false;
                     to_unsubscribe.push(channel.clone());
                 }
-                keep
+                // Keep a channel whose SUBSCRIBE is unanswered: its answer must not confirm
+                // a later entry.
+                state.wanted || state.pending > 0
             });
         }
         if !to_subscribe.is_empty() {
@@ -467,7 +543,6 @@ impl SubscriberTask {
                     .arg(&to_subscribe)
                     .get_packed_command(),
             )?;
-            subscribed.extend(to_subscribe.into_iter().map(|c| (c, false)));
         }
         if !to_unsubscribe.is_empty() {
             con.send_packed_command(
@@ -489,15 +564,27 @@ impl SubscriberTask {
     }
 }
 
-/// Splits a pub/sub push (`[kind, channel, payload-or-count]`) into its parts.
+/// Splits a pub/sub frame into kind, channel and payload (or count). RESP2 sends an array
+/// `[kind, channel, payload]`; RESP3 a push whose kind is separate from `[channel, payload]`.
 fn parse_push(value: Value) -> Option<(Vec<u8>, Vec<u8>, Vec<u8>)> {
-    let items = match value {
-        Value::Array(items) => items,
-        Value::Push { data, .. } => data,
+    let (kind, items) = match value {
+        Value::Array(items) => {
+            let mut items = items.into_iter();
+            let kind = bytes(items.next()?)?;
+            (kind, items.collect::<Vec<_>>())
+        }
+        Value::Push { kind, data } => {
+            let kind = match kind {
+                PushKind::Message => "message",
+                PushKind::Subscribe => "subscribe",
+                PushKind::Unsubscribe => "unsubscribe",
+                _ => return None,
+            };
+            (kind.as_bytes().to_vec(), data)
+        }
         _ => return None,
     };
     let mut items = items.into_iter();
-    let kind = bytes(items.next()?)?;
     let channel = bytes(items.next()?)?;
     let payload = items.next().and_then(bytes).unwrap_or_default();
     Some((kind, channel, payload))
@@ -526,7 +613,12 @@ mod tests {
         };
         // Never connected: rings go to the doorbell only, and nothing here does I/O.
         let backend = Arc::new(Backend::new("redis://127.0.0.1:1/", settings).unwrap());
-        Subscriber::new(backend, "p:control:test".into()).0
+        Subscriber::new(
+            backend,
+            "p:control:test".into(),
+            crossbeam_channel::bounded(1).0,
+        )
+        .0
     }
 
     const NOW: Duration = Duration::ZERO;

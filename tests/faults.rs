@@ -368,6 +368,7 @@ fn a_least_privilege_acl_user_can_do_everything() {
             "&redlatch:*",
             "+@all",
             "-@dangerous",
+            "-client",
         ])
         .query(&mut admin)
         .unwrap();
@@ -412,4 +413,126 @@ fn a_least_privilege_acl_user_can_do_everything() {
         .arg(1)
         .query::<()>(&mut limited);
     assert!(denied.is_err());
+}
+
+#[test]
+fn a_force_unlock_whose_reply_was_lost_answers_the_same_on_retry() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let holder = Client::open(&server.url()).unwrap();
+    let admin_client = Client::open(&proxy.url()).unwrap();
+    warm_up(&admin_client);
+    let name = unique("lost-force");
+    let _held = holder.lock(&name).lock().unwrap();
+    proxy.lose_reply_to(b"EVALSHA");
+    assert!(
+        admin_client.lock(&name).force_unlock().unwrap(),
+        "the retry must report what the first run did"
+    );
+    assert_eq!(proxy.cuts(), 1);
+    assert!(!holder.lock(&name).is_locked().unwrap());
+}
+
+#[test]
+fn a_release_that_never_reached_redis_does_not_hand_its_token_out_again() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let client = Client::builder(&proxy.url())
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    warm_up(&client);
+    let lock = client.lock(&unique("token-reuse"));
+    let first = lock.lock_with_lease(Duration::from_secs(30)).unwrap();
+    let first_token = first.fencing_token();
+
+    proxy.blackhole(true);
+    assert!(
+        matches!(first.unlock(), Err(Error::Redis(_))),
+        "a release nobody heard fails"
+    );
+    proxy.blackhole(false);
+
+    // The hold is still in Redis; this thread takes it over, but with a new token.
+    let again = lock.lock_with_lease(Duration::from_secs(30)).unwrap();
+    assert!(
+        again.fencing_token() > first_token,
+        "token {first_token} was handed out twice"
+    );
+    assert_eq!(lock.hold_count().unwrap(), 1);
+    again.unlock().unwrap();
+    assert!(!lock.is_locked().unwrap());
+}
+
+#[test]
+fn a_stopped_server_costs_one_response_timeout_not_a_hang() {
+    let server = RedisServer::start();
+    let client = Client::builder(&server.url())
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let lock = client.lock(&unique("stopped"));
+    let guard = lock.lock_with_lease(Duration::from_secs(30)).unwrap();
+    let pid = server.pid().to_string();
+    let signal = |sig: &str| {
+        assert!(
+            std::process::Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .unwrap()
+                .success()
+        )
+    };
+    signal("-STOP");
+    let start = Instant::now();
+    assert!(matches!(
+        lock.try_lock(Duration::ZERO, None),
+        Err(Error::Redis(_))
+    ));
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        start.elapsed()
+    );
+    let start = Instant::now();
+    assert!(guard.unlock().is_err());
+    drop(lock);
+    drop(client);
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "release and drop took {:?}",
+        start.elapsed()
+    );
+    signal("-CONT");
+}
+
+#[test]
+fn a_resp3_client_is_woken_like_a_resp2_one() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let holder = Client::open(&server.url()).unwrap();
+    let waiter_client = Client::open(&format!("{}?protocol=resp3", server.url())).unwrap();
+    let name = unique("resp3");
+    let held = holder.lock(&name).lock().unwrap(); // 30 s lease
+    let lock = waiter_client.lock(&name);
+    let waiter = thread::spawn(move || {
+        lock.try_lock(Duration::from_secs(20), None)
+            .unwrap()
+            .is_some()
+    });
+    assert!(eventually(Duration::from_secs(5), || pubsub_channels(
+        &mut admin,
+        &channel_of(&name)
+    )
+    .len()
+        == 1));
+    thread::sleep(Duration::from_millis(100));
+    let released = Instant::now();
+    held.unlock().unwrap();
+    assert!(waiter.join().unwrap());
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "woken after {:?}",
+        released.elapsed()
+    );
 }

@@ -73,4 +73,39 @@ fn two_threads_per_client_with_50_waiters_and_none_after_drop() {
         eventually(Duration::from_secs(5), || thread_count() == before),
         "client threads outlived the clients"
     );
+
+    // A user that may not subscribe at all: waiting degrades to waking at the lock's TTL, and
+    // the refused subscriber thread still ends with its client.
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "deaf",
+            "on",
+            ">pw",
+            "~*",
+            "resetchannels",
+            "+@all",
+        ])
+        .query(&mut admin)
+        .unwrap();
+    let url = format!("redis://deaf:pw@127.0.0.1:{}/", server.port);
+    let deaf = Client::open(&url).unwrap();
+    let holder = Client::open(&server.url()).unwrap();
+    let held = holder
+        .lock("deaf")
+        .lock_with_lease(Duration::from_millis(300))
+        .unwrap();
+    let got = deaf
+        .lock("deaf")
+        .try_lock(Duration::from_secs(5), None)
+        .unwrap();
+    assert!(got.is_some(), "the TTL bound must still get the lock");
+    drop(got);
+    drop(held);
+    drop(deaf);
+    drop(holder);
+    assert!(
+        eventually(Duration::from_secs(5), || thread_count() == before),
+        "a refused subscriber outlived its client"
+    );
 }

@@ -43,7 +43,11 @@ pub struct Redlatch {
 
 impl Redlatch {
     pub fn new(url: &str, clients: usize) -> Redlatch {
-        Redlatch { clients: (0..clients).map(|_| redlatch::Client::open(url).unwrap()).collect() }
+        Redlatch {
+            clients: (0..clients)
+                .map(|_| redlatch::Client::open(url).unwrap())
+                .collect(),
+        }
     }
 }
 
@@ -52,10 +56,16 @@ impl Contender for Redlatch {
         "redlatch"
     }
     fn handle(&self, client: usize, lock: &str) -> Box<dyn Handle> {
-        Box::new(RedlatchHandle { lock: self.clients[client].lock(lock), guard: None })
+        Box::new(RedlatchHandle {
+            lock: self.clients[client].lock(lock),
+            guard: None,
+        })
     }
     fn inner_commands(&self) -> &'static [&'static str] {
-        &["pttl", "incr", "hset", "pexpire", "hexists", "del", "set", "exists", "get", "type", "hget"]
+        &[
+            "pttl", "incr", "hset", "pexpire", "hexists", "del", "set", "exists", "get", "type",
+            "hget",
+        ]
     }
     fn inner_publishes_per_release(&self) -> u64 {
         1
@@ -87,12 +97,13 @@ pub struct Polling {
 
 impl Polling {
     pub fn new(url: &str) -> Polling {
-        Polling { url: url.to_string() }
+        Polling {
+            url: url.to_string(),
+        }
     }
 }
 
-const COMPARE_AND_DELETE: &str =
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+pub const COMPARE_AND_DELETE: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
 impl Contender for Polling {
     fn name(&self) -> &'static str {
@@ -141,7 +152,12 @@ impl Handle for PollingHandle {
         }
     }
     fn unlock(&mut self) {
-        let _: i64 = self.unlock.key(&self.key).arg(&self.token).invoke(&mut self.con).unwrap();
+        let _: i64 = self
+            .unlock
+            .key(&self.key)
+            .arg(&self.token)
+            .invoke(&mut self.con)
+            .unwrap();
     }
 }
 
@@ -157,7 +173,12 @@ pub struct RedlockRs {
 
 impl RedlockRs {
     /// `retry_delay_ms: None` keeps the crate's defaults (3 attempts, 0-200 ms sleeps).
-    pub fn new(url: &str, clients: usize, retry_delay_ms: Option<u32>, label: &'static str) -> RedlockRs {
+    pub fn new(
+        url: &str,
+        clients: usize,
+        retry_delay_ms: Option<u32>,
+        label: &'static str,
+    ) -> RedlockRs {
         let managers = (0..clients)
             .map(|_| {
                 let mut rl = redlock::RedLock::new(vec![url.to_string()]);

@@ -6,22 +6,30 @@ use std::time::Duration;
 /// Thread ids of this process.
 pub fn tids() -> HashSet<u32> {
     std::fs::read_dir("/proc/self/task")
-        .map(|dir| dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 /// Time thread `tid` has run on a CPU: the scheduler's nanosecond count where the kernel
 /// keeps one, else user + system clock ticks.
 pub fn cpu_time(tid: u32) -> Duration {
-    if let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")) {
-        if let Some(ns) = s.split_whitespace().next().and_then(|n| n.parse().ok()) {
-            return Duration::from_nanos(ns);
-        }
+    if let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
+        && let Some(ns) = s.split_whitespace().next().and_then(|n| n.parse().ok())
+    {
+        return Duration::from_nanos(ns);
     }
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
     // Fields after the parenthesised name: state is field 3, utime 14, stime 15.
     let after_name = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-    let fields: Vec<u64> = after_name.split_whitespace().skip(11).take(2).filter_map(|f| f.parse().ok()).collect();
+    let fields: Vec<u64> = after_name
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse().ok())
+        .collect();
     let ticks: u64 = fields.iter().sum();
     Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
 }

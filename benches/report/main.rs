@@ -28,7 +28,10 @@ use scenario::{Contended, Outcome};
 use stats::{max, mean, percentile, time_each};
 
 fn knob(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 /// The report's figures, in insertion order for the table, flat for the JSON.
@@ -40,14 +43,25 @@ struct Figures {
 impl Figures {
     fn put(&mut self, key: &str, value: f64, target: &str, what: &str) {
         eprintln!("  {key} = {value:.3}");
-        self.rows.push((key.to_string(), value, target.to_string(), what.to_string()));
+        self.rows
+            .push((key.to_string(), value, target.to_string(), what.to_string()));
     }
 
     fn json(&self) -> String {
-        let map: BTreeMap<&str, f64> = self.rows.iter().map(|(k, v, _, _)| (k.as_str(), *v)).collect();
+        let map: BTreeMap<&str, f64> = self
+            .rows
+            .iter()
+            .map(|(k, v, _, _)| (k.as_str(), *v))
+            .collect();
         let body: Vec<String> = map
             .iter()
-            .map(|(k, v)| if v.is_finite() { format!("  \"{k}\": {v:.4}") } else { format!("  \"{k}\": null") })
+            .map(|(k, v)| {
+                if v.is_finite() {
+                    format!("  \"{k}\": {v:.4}")
+                } else {
+                    format!("  \"{k}\": null")
+                }
+            })
             .collect();
         format!("{{\n{}\n}}\n", body.join(",\n"))
     }
@@ -55,7 +69,10 @@ impl Figures {
     fn markdown(&self) -> String {
         let mut out = String::from("| key | value | target | what |\n| --- | ---: | --- | --- |\n");
         for (k, v, target, what) in &self.rows {
-            out.push_str(&format!("| `{k}` | {} | {target} | {what} |\n", format_value(*v)));
+            out.push_str(&format!(
+                "| `{k}` | {} | {target} | {what} |\n",
+                format_value(*v)
+            ));
         }
         out
     }
@@ -90,7 +107,44 @@ fn main() {
         let _: String = redis::cmd("PING").query(&mut ping_con).unwrap();
     });
     let ping_p50 = percentile(&mut ping, 0.5);
-    f.put("ping_us_p50", ping_p50.as_secs_f64() * 1e6, "(reference)", "PING round trip, µs");
+    f.put(
+        "ping_us_p50",
+        ping_p50.as_secs_f64() * 1e6,
+        "(reference)",
+        "PING round trip, µs",
+    );
+
+    // The same PING after sleeping as long as a holder holds (1 ms): on a virtual machine an
+    // idle CPU takes a while to wake, and every hand-off crosses several sleeping threads.
+    let mut idle_ping: Vec<Duration> = (0..1000)
+        .map(|_| {
+            thread::sleep(Duration::from_millis(1));
+            let t = Instant::now();
+            let _: String = redis::cmd("PING").query(&mut ping_con).unwrap();
+            t.elapsed()
+        })
+        .collect();
+    let idle_ping_p50 = percentile(&mut idle_ping, 0.5);
+    f.put(
+        "ping_after_1ms_idle_us_p50",
+        idle_ping_p50.as_secs_f64() * 1e6,
+        "(reference)",
+        "PING round trip after 1 ms asleep, µs",
+    );
+
+    let cycles = baseline_cycles(&url);
+    f.put(
+        "set_nx_cycle_over_ping",
+        ratio(cycles.0, ping_p50),
+        "",
+        "SET NX PX + compare-and-delete EVALSHA / PING",
+    );
+    f.put(
+        "seed_hset_cycle_over_ping",
+        ratio(cycles.1, ping_p50),
+        "",
+        "seed articles' HSET lock + unlock scripts / PING",
+    );
 
     let client = redlatch::Client::open(&url).unwrap();
     let lock = client.lock("cycle");
@@ -98,18 +152,33 @@ fn main() {
         let g = lock.try_lock(Duration::ZERO, None).unwrap().unwrap();
         g.unlock().unwrap();
     });
-    f.put("cycle_over_ping", ratio(percentile(&mut cycle, 0.5), ping_p50), "<= 2.5", "uncontended lock + unlock / PING");
+    f.put(
+        "cycle_over_ping",
+        ratio(percentile(&mut cycle, 0.5), ping_p50),
+        "<= 2.5",
+        "uncontended lock + unlock / PING",
+    );
 
     let holder = redlatch::Client::open(&url).unwrap();
     let held = holder.lock("busy").lock().unwrap();
     let busy = client.lock("busy");
-    let mut busy_try = time_each(3000, || assert!(busy.try_lock(Duration::ZERO, None).unwrap().is_none()));
-    f.put("busy_try_over_ping", ratio(percentile(&mut busy_try, 0.5), ping_p50), "", "try_lock(ZERO) on a held lock / PING");
+    let mut busy_try = time_each(3000, || {
+        assert!(busy.try_lock(Duration::ZERO, None).unwrap().is_none())
+    });
+    f.put(
+        "busy_try_over_ping",
+        ratio(percentile(&mut busy_try, 0.5), ping_p50),
+        "",
+        "try_lock(ZERO) on a held lock / PING",
+    );
     drop(held);
 
     eprintln!("subscribe latency");
     let mut subscribe: Vec<Duration> = (0..300)
-        .map(|i| redlatch::bench_support::subscribe_latency(&client, &format!("sub-{i}")).expect("subscribed"))
+        .map(|i| {
+            redlatch::bench_support::subscribe_latency(&client, &format!("sub-{i}"))
+                .expect("subscribed")
+        })
         .collect();
     f.put(
         "subscribe_p50_over_ping",
@@ -120,30 +189,59 @@ fn main() {
     drop(client);
     drop(holder);
 
-    let four_by_four = Contended { clients: 4, threads_per_client: 4, hold: Duration::from_millis(1), duration: secs };
+    let four_by_four = Contended {
+        clients: 4,
+        threads_per_client: 4,
+        hold: Duration::from_millis(1),
+        duration: secs,
+    };
     let mut curves: Vec<(&str, Vec<Duration>)> = Vec::new();
 
     eprintln!("redlatch: 16 threads in 4 clients on one lock");
     let redlatch4 = Redlatch::new(&url, 4);
     let mut o = scenario::contended(&redlatch4, &four_by_four, &url);
-    contended_figures(&mut f, "", &mut o, ping_p50, true);
+    contended_figures(&mut f, "", &mut o, ping_p50, idle_ping_p50, true);
     curves.push(("redlatch", o.handoffs.clone()));
     drop(redlatch4);
 
     eprintln!("redlatch: 16 threads in one client on one lock");
-    let one = Contended { clients: 1, threads_per_client: 16, ..four_by_four };
+    let one = Contended {
+        clients: 1,
+        threads_per_client: 16,
+        ..four_by_four
+    };
     let redlatch1 = Redlatch::new(&url, 1);
     let mut o = scenario::contended(&redlatch1, &one, &url);
-    f.put("one_client_handoff_p50_over_ping", ratio(percentile(&mut o.handoffs, 0.5), ping_p50), "<= 4", "16 threads sharing one client");
-    f.put("one_client_max_wait_over_mean_wait", ratio(max(&o.waits), mean(&o.waits)), "<= 10", "16 threads sharing one client");
+    f.put(
+        "one_client_handoff_p50_over_ping",
+        ratio(percentile(&mut o.handoffs, 0.5), ping_p50),
+        "<= 4",
+        "16 threads sharing one client",
+    );
+    f.put(
+        "one_client_handoff_p50_over_idle_ping",
+        ratio(percentile(&mut o.handoffs, 0.5), idle_ping_p50),
+        "",
+        "the same over a PING after 1 ms asleep",
+    );
+    f.put(
+        "one_client_max_wait_over_mean_wait",
+        ratio(max(&o.waits), mean(&o.waits)),
+        "<= 10",
+        "16 threads sharing one client",
+    );
     drop(redlatch1);
 
     eprintln!("polling lock (SET NX PX, retry every 1 ms)");
     let polling = Polling::new(&url);
     let mut o = scenario::contended(&polling, &four_by_four, &url);
-    contended_figures(&mut f, "polling_", &mut o, ping_p50, false);
+    contended_figures(&mut f, "polling_", &mut o, ping_p50, idle_ping_p50, false);
     curves.push(("polling (1 ms)", o.handoffs.clone()));
-    let polling_handoff = f.rows.iter().find(|r| r.0 == "polling_handoff_p50_over_ping").map(|r| r.1);
+    let polling_handoff = f
+        .rows
+        .iter()
+        .find(|r| r.0 == "polling_handoff_p50_over_ping")
+        .map(|r| r.1);
 
     if knob("REPORT_SKIP_REDLOCK", 0) == 0 {
         for (label, prefix, delay) in [
@@ -153,27 +251,46 @@ fn main() {
             eprintln!("{label}");
             let peer = RedlockRs::new(&url, 4, delay, "redlock-rs");
             let mut o = scenario::contended(&peer, &four_by_four, &url);
-            contended_figures(&mut f, prefix, &mut o, ping_p50, false);
+            contended_figures(&mut f, prefix, &mut o, ping_p50, idle_ping_p50, false);
             curves.push((label, o.handoffs.clone()));
         }
     }
-    let ours = f.rows.iter().find(|r| r.0 == "handoff_p50_over_ping").map(|r| r.1);
+    let ours = f
+        .rows
+        .iter()
+        .find(|r| r.0 == "handoff_p50_over_ping")
+        .map(|r| r.1);
     if let (Some(ours), Some(polling)) = (ours, polling_handoff) {
-        f.put("handoff_p50_share_of_polling", ours / polling, "<= 0.2", "redlatch's hand-off over the polling lock's");
+        f.put(
+            "handoff_p50_share_of_polling",
+            ours / polling,
+            "<= 0.2",
+            "redlatch's hand-off over the polling lock's",
+        );
     }
 
     eprintln!("16 threads over 1000 locks, no hold");
     let acq_per_s = scenario::many_keys(&url, 4, 4, 1000, secs);
     let raw_per_s = scenario::raw_evalsha(&url, 16, secs);
-    f.put("many_keys_acq_per_s_over_raw", acq_per_s / raw_per_s, ">= 0.45", "acquisitions/s over raw EVALSHA round trips/s, 16 threads");
+    f.put(
+        "many_keys_acq_per_s_over_raw",
+        acq_per_s / raw_per_s,
+        ">= 0.45",
+        "acquisitions/s over raw EVALSHA round trips/s, 16 threads",
+    );
 
     eprintln!("renewal of many locks");
     renewal_figures(&mut f, &url, knob("REPORT_RENEWAL_LOCKS", 10_000) as usize);
 
     eprintln!("idle background cost");
-    idle_figures(&mut f, &url, Duration::from_secs(knob("REPORT_IDLE_SECS", 10)));
+    idle_figures(
+        &mut f,
+        &url,
+        Duration::from_secs(knob("REPORT_IDLE_SECS", 10)),
+    );
 
-    let curve_refs: Vec<(&str, &[Duration])> = curves.iter().map(|(n, v)| (*n, v.as_slice())).collect();
+    let curve_refs: Vec<(&str, &[Duration])> =
+        curves.iter().map(|(n, v)| (*n, v.as_slice())).collect();
     let svg = plot::handoff_svg(&curve_refs, ping_p50);
     let _ = std::fs::create_dir_all("docs");
     std::fs::write("docs/handoff-latency.svg", svg).unwrap();
@@ -183,25 +300,125 @@ fn main() {
     println!(
         "redis-server {} on loopback, {} cores; {:.0} s. JSON: target/bench-report.json, plot: docs/handoff-latency.svg",
         server_version(&url),
-        thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
         started.elapsed().as_secs_f64()
     );
 }
 
 /// The figures of one contended run, under `prefix`.
-fn contended_figures(f: &mut Figures, prefix: &str, o: &mut Outcome, ping: Duration, ours: bool) {
+fn contended_figures(
+    f: &mut Figures,
+    prefix: &str,
+    o: &mut Outcome,
+    ping: Duration,
+    idle_ping: Duration,
+    ours: bool,
+) {
     let acquisitions = o.acquisitions.max(1) as f64;
     let target = |t: &str| if ours { t.to_string() } else { String::new() };
-    let what = if ours { "16 threads, 4 clients, 1 lock, hold 1 ms".to_string() } else { "same scenario".into() };
-    f.put(&format!("{prefix}handoff_p50_over_ping"), ratio(percentile(&mut o.handoffs, 0.5), ping), &target("<= 4"), &what);
-    f.put(&format!("{prefix}handoff_p99_over_ping"), ratio(percentile(&mut o.handoffs, 0.99), ping), &target("<= 15"), &what);
-    f.put(&format!("{prefix}commands_per_acquisition"), o.commands as f64 / acquisitions, &target("<= 4"), "commands clients sent per acquisition");
-    f.put(&format!("{prefix}max_wait_over_mean_wait"), ratio(max(&o.waits), mean(&o.waits)), &target("<= 10"), "longest wait over mean wait");
-    f.put(&format!("{prefix}self_handoff_share"), o.self_handoffs as f64 / o.handoffs.len().max(1) as f64, &target("<= 0.2"), "releasing thread took it straight back");
-    f.put(&format!("{prefix}acquisitions_per_s"), acquisitions / o.duration.as_secs_f64(), "", "throughput");
+    let what = if ours {
+        "16 threads, 4 clients, 1 lock, hold 1 ms".to_string()
+    } else {
+        "same scenario".into()
+    };
+    f.put(
+        &format!("{prefix}handoff_p50_over_ping"),
+        ratio(percentile(&mut o.handoffs, 0.5), ping),
+        &target("<= 4"),
+        &what,
+    );
+    f.put(
+        &format!("{prefix}handoff_p50_over_idle_ping"),
+        ratio(percentile(&mut o.handoffs, 0.5), idle_ping),
+        "",
+        "the same over a PING after 1 ms asleep",
+    );
+    f.put(
+        &format!("{prefix}handoff_p99_over_ping"),
+        ratio(percentile(&mut o.handoffs, 0.99), ping),
+        &target("<= 15"),
+        &what,
+    );
+    f.put(
+        &format!("{prefix}commands_per_acquisition"),
+        o.commands as f64 / acquisitions,
+        &target("<= 4"),
+        "commands clients sent per acquisition",
+    );
+    f.put(
+        &format!("{prefix}max_wait_over_mean_wait"),
+        ratio(max(&o.waits), mean(&o.waits)),
+        &target("<= 10"),
+        "longest wait over mean wait",
+    );
+    f.put(
+        &format!("{prefix}self_handoff_share"),
+        o.self_handoffs as f64 / o.handoffs.len().max(1) as f64,
+        &target("<= 0.2"),
+        "releasing thread took it straight back",
+    );
+    f.put(
+        &format!("{prefix}acquisitions_per_s"),
+        acquisitions / o.duration.as_secs_f64(),
+        "",
+        "throughput",
+    );
     if o.timeouts > 0 {
-        f.put(&format!("{prefix}timeouts"), o.timeouts as f64, "0", "acquisitions that waited 10 s in vain");
+        f.put(
+            &format!("{prefix}timeouts"),
+            o.timeouts as f64,
+            "0",
+            "acquisitions that waited 10 s in vain",
+        );
     }
+}
+
+/// Median uncontended cycles of the simplest locks, for scale: SET NX PX with a
+/// compare-and-delete script, and the seed articles' HSET lock and unlock scripts.
+fn baseline_cycles(url: &str) -> (Duration, Duration) {
+    let mut con = connection(url);
+    let del = redis::Script::new(contenders::COMPARE_AND_DELETE);
+    let mut set_nx = time_each(3000, || {
+        let ok: Option<String> = redis::cmd("SET")
+            .arg("cyc-nx")
+            .arg("token")
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query(&mut con)
+            .unwrap();
+        assert!(ok.is_some());
+        let _: i64 = del.key("cyc-nx").arg("token").invoke(&mut con).unwrap();
+    });
+    let lock = redis::Script::new(
+        "if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[1]) == 1 then \
+           redis.call('hincrby', KEYS[1], ARGV[1], 1) redis.call('pexpire', KEYS[1], ARGV[2]) return nil end \
+         return redis.call('pttl', KEYS[1])",
+    );
+    let unlock = redis::Script::new(
+        "if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return nil end \
+         local n = redis.call('hincrby', KEYS[1], ARGV[1], -1) \
+         if n > 0 then redis.call('pexpire', KEYS[1], ARGV[2]) return 0 end \
+         redis.call('del', KEYS[1]) redis.call('publish', KEYS[2], 'unlock') return 1",
+    );
+    let mut hset = time_each(3000, || {
+        let _: Option<i64> = lock
+            .key("cyc-h")
+            .arg("owner:1")
+            .arg(30_000)
+            .invoke(&mut con)
+            .unwrap();
+        let _: Option<i64> = unlock
+            .key("cyc-h")
+            .key("cyc-h:ch")
+            .arg("owner:1")
+            .arg(30_000)
+            .invoke(&mut con)
+            .unwrap();
+    });
+    (percentile(&mut set_nx, 0.5), percentile(&mut hset, 0.5))
 }
 
 /// One client holding many watchdog locks: round trips per renewal period, and the renewal
@@ -210,22 +427,48 @@ fn renewal_figures(f: &mut Figures, url: &str, locks: usize) {
     let watchdog = Duration::from_secs(3);
     let period = watchdog / 3;
     let before = cpu::tids();
-    let client = redlatch::Client::builder(url).watchdog_timeout(watchdog).build().unwrap();
-    let threads: std::collections::HashSet<u32> = cpu::tids().difference(&before).copied().collect();
-    let guards: Vec<redlatch::LockGuard> = (0..locks).map(|i| client.lock(&format!("renew-{i}")).lock().unwrap()).collect();
+    let client = redlatch::Client::builder(url)
+        .watchdog_timeout(watchdog)
+        .build()
+        .unwrap();
+    let threads: std::collections::HashSet<u32> =
+        cpu::tids().difference(&before).copied().collect();
+    let guards: Vec<redlatch::LockGuard> = (0..locks)
+        .map(|i| client.lock(&format!("renew-{i}")).lock().unwrap())
+        .collect();
     let mut admin = connection(url);
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut admin).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut admin)
+        .unwrap();
     let periods = 3;
     let cpu_before = cpu::cpu_of(&threads);
     let t = Instant::now();
     thread::sleep(period * periods);
     let cpu_used = cpu::cpu_of(&threads) - cpu_before;
     let wall = t.elapsed();
-    let calls = scenario::command_stats(&mut admin).get("evalsha").copied().unwrap_or(0);
+    let calls = scenario::command_stats(&mut admin)
+        .get("evalsha")
+        .copied()
+        .unwrap_or(0);
     assert!(guards.iter().all(|g| !g.is_lost()), "renewal lost locks");
-    let key = if locks == 10_000 { "10k".to_string() } else { locks.to_string() };
-    f.put(&format!("renewal_round_trips_per_period_{key}"), calls as f64 / periods as f64, "<= 100", "script calls the renewal thread makes per period");
-    f.put(&format!("renewal_cpu_percent_{key}"), 100.0 * ratio(cpu_used, wall), "<= 5", "client threads' CPU, % of one core");
+    let key = if locks == 10_000 {
+        "10k".to_string()
+    } else {
+        locks.to_string()
+    };
+    f.put(
+        &format!("renewal_round_trips_per_period_{key}"),
+        calls as f64 / periods as f64,
+        "<= 100",
+        "script calls the renewal thread makes per period",
+    );
+    f.put(
+        &format!("renewal_cpu_percent_{key}"),
+        100.0 * ratio(cpu_used, wall),
+        "<= 5",
+        "client threads' CPU, % of one core",
+    );
     drop(guards);
 }
 
@@ -235,25 +478,38 @@ fn idle_figures(f: &mut Figures, url: &str, span: Duration) {
     let holder = redlatch::Client::open(url).unwrap();
     let before = cpu::tids();
     let client = redlatch::Client::open(url).unwrap();
-    let threads: std::collections::HashSet<u32> = cpu::tids().difference(&before).copied().collect();
-    let guards: Vec<redlatch::LockGuard> = (0..1000).map(|i| client.lock(&format!("idle-held-{i}")).lock().unwrap()).collect();
+    let threads: std::collections::HashSet<u32> =
+        cpu::tids().difference(&before).copied().collect();
+    let guards: Vec<redlatch::LockGuard> = (0..1000)
+        .map(|i| client.lock(&format!("idle-held-{i}")).lock().unwrap())
+        .collect();
     let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(0);
     let holder_thread = {
         let holder = holder.clone();
         thread::spawn(move || {
-            let held: Vec<_> = (0..100).map(|i| holder.lock(&format!("idle-wait-{i}")).lock().unwrap()).collect();
+            let held: Vec<_> = (0..100)
+                .map(|i| holder.lock(&format!("idle-wait-{i}")).lock().unwrap())
+                .collect();
             let _ = release_rx.recv();
             drop(held);
         })
     };
     let mut admin = connection(url);
     assert!(support::eventually(Duration::from_secs(30), || {
-        redis::cmd("EXISTS").arg("redlatch:{idle-wait-99}").query::<i64>(&mut admin).unwrap() == 1
+        redis::cmd("EXISTS")
+            .arg("redlatch:{idle-wait-99}")
+            .query::<i64>(&mut admin)
+            .unwrap()
+            == 1
     }));
     let waiters: Vec<_> = (0..100)
         .map(|i| {
             let lock = client.lock(&format!("idle-wait-{i}"));
-            thread::spawn(move || lock.try_lock(Duration::from_secs(120), None).unwrap().is_some())
+            thread::spawn(move || {
+                lock.try_lock(Duration::from_secs(120), None)
+                    .unwrap()
+                    .is_some()
+            })
         })
         .collect();
     assert!(support::eventually(Duration::from_secs(30), || {
@@ -263,7 +519,12 @@ fn idle_figures(f: &mut Figures, url: &str, span: Duration) {
     let t = Instant::now();
     thread::sleep(span);
     let cpu_used = cpu::cpu_of(&threads) - cpu_before;
-    f.put("idle_background_cpu_percent", 100.0 * ratio(cpu_used, t.elapsed()), "<= 0.5", "subscriber + renewal threads, 1,000 held, 100 waiting");
+    f.put(
+        "idle_background_cpu_percent",
+        100.0 * ratio(cpu_used, t.elapsed()),
+        "<= 0.5",
+        "subscriber + renewal threads, 1,000 held, 100 waiting",
+    );
     let _ = release_tx.send(());
     holder_thread.join().unwrap();
     assert!(waiters.into_iter().all(|w| w.join().unwrap()));
@@ -271,6 +532,13 @@ fn idle_figures(f: &mut Figures, url: &str, span: Duration) {
 }
 
 fn server_version(url: &str) -> String {
-    let info: String = redis::cmd("INFO").arg("server").query(&mut connection(url)).unwrap();
-    info.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("?").trim().to_string()
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut connection(url))
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("?")
+        .trim()
+        .to_string()
 }

@@ -19,12 +19,28 @@ pub fn handoff_svg(series: &[(&str, &[Duration])], ping: Duration) -> String {
         .filter(|(_, s)| !s.is_empty())
         .map(|(name, samples)| {
             let mut v = samples.to_vec();
-            (*name, PERCENTILES.iter().map(|&p| percentile(&mut v, p).as_secs_f64() * 1e6).collect())
+            (
+                *name,
+                PERCENTILES
+                    .iter()
+                    .map(|&p| percentile(&mut v, p).as_secs_f64() * 1e6)
+                    .collect(),
+            )
         })
         .collect();
-    let max = points.iter().flat_map(|(_, p)| p.iter().copied()).fold(1.0f64, f64::max);
-    let min = points.iter().flat_map(|(_, p)| p.iter().copied()).fold(max, f64::min).max(1.0);
-    let (lo, hi) = (min.log10().floor(), max.log10().ceil().max(min.log10().floor() + 1.0));
+    let max = points
+        .iter()
+        .flat_map(|(_, p)| p.iter().copied())
+        .fold(1.0f64, f64::max);
+    let min = points
+        .iter()
+        .flat_map(|(_, p)| p.iter().copied())
+        .fold(max, f64::min)
+        .max(1.0);
+    let (lo, hi) = (
+        min.log10().floor(),
+        max.log10().ceil().max(min.log10().floor() + 1.0),
+    );
     let y = |us: f64| top + plot_h * (1.0 - (us.max(1.0).log10() - lo) / (hi - lo));
     let x = |i: usize| left + plot_w * i as f64 / (PERCENTILES.len() - 1) as f64;
 
@@ -42,7 +58,11 @@ pub fn handoff_svg(series: &[(&str, &[Duration])], ping: Duration) -> String {
     for decade in (lo as i32)..=(hi as i32) {
         let us = 10f64.powi(decade);
         let yy = y(us);
-        let label = if us >= 1000.0 { format!("{} ms", us / 1000.0) } else { format!("{us} µs") };
+        let label = if us >= 1000.0 {
+            format!("{} ms", us / 1000.0)
+        } else {
+            format!("{us} µs")
+        };
         let _ = write!(
             svg,
             r##"<line x1="{left}" x2="{}" y1="{yy}" y2="{yy}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{label}</text>"##,
@@ -68,13 +88,31 @@ pub fn handoff_svg(series: &[(&str, &[Duration])], ping: Duration) -> String {
             format_percentile(*p)
         );
     }
-    let _ = write!(svg, r#"<text x="{}" y="{}" text-anchor="middle">percentile</text>"#, left + plot_w / 2.0, h - 15.0);
+    let _ = write!(
+        svg,
+        r#"<text x="{}" y="{}" text-anchor="middle">percentile</text>"#,
+        left + plot_w / 2.0,
+        h - 15.0
+    );
     for (k, (name, values)) in points.iter().enumerate() {
         let color = COLORS[k % COLORS.len()];
-        let path: Vec<String> = values.iter().enumerate().map(|(i, v)| format!("{:.1},{:.1}", x(i), y(*v))).collect();
-        let _ = write!(svg, r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#, path.join(" "));
+        let path: Vec<String> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| format!("{:.1},{:.1}", x(i), y(*v)))
+            .collect();
+        let _ = write!(
+            svg,
+            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
+            path.join(" ")
+        );
         for (i, v) in values.iter().enumerate() {
-            let _ = write!(svg, r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#, x(i), y(*v));
+            let _ = write!(
+                svg,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#,
+                x(i),
+                y(*v)
+            );
         }
         let ly = top + 20.0 + 20.0 * k as f64;
         let _ = write!(
@@ -92,5 +130,9 @@ pub fn handoff_svg(series: &[(&str, &[Duration])], ping: Duration) -> String {
 
 fn format_percentile(p: f64) -> String {
     let s = format!("{}", p * 100.0);
-    if s.contains('.') { s.trim_end_matches('0').to_string() } else { s }
+    if s.contains('.') {
+        s.trim_end_matches('0').to_string()
+    } else {
+        s
+    }
 }

@@ -40,7 +40,10 @@ type LastRelease = Option<(Instant, usize)>;
 
 pub fn contended(contender: &dyn Contender, s: &Contended, url: &str) -> Outcome {
     let mut admin = connection(url);
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut admin).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut admin)
+        .unwrap();
     let last_release: Mutex<LastRelease> = Mutex::new(None);
     let results: Mutex<Outcome> = Mutex::new(Outcome::default());
     let lock_name = format!("contended-{}", contender.name());
@@ -89,11 +92,20 @@ pub fn contended(contender: &dyn Contender, s: &Contended, url: &str) -> Outcome
 /// Commands clients sent since the last CONFIG RESETSTAT: INFO commandstats counts commands
 /// run inside scripts too, so the contender's script-internal commands are taken out (and
 /// the admin connection's own INFO and CONFIG).
-pub fn client_commands(admin: &mut redis::Connection, contender: &dyn Contender, releases: u64) -> u64 {
+pub fn client_commands(
+    admin: &mut redis::Connection,
+    contender: &dyn Contender,
+    releases: u64,
+) -> u64 {
     let calls = command_stats(admin);
     let total: u64 = calls.values().sum();
-    let inner: u64 = contender.inner_commands().iter().map(|c| calls.get(*c).copied().unwrap_or(0)).sum();
-    let admin_calls = calls.get("info").copied().unwrap_or(0) + calls.get("config|resetstat").copied().unwrap_or(0);
+    let inner: u64 = contender
+        .inner_commands()
+        .iter()
+        .map(|c| calls.get(*c).copied().unwrap_or(0))
+        .sum();
+    let admin_calls = calls.get("info").copied().unwrap_or(0)
+        + calls.get("config|resetstat").copied().unwrap_or(0);
     let inner_publishes = contender.inner_publishes_per_release() * releases;
     total.saturating_sub(inner + admin_calls + inner_publishes)
 }
@@ -105,15 +117,28 @@ pub fn command_stats(admin: &mut redis::Connection) -> HashMap<String, u64> {
         .filter_map(|line| {
             let rest = line.strip_prefix("cmdstat_")?;
             let (name, stats) = rest.split_once(':')?;
-            let calls = stats.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+            let calls = stats
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
             Some((name.to_string(), calls))
         })
         .collect()
 }
 
 /// Many threads over many locks, no hold: acquisitions per second.
-pub fn many_keys(url: &str, clients: usize, threads_per_client: usize, locks: usize, duration: Duration) -> f64 {
-    let clients: Vec<redlatch::Client> = (0..clients).map(|_| redlatch::Client::open(url).unwrap()).collect();
+pub fn many_keys(
+    url: &str,
+    clients: usize,
+    threads_per_client: usize,
+    locks: usize,
+    duration: Duration,
+) -> f64 {
+    let clients: Vec<redlatch::Client> = (0..clients)
+        .map(|_| redlatch::Client::open(url).unwrap())
+        .collect();
     let end = Instant::now() + duration;
     let total = Mutex::new(0u64);
     thread::scope(|scope| {

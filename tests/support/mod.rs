@@ -189,6 +189,8 @@ struct ProxyState {
     upstream: SocketAddr,
     /// Lose the reply to the next request whose bytes contain this pattern.
     armed: Mutex<Option<Vec<u8>>>,
+    /// Drop everything clients send (the server never sees it, and never answers).
+    blackhole: AtomicBool,
     cuts: AtomicUsize,
     stop: AtomicBool,
     streams: Mutex<Vec<TcpStream>>,
@@ -201,6 +203,7 @@ impl Proxy {
         let state = Arc::new(ProxyState {
             upstream: SocketAddr::from(([127, 0, 0, 1], upstream_port)),
             armed: Mutex::new(None),
+            blackhole: AtomicBool::new(false),
             cuts: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             streams: Mutex::new(Vec::new()),
@@ -240,6 +243,9 @@ impl Proxy {
                     break;
                 }
                 let chunk = &buf[..n];
+                if up_state.blackhole.load(Ordering::SeqCst) {
+                    continue;
+                }
                 {
                     let mut armed = up_state.armed.lock();
                     if armed
@@ -284,6 +290,11 @@ impl Proxy {
     /// the connection reset.
     pub fn lose_reply_to(&self, pattern: &[u8]) {
         *self.state.armed.lock() = Some(pattern.to_vec());
+    }
+
+    /// While on, requests vanish: the server never sees them and the client never hears back.
+    pub fn blackhole(&self, on: bool) {
+        self.state.blackhole.store(on, Ordering::SeqCst);
     }
 
     /// Replies lost so far.
