@@ -268,14 +268,7 @@ impl Subscriber {
         if self.shared.connected.load(Ordering::SeqCst)
             && !self.shared.ring_in_flight.swap(true, Ordering::SeqCst)
         {
-            let channel = &self.shared.control_channel;
-            let sent = self.backend.run(|con| {
-                redis::cmd("PUBLISH")
-                    .arg(channel)
-                    .arg("reconcile")
-                    .query::<i64>(con)
-            });
-            match sent {
+            match self.publish_control("reconcile", true) {
                 // 0 receivers: the connection is gone; the thread reconciles on reconnect.
                 Ok(receivers) if receivers > 0 => {}
                 Ok(_) => self.shared.ring_in_flight.store(false, Ordering::SeqCst),
@@ -284,6 +277,22 @@ impl Subscriber {
                     self.shared.ring_in_flight.store(false, Ordering::SeqCst);
                 }
             }
+        }
+    }
+
+    /// Publishes `what` on the control channel; the number of receivers.
+    fn publish_control(&self, what: &str, retry: bool) -> crate::Result<i64> {
+        let channel = &self.shared.control_channel;
+        let publish = |con: &mut Connection| {
+            redis::cmd("PUBLISH")
+                .arg(channel)
+                .arg(what)
+                .query::<i64>(con)
+        };
+        if retry {
+            self.backend.run(publish)
+        } else {
+            self.backend.run_once_only(publish)
         }
     }
 
@@ -302,13 +311,7 @@ impl Subscriber {
         self.shared.stop.store(true, Ordering::SeqCst);
         let _ = self.shared.doorbell.try_send(());
         if self.shared.connected.load(Ordering::SeqCst) {
-            let channel = &self.shared.control_channel;
-            let _ = self.backend.run_once_only(|con| {
-                redis::cmd("PUBLISH")
-                    .arg(channel)
-                    .arg("stop")
-                    .query::<i64>(con)
-            });
+            let _ = self.publish_control("stop", false);
         }
     }
 

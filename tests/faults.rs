@@ -8,11 +8,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlatch::{Client, Error};
-use support::{Proxy, RedisServer, eventually, pubsub_channels, unique};
-
-fn channel_of(name: &str) -> String {
-    format!("redlatch:{{{name}}}:unlocked")
-}
+use support::{
+    Proxy, RedisServer, await_waiting, eventually, release_to_waiter, spawn_waiter, unique,
+};
 
 /// Entry point of the child process in `a_killed_holder_frees_the_lock_after_the_watchdog_timeout`;
 /// does nothing unless started by it.
@@ -100,17 +98,8 @@ fn waiters_still_wake_after_their_pubsub_connection_is_killed() {
     let name = unique("pubsub-kill");
     let holder = holder_client.lock(&name).lock().unwrap(); // 30 s lease
     let lock = waiter_client.lock(&name);
-    let waiter = thread::spawn(move || {
-        lock.try_lock(Duration::from_secs(25), None)
-            .unwrap()
-            .is_some()
-    });
-    assert!(eventually(Duration::from_secs(5), || pubsub_channels(
-        &mut admin,
-        &channel_of(&name)
-    )
-    .len()
-        == 1));
+    let waiter = spawn_waiter(lock, Duration::from_secs(25));
+    await_waiting(&mut admin, &name);
 
     let killed: i64 = redis::cmd("CLIENT")
         .arg("KILL")
@@ -131,26 +120,9 @@ fn waiters_still_wake_after_their_pubsub_connection_is_killed() {
     );
 
     // And the resubscribed connection delivers later releases.
-    let lock = waiter_client.lock(&name);
     let holder = holder_client.lock(&name).lock().unwrap();
-    let waiter = thread::spawn(move || {
-        let start = Instant::now();
-        let got = lock
-            .try_lock(Duration::from_secs(25), None)
-            .unwrap()
-            .is_some();
-        (got, start.elapsed())
-    });
-    assert!(eventually(Duration::from_secs(5), || pubsub_channels(
-        &mut admin,
-        &channel_of(&name)
-    )
-    .len()
-        == 1));
-    thread::sleep(Duration::from_millis(200));
-    holder.unlock().unwrap();
-    let (got, _) = waiter.join().unwrap();
-    assert!(got);
+    let took = release_to_waiter(&mut admin, waiter_client.lock(&name), holder);
+    assert!(took < Duration::from_secs(5), "took {took:?}");
 }
 
 #[test]
@@ -182,19 +154,9 @@ fn a_server_restart_reports_the_lock_lost_and_clients_recover() {
     let _ = token;
     let other = Client::open(&server.url()).unwrap();
     let other_lock = other.lock(&name);
-    let waiter = thread::spawn(move || {
-        other_lock
-            .try_lock(Duration::from_secs(10), None)
-            .unwrap()
-            .is_some()
-    });
+    let waiter = spawn_waiter(other_lock, Duration::from_secs(10));
     let mut admin = server.admin();
-    assert!(eventually(Duration::from_secs(5), || pubsub_channels(
-        &mut admin,
-        &channel_of(&name)
-    )
-    .len()
-        == 1));
+    await_waiting(&mut admin, &name);
     again.unlock().unwrap();
     assert!(waiter.join().unwrap());
 }
@@ -389,18 +351,8 @@ fn a_least_privilege_acl_user_can_do_everything() {
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut admin).unwrap();
     drop(inner);
     let waiter_lock = b.lock(&name);
-    let waiter = thread::spawn(move || {
-        waiter_lock
-            .try_lock(Duration::from_secs(10), None)
-            .unwrap()
-            .is_some()
-    });
-    assert!(eventually(Duration::from_secs(5), || pubsub_channels(
-        &mut admin,
-        &channel_of(&name)
-    )
-    .len()
-        == 1));
+    let waiter = spawn_waiter(waiter_lock, Duration::from_secs(10));
+    await_waiting(&mut admin, &name);
     guard.unlock().unwrap();
     assert!(waiter.join().unwrap());
     let _guard = lock.lock_with_lease(Duration::from_secs(5)).unwrap();
@@ -514,25 +466,6 @@ fn a_resp3_client_is_woken_like_a_resp2_one() {
     let waiter_client = Client::open(&format!("{}?protocol=resp3", server.url())).unwrap();
     let name = unique("resp3");
     let held = holder.lock(&name).lock().unwrap(); // 30 s lease
-    let lock = waiter_client.lock(&name);
-    let waiter = thread::spawn(move || {
-        lock.try_lock(Duration::from_secs(20), None)
-            .unwrap()
-            .is_some()
-    });
-    assert!(eventually(Duration::from_secs(5), || pubsub_channels(
-        &mut admin,
-        &channel_of(&name)
-    )
-    .len()
-        == 1));
-    thread::sleep(Duration::from_millis(100));
-    let released = Instant::now();
-    held.unlock().unwrap();
-    assert!(waiter.join().unwrap());
-    assert!(
-        released.elapsed() < Duration::from_secs(2),
-        "woken after {:?}",
-        released.elapsed()
-    );
+    let took = release_to_waiter(&mut admin, waiter_client.lock(&name), held);
+    assert!(took < Duration::from_secs(2), "woken after {took:?}");
 }

@@ -191,11 +191,7 @@ fn a_release_wakes_the_waiter_promptly_and_waiting_costs_few_commands() {
         (start.elapsed(), guard.fencing_token())
     });
     // Let the waiter subscribe and settle, then count what it does during a long wait.
-    let channel = format!("redlatch:{{{name}}}:unlocked");
-    assert!(eventually(
-        Duration::from_secs(5),
-        || support::pubsub_channels(&mut admin, &channel).len() == 1
-    ));
+    support::await_waiting(&mut admin, &name);
     let before = command_calls(&mut admin, "evalsha");
     thread::sleep(Duration::from_secs(2));
     let during = command_calls(&mut admin, "evalsha") - before;
@@ -301,29 +297,16 @@ fn force_unlock_wakes_every_waiter() {
     let waiters_client = client(&server);
     let name = unique("force");
     let _holder = holder_client.lock(&name).lock().unwrap();
-    let mut handles = Vec::new();
-    for _ in 0..3 {
-        let lock = waiters_client.lock(&name);
-        handles.push(thread::spawn(move || {
-            let start = Instant::now();
-            let guard = lock
-                .try_lock(Duration::from_secs(20), Some(Duration::from_millis(100)))
-                .unwrap();
-            (start.elapsed(), guard.is_some())
-        }));
-    }
+    let waiters: Vec<_> = (0..3)
+        .map(|_| support::spawn_waiter(waiters_client.lock(&name), Duration::from_secs(20)))
+        .collect();
     let mut admin = server.admin();
-    let channel = format!("redlatch:{{{name}}}:unlocked");
-    assert!(eventually(
-        Duration::from_secs(5),
-        || support::pubsub_channels(&mut admin, &channel).len() == 1
-    ));
+    support::await_waiting(&mut admin, &name);
     thread::sleep(Duration::from_millis(100));
     let forced = Instant::now();
     assert!(holder_client.lock(&name).force_unlock().unwrap());
-    for h in handles {
-        let (_, got) = h.join().unwrap();
-        assert!(got);
+    for waiter in waiters {
+        assert!(waiter.join().unwrap());
     }
     // Each waiter took it in turn (100 ms leases), long before the holder's 30 s lease.
     assert!(forced.elapsed() < Duration::from_secs(5));

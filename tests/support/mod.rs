@@ -171,6 +171,45 @@ pub fn pubsub_channels(admin: &mut redis::Connection, pattern: &str) -> Vec<Stri
         .unwrap()
 }
 
+/// The unlock channel of lock `name` under the default prefix.
+pub fn channel_of(name: &str) -> String {
+    format!("redlatch:{{{name}}}:unlocked")
+}
+
+/// Waits (at most 5 s) until some client subscribes to lock `name`'s channel: a waiter has
+/// queued and its subscription is live.
+pub fn await_waiting(admin: &mut redis::Connection, name: &str) {
+    let channel = channel_of(name);
+    assert!(
+        eventually(Duration::from_secs(5), || pubsub_channels(admin, &channel)
+            .len()
+            == 1),
+        "nobody subscribed to {channel} in time"
+    );
+}
+
+/// Starts a thread that waits up to `wait` for `lock`; joins to whether it got it.
+pub fn spawn_waiter(lock: redlatch::Lock, wait: Duration) -> thread::JoinHandle<bool> {
+    thread::spawn(move || lock.try_lock(wait, None).unwrap().is_some())
+}
+
+/// Queues a waiter on `lock` (held by `held`), waits until its subscription is live, releases
+/// `held`, and returns how long after the release the waiter had the lock.
+pub fn release_to_waiter(
+    admin: &mut redis::Connection,
+    lock: redlatch::Lock,
+    held: redlatch::LockGuard,
+) -> Duration {
+    let name = lock.name().to_string();
+    let waiter = spawn_waiter(lock, Duration::from_secs(25));
+    await_waiting(admin, &name);
+    thread::sleep(Duration::from_millis(100)); // let it settle into its sleep
+    let released = Instant::now();
+    held.unlock().unwrap();
+    assert!(waiter.join().unwrap(), "the waiter did not get the lock");
+    released.elapsed()
+}
+
 /// Threads of this process, from /proc.
 pub fn thread_count() -> usize {
     std::fs::read_dir("/proc/self/task")
