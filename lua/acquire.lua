@@ -5,6 +5,7 @@
 -- ARGV[1]  owner id             "<client uuid>:<thread number>"
 -- ARGV[2]  holds                how many holds the caller has (0 = a first acquisition)
 -- ARGV[3]  lease                milliseconds
+-- ARGV[4]  token                the fencing token of the caller's hold (when holds > 0)
 --
 -- Replies (an array {status, value}):
 --   { 1, token }   acquired; token is the fencing token (a re-entry keeps the first one's)
@@ -20,7 +21,7 @@
 -- Each redis.call costs about as much as the script's dispatch: the free path makes four.
 
 local lock, fence = KEYS[1], KEYS[2]
-local owner, holds, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local owner, holds, lease, held_token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 
 -- INCR refuses a non-integer or a non-string without writing anything.
 local function next_token()
@@ -64,18 +65,29 @@ if mine == 0 then
   return {0, pttl}
 end
 
-local token
 if holds == 0 then
-  token = next_token()
-else
-  token = tonumber(redis.pcall('get', fence))
+  -- Our field without a hold of ours: take it over, as a new hold with a new token and
+  -- this acquisition's lease.
+  local token = next_token()
+  if not token then
+    return redis.error_reply('WRONGTYPE fence')
+  end
+  redis.call('hset', lock, owner, 1)
+  redis.call('pexpire', lock, lease)
+  return {1, token}
 end
-if not token then
+
+-- A re-entry: the field must belong to the caller's current hold.
+local current = redis.pcall('get', fence)
+if type(current) == 'table' or not tonumber(current) then
   return redis.error_reply('WRONGTYPE fence')
+end
+if current ~= held_token then
+  return {-1, 0}
 end
 redis.call('hset', lock, owner, holds + 1)
 -- A re-entry never shortens the lease the outer holds rely on.
 if lease > pttl then
   redis.call('pexpire', lock, lease)
 end
-return {1, token}
+return {1, tonumber(current)}

@@ -123,9 +123,10 @@ impl Backend {
     }
 
     /// How long a latch that makes a retried script idempotent must live: longer than the
-    /// slowest retry can arrive (every attempt connecting and timing out, plus the pauses).
+    /// slowest retry can arrive (every attempt waiting for a pooled connection, connecting and
+    /// timing out, plus the pauses).
     pub fn latch_ttl(&self) -> Duration {
-        let attempt = self.settings.connect_timeout + self.settings.response_timeout;
+        let attempt = self.settings.connect_timeout * 2 + self.settings.response_timeout;
         attempt * ATTEMPTS as u32 + BACKOFF.iter().sum::<Duration>() + Duration::from_secs(1)
     }
 

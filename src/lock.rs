@@ -20,6 +20,24 @@ const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// Ownership belongs to a thread: the same thread may acquire again (re-entry, with a new
 /// guard), and another thread, of this client or any other, waits.
 ///
+/// # Re-entry and leases
+/// A re-entry succeeds at once, keeps the first acquisition's fencing token, and never
+/// shortens the lease: Redis keeps the longer of the current lease and the new one. Once any
+/// guard of a hold was taken without a lease, the watchdog renews the hold until its last
+/// guard is gone. A re-entry into a hold that was [lost](LockGuard::is_lost) fails with
+/// [`Error::LockLost`] until the thread has dropped the lost guards.
+///
+/// # Waiting
+/// Threads of one client that wait for the same lock queue in arrival order, and a thread
+/// that asks while others of its client already wait queues behind them rather than racing
+/// them to Redis. Across clients there is no global order: each release wakes the first
+/// waiter of every client, and the fastest takes the lock.
+///
+/// # Time
+/// Every Redis round trip is bounded by the client's response timeout (3 s by default), so a
+/// call may overrun its `wait` by up to that much when Redis stops answering, and then fails
+/// with [`Error::Redis`].
+///
 /// ```no_run
 /// # fn main() -> redlatch::Result<()> {
 /// use std::time::Duration;
@@ -224,7 +242,7 @@ impl Lock {
         if existing.as_ref().is_some_and(|h| h.is_lost()) {
             return Err(self.lost());
         }
-        let holds = existing.as_ref().map_or(0, |h| h.guards());
+        let held = existing.as_ref().map(|h| (h.guards(), h.token));
         let owner: Arc<str> = match &existing {
             Some(hold) => hold.owner.clone(),
             None => core.owner(thread).into(),
@@ -238,7 +256,7 @@ impl Lock {
         let keys = &self.keys;
         let reply = core
             .backend
-            .run(|con| scripts::acquire(con, keys, &owner, holds, lease_set))
+            .run(|con| scripts::acquire(con, keys, &owner, held, lease_set))
             .map_err(|e| keys.resolve(e))?;
         match reply {
             Acquire::Acquired { token } => {

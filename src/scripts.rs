@@ -40,15 +40,17 @@ pub(crate) fn acquire(
     con: &mut Connection,
     keys: &LockKeys,
     owner: &str,
-    holds: u32,
+    hold: Option<(u32, u64)>,
     lease: Duration,
 ) -> RedisResult<Acquire> {
+    let (holds, token) = hold.unwrap_or((0, 0));
     let (status, value): (i64, i64) = ACQUIRE
         .key(&keys.lock)
         .key(&keys.fence)
         .arg(owner)
         .arg(holds)
         .arg(millis(lease))
+        .arg(token)
         .invoke(con)?;
     Ok(match status {
         1 => Acquire::Acquired {
@@ -79,10 +81,12 @@ pub(crate) fn release(
 ) -> RedisResult<Release> {
     let reply: i64 = RELEASE
         .key(&keys.lock)
+        .key(&keys.fence)
         .key(&keys.channel)
         .key(keys.release_latch(owner, token))
         .arg(owner)
         .arg(holds)
+        .arg(token)
         .arg(millis(latch_ttl))
         .arg(PUBLISH)
         .invoke(con)?;

@@ -333,13 +333,23 @@ pub(crate) struct Waiter<'a> {
 
 impl Waiter<'_> {
     /// Sleeps until a permit arrives or `timeout` passes; `true` if woken by a permit.
+    ///
+    /// A sleep that ends without a permit while the channel is still not subscribed rings
+    /// the subscriber thread again: the ring that should have subscribed it may have failed,
+    /// and no later waiter of this lock would ring.
     pub fn wait(&self, timeout: Duration) -> bool {
-        let mut permit = self.slot.permit.lock();
-        if !*permit {
-            // Spurious wake-ups re-check the permit; the timeout is absolute.
-            let _ = self.slot.wake.wait_while_for(&mut permit, |p| !*p, timeout);
+        let woken = {
+            let mut permit = self.slot.permit.lock();
+            if !*permit {
+                // Spurious wake-ups re-check the permit; the timeout is absolute.
+                let _ = self.slot.wake.wait_while_for(&mut permit, |p| !*p, timeout);
+            }
+            std::mem::replace(&mut *permit, false)
+        };
+        if !woken && !self.entry.state.lock().confirmed {
+            self.subscriber.ring();
         }
-        std::mem::replace(&mut *permit, false)
+        woken
     }
 
     /// Records that the lock was found held for `ttl` more, for threads queueing behind.
@@ -406,6 +416,8 @@ impl SubscriberTask {
                 }
                 continue;
             }
+            // Rings that came while we served or slept are answered by connecting now.
+            while self.rung.try_recv().is_ok() {}
             let started = Instant::now();
             let failure = match self.backend.connect() {
                 Ok(con) => self.serve(con).err(),
@@ -422,11 +434,20 @@ impl SubscriberTask {
             if started.elapsed() > BACKOFF_MAX * 2 {
                 backoff = BACKOFF_MIN; // it had worked for a while
             }
-            log::warn!("redlatch pub/sub connection failed: {e}; retrying in {backoff:?}");
-            // Failing fast, again and again (refused, or closed at once): back off.
-            match self.rung.recv_timeout(backoff) {
-                Ok(()) | Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return,
+            log::warn!(
+                "redlatch pub/sub connection failed: {e}; waiters wake at their lock's TTL \
+                 until it is back; retrying in {backoff:?}"
+            );
+            // Failing fast, again and again (refused, or closed at once): back off. Rings
+            // do not cut the pause short; only a stop does.
+            let until = Instant::now() + backoff;
+            loop {
+                match self.rung.recv_deadline(until) {
+                    Ok(()) if self.stopping() => return,
+                    Ok(()) => {}
+                    Err(RecvTimeoutError::Timeout) => break,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
             }
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
@@ -449,23 +470,15 @@ impl SubscriberTask {
         while !self.stopping() {
             let value = match con.recv_response() {
                 Ok(value) => value,
-                // The connection is spent either way (a timed-out read leaves it out of step).
-                Err(e) if e.is_timeout() => {
-                    return if self.shared.entries.lock().is_empty() {
-                        Ok(())
-                    } else {
-                        Err(e)
-                    };
-                }
+                // Quiet for IDLE_TIMEOUT: give the connection up (a timed-out read leaves it
+                // out of step anyway). `run` makes a new one if threads still wait.
+                Err(e) if e.is_timeout() => return Ok(()),
                 Err(e) => return Err(e),
             };
-            if let Value::ServerError(e) = &value {
-                // A refused SUBSCRIBE (an ACL without our channels, say). Waiters still wake at
-                // the lock's TTL; say loudly why they are slow, and try again later.
-                log::warn!(
-                    "redis refused a redlatch subscription ({e:?}): waiters fall back to polling at the lock's TTL"
-                );
-                return Err(e.clone().into());
+            if let Value::ServerError(e) = value {
+                // A refused SUBSCRIBE (an ACL without our channels, say): `run` says so and
+                // tries again later.
+                return Err(e.into());
             }
             let Some((kind, channel, payload)) = parse_push(value) else {
                 continue;

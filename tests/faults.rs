@@ -405,13 +405,15 @@ fn a_release_that_never_reached_redis_does_not_hand_its_token_out_again() {
     );
     proxy.blackhole(false);
 
-    // The hold is still in Redis; this thread takes it over, but with a new token.
-    let again = lock.lock_with_lease(Duration::from_secs(30)).unwrap();
+    // The hold is still in Redis; this thread takes it over, with a new token and the new
+    // lease (not the dead hold's longer one).
+    let again = lock.lock_with_lease(Duration::from_secs(1)).unwrap();
     assert!(
         again.fencing_token() > first_token,
         "token {first_token} was handed out twice"
     );
     assert_eq!(lock.hold_count().unwrap(), 1);
+    assert!(lock.remaining_ttl().unwrap().unwrap() <= Duration::from_secs(1));
     again.unlock().unwrap();
     assert!(!lock.is_locked().unwrap());
 }
@@ -468,4 +470,44 @@ fn a_resp3_client_is_woken_like_a_resp2_one() {
     let held = holder.lock(&name).lock().unwrap(); // 30 s lease
     let took = release_to_waiter(&mut admin, waiter_client.lock(&name), held);
     assert!(took < Duration::from_secs(2), "woken after {took:?}");
+}
+
+#[test]
+fn a_release_that_reaches_redis_late_leaves_a_newer_hold_alone() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let client = Client::builder(&proxy.url())
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    warm_up(&client);
+    let lock = client.lock(&unique("late-release"));
+    let first = lock.lock_with_lease(Duration::from_secs(30)).unwrap();
+
+    // The release times out on its way; the thread moves on and takes the lock again.
+    proxy.stall_open_connections();
+    assert!(matches!(first.unlock(), Err(Error::Redis(_))));
+    let again = lock.lock_with_lease(Duration::from_secs(30)).unwrap();
+
+    // Now the old release arrives. It must not delete the new hold.
+    let mut admin = server.admin();
+    let scripts_run = support::command_calls(&mut admin, "evalsha");
+    assert!(proxy.deliver_held() > 0);
+    assert!(
+        eventually(Duration::from_secs(5), || support::command_calls(
+            &mut admin, "evalsha"
+        ) > scripts_run),
+        "the held-back release never ran"
+    );
+    let other = Client::open(&server.url()).unwrap();
+    assert!(
+        other
+            .lock(lock.name())
+            .try_lock(Duration::ZERO, None)
+            .unwrap()
+            .is_none(),
+        "the late release freed the lock under its new holder"
+    );
+    assert!(!again.is_lost());
+    again.unlock().unwrap();
 }

@@ -91,6 +91,42 @@ fn two_threads_per_client_with_50_waiters_and_none_after_drop() {
     let url = format!("redis://deaf:pw@127.0.0.1:{}/", server.port);
     let deaf = Client::open(&url).unwrap();
     let holder = Client::open(&server.url()).unwrap();
+
+    // Threads that keep joining must not turn the refused subscriber's backoff into a
+    // reconnect storm.
+    let connections = || -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .query(&mut server.admin())
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap()
+    };
+    let busy = holder.lock("deaf-busy").lock().unwrap();
+    let before_storm = connections();
+    let churners: Vec<_> = (0..4)
+        .map(|_| {
+            let lock = deaf.lock("deaf-busy");
+            std::thread::spawn(move || {
+                for _ in 0..20 {
+                    assert!(
+                        lock.try_lock(Duration::from_millis(100), None)
+                            .unwrap()
+                            .is_none()
+                    );
+                }
+            })
+        })
+        .collect();
+    for c in churners {
+        c.join().unwrap();
+    }
+    let reconnects = connections() - before_storm;
+    assert!(reconnects < 40, "{reconnects} connections in about 2 s");
+    drop(busy);
+
     let held = holder
         .lock("deaf")
         .lock_with_lease(Duration::from_millis(300))

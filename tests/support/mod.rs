@@ -233,6 +233,16 @@ struct ProxyState {
     cuts: AtomicUsize,
     stop: AtomicBool,
     streams: Mutex<Vec<TcpStream>>,
+    links: Mutex<Vec<Arc<Link>>>,
+}
+
+/// One proxied connection's client-to-server direction, which can be held back.
+struct Link {
+    /// Requests are kept here instead of reaching the server, until delivered.
+    stalled: AtomicBool,
+    held: Mutex<Vec<u8>>,
+    to_server: TcpStream,
+    client_gone: AtomicBool,
 }
 
 impl Proxy {
@@ -246,6 +256,7 @@ impl Proxy {
             cuts: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             streams: Mutex::new(Vec::new()),
+            links: Mutex::new(Vec::new()),
         });
         let accept_state = state.clone();
         thread::spawn(move || {
@@ -273,6 +284,13 @@ impl Proxy {
         }
         let lose_next_reply = Arc::new(AtomicBool::new(false));
         let (mut c_read, mut s_write) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+        let link = Arc::new(Link {
+            stalled: AtomicBool::new(false),
+            held: Mutex::new(Vec::new()),
+            to_server: server.try_clone().unwrap(),
+            client_gone: AtomicBool::new(false),
+        });
+        state.links.lock().push(link.clone());
         let up_state = state.clone();
         let up_flag = lose_next_reply.clone();
         thread::spawn(move || {
@@ -284,6 +302,13 @@ impl Proxy {
                 let chunk = &buf[..n];
                 if up_state.blackhole.load(Ordering::SeqCst) {
                     continue;
+                }
+                {
+                    let mut held = link.held.lock();
+                    if link.stalled.load(Ordering::SeqCst) {
+                        held.extend_from_slice(chunk);
+                        continue;
+                    }
                 }
                 {
                     let mut armed = up_state.armed.lock();
@@ -299,7 +324,14 @@ impl Proxy {
                     break;
                 }
             }
-            let _ = s_write.shutdown(Shutdown::Both);
+            // Held-back requests still go to the server when delivered: close then.
+            let held = link.held.lock();
+            if link.stalled.load(Ordering::SeqCst) {
+                link.client_gone.store(true, Ordering::SeqCst);
+            } else {
+                let _ = s_write.shutdown(Shutdown::Both);
+            }
+            drop(held);
         });
         let (mut s_read, mut c_write) = (server, client);
         thread::spawn(move || {
@@ -334,6 +366,32 @@ impl Proxy {
     /// While on, requests vanish: the server never sees them and the client never hears back.
     pub fn blackhole(&self, on: bool) {
         self.state.blackhole.store(on, Ordering::SeqCst);
+    }
+
+    /// Holds back whatever the connections open now send, until [`Proxy::deliver_held`]:
+    /// requests that reach the server late, after their client gave up on them. Connections
+    /// opened later pass freely.
+    pub fn stall_open_connections(&self) {
+        for link in self.state.links.lock().iter() {
+            link.stalled.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Sends the held-back requests to the server; returns how many bytes that was.
+    pub fn deliver_held(&self) -> usize {
+        let mut delivered = 0;
+        for link in self.state.links.lock().iter() {
+            let mut held = link.held.lock();
+            if link.stalled.swap(false, Ordering::SeqCst) {
+                delivered += held.len();
+                let _ = (&link.to_server).write_all(&held);
+                held.clear();
+                if link.client_gone.load(Ordering::SeqCst) {
+                    let _ = link.to_server.shutdown(Shutdown::Write);
+                }
+            }
+        }
+        delivered
     }
 
     /// Replies lost so far.
