@@ -1,27 +1,36 @@
--- acquire.lua: take the lock, or re-enter it, for one owner.
+-- acquire.lua: take the lock, or re-enter it, for one owner; or queue the owner for it.
 --
 -- KEYS[1]  the lock hash        <prefix>:{<name>}          field = owner, value = hold count
 -- KEYS[2]  the fencing counter  <prefix>:{<name>}:fence    never expires
+-- KEYS[3]  the wait queue       <prefix>:{<name>}:queue    zset: owner -> arrival (µs)
+-- KEYS[4]  the waiters' terms   <prefix>:{<name>}:waiters  hash: owner -> "<expiry ms> <lease ms>"
 -- ARGV[1]  owner id             "<client uuid>:<thread number>"
 -- ARGV[2]  holds                how many holds the caller has (0 = a first acquisition)
 -- ARGV[3]  lease                milliseconds
 -- ARGV[4]  token                the fencing token of the caller's hold (when holds > 0)
+-- ARGV[5]  queue for            ms the caller will wait if the lock is busy (0: don't queue)
+-- ARGV[6]  queued               "1" if an earlier attempt of this wait may have queued it
 --
 -- Replies (an array {status, value}):
 --   { 1, token }   acquired; token is the fencing token (a re-entry keeps the first one's)
---   { 0, pttl  }   held by another owner; pttl bounds how long the caller should sleep
+--   { 0, pttl  }   held by another owner; pttl bounds how long the caller should sleep.
+--                  With ARGV[5] > 0 the caller is now in the queue: the release that frees
+--                  the lock hands it to the first live waiter of the queue (release.lua).
 --   {-1, 0     }   the caller believed it held the lock (holds > 0) but its hold is gone
--- Errors: "WRONGTYPE lock" / "WRONGTYPE fence" when that key holds data that is not ours.
+-- Errors: "WRONGTYPE lock" / "WRONGTYPE fence" / "WRONGTYPE queue" when that key holds data
+-- that is not ours.
 --
 -- Idempotent: the hold count is *set* to holds + 1, never incremented, so a retry after a
 -- lost reply changes nothing it should not. A first acquisition that finds the caller's
--- field already there (its own earlier attempt whose reply was lost, or a release that never
--- reached Redis) takes over that hold with a *new* token: tokens are never handed out twice.
+-- field already there (the lock was handed to it and the message was lost, its own earlier
+-- attempt whose reply was lost, or a release that never reached Redis) takes that hold over
+-- with a *new* token and this acquisition's lease: tokens are never handed out twice.
 -- Nothing is written before every check has passed, so an error leaves no partial change.
 -- Each redis.call costs about as much as the script's dispatch: the free path makes four.
 
-local lock, fence = KEYS[1], KEYS[2]
+local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, holds, lease, held_token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local queue_for, queued = tonumber(ARGV[5]), ARGV[6] == '1'
 
 -- INCR refuses a non-integer or a non-string without writing anything.
 local function next_token()
@@ -30,6 +39,14 @@ local function next_token()
     return nil
   end
   return token
+end
+
+-- The caller got the lock: it no longer waits.
+local function leave_queue()
+  if queued then
+    redis.pcall('zrem', queue, owner)
+    redis.pcall('hdel', waiters, owner)
+  end
 end
 
 -- PTTL answers for a key of any type: -2 absent, -1 no expiry.
@@ -45,6 +62,7 @@ if pttl == -2 then
   end
   redis.call('hset', lock, owner, 1)
   redis.call('pexpire', lock, lease)
+  leave_queue()
   return {1, token}
 end
 
@@ -62,6 +80,25 @@ if mine == 0 then
   if holds > 0 then
     return {-1, 0}
   end
+  if queue_for > 0 then
+    -- Keep the place of an owner already queued (NX); refresh how long it stays valid.
+    local now = redis.call('time')
+    local queued_ok = redis.pcall('zadd', queue, 'NX', now[1] * 1000000 + now[2], owner)
+    if type(queued_ok) == 'table' then
+      return redis.error_reply('WRONGTYPE queue')
+    end
+    local expiry = now[1] * 1000 + math.floor(now[2] / 1000) + queue_for
+    local terms_ok = redis.pcall('hset', waiters, owner, expiry .. ' ' .. lease)
+    if type(terms_ok) == 'table' then
+      redis.call('zrem', queue, owner)
+      return redis.error_reply('WRONGTYPE queue')
+    end
+    -- The queue outlives its last valid place, so an abandoned lock leaves nothing behind.
+    if redis.call('pttl', queue) < queue_for then
+      redis.call('pexpire', queue, queue_for)
+      redis.call('pexpire', waiters, queue_for)
+    end
+  end
   return {0, pttl}
 end
 
@@ -74,6 +111,7 @@ if holds == 0 then
   end
   redis.call('hset', lock, owner, 1)
   redis.call('pexpire', lock, lease)
+  leave_queue()
   return {1, token}
 end
 

@@ -1,9 +1,12 @@
--- release.lua: give back one hold; the last one deletes the lock and wakes a waiter.
+-- release.lua: give back one hold; the last one hands the lock to the first live waiter in
+-- the queue, or deletes it and wakes a waiter.
 --
 -- KEYS[1]  the lock hash     <prefix>:{<name>}
 -- KEYS[2]  the fence         <prefix>:{<name>}:fence
 -- KEYS[3]  the channel       <prefix>:{<name>}:unlocked
 -- KEYS[4]  the release latch <prefix>:{<name>}:released:<owner>:<token>
+-- KEYS[5]  the wait queue    <prefix>:{<name>}:queue
+-- KEYS[6]  waiters' terms    <prefix>:{<name>}:waiters
 -- ARGV[1]  owner id
 -- ARGV[2]  holds             how many holds the caller has before this release (>= 1)
 -- ARGV[3]  token             the fencing token of the hold being released
@@ -11,21 +14,25 @@
 -- ARGV[5]  publish command   PUBLISH (or SPUBLISH on a sharded cluster)
 --
 -- Replies:
---   1  released: the lock is deleted and "unlock" was published on the channel
+--   1  released: the lock went to the next waiter ("grant <token> <lease ms> <owner>"
+--      published on the channel), or was deleted ("unlock" published)
 --   2  still held: the caller's hold count is now holds - 1
 --   0  not ours: nothing was changed
 --
 -- The hold is ours only if the owner's field is there *and* the fence still shows the hold's
--- token: a release that timed out and reaches Redis late must not touch a newer hold the same
--- thread has taken since.
+-- token: a release that timed out and reaches Redis late must not touch a newer hold.
+--
+-- Handing over inside the release is what makes a hand-off cheap and fair: the next holder
+-- is the oldest waiter still waiting (its terms say until when), anywhere in the fleet; it
+-- needs no attempt of its own, only the message; and nobody else is woken to race for it.
+-- A waiter whose message is lost still finds the lock is its own at its next attempt.
 --
 -- Idempotent, so a retry after a lost reply tells the owner the truth: an intermediate
 -- release *sets* the count to holds - 1; the final release leaves a short-lived latch named
 -- after the hold's owner and fencing token, and a retry that finds the latch answers 1
--- instead of "not ours" (Redisson issues #4871 and #6651). The latch is looked at only when
--- the hold is gone.
+-- instead of "not ours" (Redisson issues #4871 and #6651).
 
-local lock, fence, channel, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lock, fence, channel, latch, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local owner, holds, token = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local latch_ttl, publish = ARGV[4], ARGV[5]
 
@@ -42,7 +49,36 @@ if holds > 1 then
   return 2
 end
 
-redis.call('del', lock)
-redis.call(publish, channel, 'unlock')
 redis.call('set', latch, '1', 'px', latch_ttl)
+redis.call('del', lock)
+
+-- The oldest waiter whose terms have not run out gets the lock. Stale entries (a waiter that
+-- gave up without withdrawing, or died) are dropped on the way; a bounded number per release.
+local now
+for _ = 1, 64 do
+  local head = redis.pcall('zrange', queue, 0, 0)
+  if type(head) ~= 'table' or head.err or not head[1] then
+    break
+  end
+  head = head[1]
+  redis.call('zrem', queue, head)
+  local terms = redis.pcall('hget', waiters, head)
+  redis.pcall('hdel', waiters, head)
+  if type(terms) == 'string' then
+    local expiry, lease = string.match(terms, '^(%d+) (%d+)$')
+    if not now then
+      local t = redis.call('time')
+      now = t[1] * 1000 + math.floor(t[2] / 1000)
+    end
+    if expiry and tonumber(expiry) > now then
+      local next_token = redis.call('incr', fence)
+      redis.call('hset', lock, head, 1)
+      redis.call('pexpire', lock, lease)
+      redis.call(publish, channel, 'grant ' .. next_token .. ' ' .. lease .. ' ' .. head)
+      return 1
+    end
+  end
+end
+
+redis.call(publish, channel, 'unlock')
 return 1

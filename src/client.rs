@@ -226,11 +226,12 @@ impl ClientBuilder {
         backend.run(|con| redis::cmd("PING").query::<()>(con))?;
 
         let id = uuid::Uuid::new_v4().to_string();
-        let (ring_requests, rings_requested) = crossbeam_channel::bounded(1);
+        let (errands, errands_received) = crossbeam_channel::unbounded();
         let (subscriber, subscriber_task) = Subscriber::new(
             backend.clone(),
             keys::control_channel(&self.prefix, &id),
-            ring_requests,
+            format!("{id}:"),
+            errands,
         );
         let core = Arc::new(Core {
             id,
@@ -246,7 +247,7 @@ impl ClientBuilder {
         let renewal_core = core.clone();
         let renewal = std::thread::Builder::new()
             .name("redlatch-renewal".into())
-            .spawn(move || crate::renewal::run(renewal_core, renewal_stopped, rings_requested))
+            .spawn(move || crate::renewal::run(renewal_core, renewal_stopped, errands_received))
             .map_err(Error::Thread)?;
         let subscriber = std::thread::Builder::new()
             .name("redlatch-subscriber".into())

@@ -4,6 +4,8 @@
 //! - `p:{name}`            the lock hash: owner id -> hold count, with a PEXPIRE lease
 //! - `p:{name}:fence`      the fencing counter; never expires
 //! - `p:{name}:unlocked`   the channel a release publishes on
+//! - `p:{name}:queue`      the waiters, oldest first (zset: owner id -> arrival, µs)
+//! - `p:{name}:waiters`    their terms (hash: owner id -> "<expiry ms> <lease ms>")
 //! - `p:{name}:released:<owner>:<token>`  a latch that makes a retried release idempotent;
 //!   lives a few seconds
 //! - `p:{name}:forced:<request id>`  the same for a force-unlock
@@ -22,6 +24,8 @@ pub(crate) struct LockKeys {
     pub lock: String,
     pub fence: String,
     pub channel: String,
+    pub queue: String,
+    pub waiters: String,
 }
 
 impl LockKeys {
@@ -31,6 +35,8 @@ impl LockKeys {
             name: name.to_string(),
             fence: format!("{lock}:fence"),
             channel: format!("{lock}:unlocked"),
+            queue: format!("{lock}:queue"),
+            waiters: format!("{lock}:waiters"),
             lock,
         }
     }
@@ -46,14 +52,15 @@ impl LockKeys {
     }
 
     /// Names the key in a [`Error::WrongType`]: the scripts say which of the lock's keys
-    /// holds foreign data ("lock" or "fence"), not the key itself, which may be any text.
+    /// holds foreign data ("lock", "fence" or "queue"), not the key itself, which may be any
+    /// text.
     pub fn resolve(&self, e: Error) -> Error {
         match e {
             Error::WrongType { key } => Error::WrongType {
-                key: if key == "fence" {
-                    self.fence.clone()
-                } else {
-                    self.lock.clone()
+                key: match key.as_str() {
+                    "fence" => self.fence.clone(),
+                    "queue" => self.queue.clone(),
+                    _ => self.lock.clone(),
                 },
             },
             other => other,

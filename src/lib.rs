@@ -58,9 +58,11 @@ pub mod bench_support {
     /// lock's channel until Redis confirms the subscription. `None` if not within 5 s.
     pub fn subscribe_latency(client: &Client, name: &str) -> Option<Duration> {
         let core = client.core();
-        let channel = LockKeys::new(&core.prefix, name).channel;
+        let keys = std::sync::Arc::new(LockKeys::new(&core.prefix, name));
         let start = Instant::now();
-        let waiter = core.subscriber.join(&channel, Duration::from_secs(5));
-        waiter.wait(Duration::from_secs(5)).then(|| start.elapsed())
+        let subscriber = &core.subscriber;
+        let waiter = subscriber.join(subscriber.expect(&keys, crate::client::thread_number()));
+        (waiter.wait(Duration::from_secs(5)) == crate::subscriber::Wake::Permit)
+            .then(|| start.elapsed())
     }
 }

@@ -8,11 +8,16 @@ use crate::client::{Client, Core, thread_number};
 use crate::error::{Error, Result};
 use crate::hold::Hold;
 use crate::keys::LockKeys;
-use crate::scripts::{self, Acquire, Release};
+use crate::scripts::{self, Acquire, Queueing, Release};
+use crate::subscriber::Wake;
 
 /// The longest lease or wait the crate accepts: far beyond any sensible value, far below
 /// where milliseconds overflow in Redis or `Instant` arithmetic.
 const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// How much longer than the waiter's own horizon its place in the queue stays valid: the
+/// round trip of the attempt that renews it.
+const QUEUE_SLACK: Duration = Duration::from_secs(2);
 
 /// A handle on the lock called [`name`](Lock::name), made by [`Client::lock`].
 ///
@@ -164,6 +169,13 @@ impl Lock {
     }
 
     /// The waiting path. `wait: None` waits forever.
+    ///
+    /// An attempt that finds the lock busy also queues the thread in Redis (acquire.lua), so
+    /// that the release which frees the lock hands it straight to the oldest waiter anywhere
+    /// in the fleet (release.lua): the new holder learns it from the release's message and
+    /// needs no attempt of its own, nobody else is woken to race for it, and a thread that
+    /// releases and asks again queues behind those already waiting. Attempts after a sleep
+    /// remain the fallback for every message lost and every holder that died.
     fn acquire(
         &self,
         wait: Option<Duration>,
@@ -178,64 +190,140 @@ impl Lock {
                 )));
             }
         }
-        let start = Instant::now();
         // A wait too long to represent is a wait without end.
-        let deadline = wait.and_then(|w| start.checked_add(w));
+        let deadline = wait.and_then(|w| Instant::now().checked_add(w));
         let core = self.core();
+        let thread = thread_number();
+        // A re-entry never waits (it either succeeds or finds its hold lost), and a single
+        // attempt does not queue.
+        let queues =
+            wait != Some(Duration::ZERO) && core.holds.get(&self.keys.lock, thread).is_none();
+        let queueing = |queued| self.queueing(queues, queued, deadline);
+        let expecting = queues.then(|| core.subscriber.expect(&self.keys, thread));
 
-        // Other threads of this client wait already: queue behind them (see
-        // `Subscriber::join_behind_waiters`), unless this thread holds the lock (a re-entry
-        // never waits) or may make only one attempt.
-        let reentry = core.holds.get(&self.keys.lock, thread_number()).is_some();
-        let queued = if reentry || wait == Some(Duration::ZERO) {
-            None
-        } else {
-            core.subscriber.join_behind_waiters(&self.keys.channel)
+        let mut ttl = match self.attempt(lease, queueing(false))? {
+            Attempt::Acquired(guard) => return Ok(Some(guard)),
+            Attempt::Busy { ttl } => ttl,
         };
-        let (mut waiter, mut ttl) = match queued {
-            Some(queued) => queued,
-            None => {
-                let ttl = match self.attempt(lease)? {
-                    Attempt::Acquired(guard) => return Ok(Some(guard)),
-                    Attempt::Busy { ttl } => ttl,
-                };
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Ok(None); // no time left to wait: don't subscribe for nothing
-                }
-                // Queue up and make sure the channel is subscribed: the first wait returns
-                // when it is, and the attempt after it cannot miss a release.
-                (core.subscriber.join(&self.keys.channel, ttl), ttl)
-            }
+        let Some(expecting) = expecting else {
+            return Ok(None);
         };
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            drop(expecting);
+            return self.give_up(lease); // no time left: don't subscribe for nothing
+        }
+        // Make sure the channel is subscribed: unless it was since before the attempt, the
+        // first wait returns when it is, and the attempt after it cannot miss a release.
+        let mut waiter = core.subscriber.join(expecting);
 
-        // Alternate sleeps and attempts. A sleep ends at a wake-up, at the lock's TTL (its
-        // holder may have died without a message) or at our deadline.
+        // A sleep ends at a hand-over, a wake-up, the lock's TTL (its holder may have died
+        // without a message), the time to renew our place in the queue, or our deadline.
         loop {
-            let now = Instant::now();
-            // A TTL of 0 means the lease is running out right now: give it a millisecond
-            // rather than spin.
-            let bound = ttl.max(Duration::from_millis(1));
+            let bound = ttl.clamp(Duration::from_millis(1), core.watchdog_timeout);
             let sleep = match deadline {
-                Some(deadline) if now >= deadline => return Ok(None),
-                Some(deadline) => bound.min(deadline - now),
+                Some(deadline) => bound.min(deadline.saturating_duration_since(Instant::now())),
                 None => bound,
             };
-            waiter.wait(sleep);
-            match self.attempt(lease)? {
+            if let Wake::HandedOver { token, received } = waiter.wait(sleep) {
+                waiter.acquired();
+                return Ok(Some(self.handed_over(token, received, lease)));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                drop(waiter);
+                return self.give_up(lease);
+            }
+            match self.attempt(lease, queueing(true))? {
                 Attempt::Acquired(guard) => {
                     waiter.acquired();
                     return Ok(Some(guard));
                 }
-                Attempt::Busy { ttl: t } => {
-                    waiter.saw_busy(t);
-                    ttl = t;
-                }
+                Attempt::Busy { ttl: t } => ttl = t,
             }
         }
     }
 
-    /// One round trip: acquire or re-enter, or learn how long the holder has left.
-    fn attempt(&self, lease: Option<Duration>) -> Result<Attempt> {
+    /// How an attempt of this wait treats the queue: a place in it stays valid until the
+    /// deadline, or for one watchdog timeout (the longest a waiter sleeps before its next
+    /// attempt renews it), plus slack for the round trip.
+    fn queueing(&self, queues: bool, queued: bool, deadline: Option<Instant>) -> Queueing {
+        if !queues {
+            return Queueing::NONE;
+        }
+        let refresh = self.core().watchdog_timeout;
+        let until_deadline =
+            deadline.map_or(refresh, |d| d.saturating_duration_since(Instant::now()));
+        Queueing {
+            queue_for: until_deadline.min(refresh) + QUEUE_SLACK,
+            queued,
+        }
+    }
+
+    /// The wait is over: leave the queue, unless the lock was handed to us meanwhile.
+    fn give_up(&self, lease: Option<Duration>) -> Result<Option<LockGuard>> {
+        let core = self.core();
+        let thread = thread_number();
+        let owner = core.owner(thread);
+        let lease_set = self.lease_set(lease);
+        let sent = Instant::now();
+        let keys = &self.keys;
+        let token = core
+            .backend
+            .run(|con| scripts::withdraw(con, keys, &owner, lease_set))
+            .map_err(|e| keys.resolve(e))?;
+        Ok(token.map(|token| self.new_hold(thread, owner.into(), token, sent, lease)))
+    }
+
+    /// A release handed the lock to this thread with `token`; its message arrived at
+    /// `received`. The lease began a little before, when the release ran: the local deadline
+    /// gives up a margin for the message's journey.
+    fn handed_over(&self, token: u64, received: Instant, lease: Option<Duration>) -> LockGuard {
+        let core = self.core();
+        let thread = thread_number();
+        let lease_set = self.lease_set(lease);
+        let margin = (lease_set / 100 + Duration::from_millis(5)).min(lease_set / 2);
+        let began = received.checked_sub(margin).unwrap_or(received);
+        self.new_hold(thread, core.owner(thread).into(), token, began, lease)
+    }
+
+    /// Registers a first hold (for renewal, before its guard exists) and returns its guard.
+    fn new_hold(
+        &self,
+        thread: u64,
+        owner: Arc<str>,
+        token: u64,
+        sent: Instant,
+        lease: Option<Duration>,
+    ) -> LockGuard {
+        let core = self.core();
+        let hold = Arc::new(Hold::new(self.keys.clone(), owner, token, core.epoch));
+        hold.extend(sent, self.lease_set(lease), self.renew_every(lease));
+        core.holds.insert(thread, hold.clone());
+        self.guard(hold, thread)
+    }
+
+    fn guard(&self, hold: Arc<Hold>, thread: u64) -> LockGuard {
+        hold.add_guard();
+        LockGuard {
+            lock: self.clone(),
+            hold,
+            thread,
+            released: false,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The lease an acquisition sets, in whole milliseconds as Redis keeps it.
+    fn lease_set(&self, lease: Option<Duration>) -> Duration {
+        Duration::from_millis(lease.unwrap_or(self.core().watchdog_timeout).as_millis() as u64)
+    }
+
+    fn renew_every(&self, lease: Option<Duration>) -> Option<Duration> {
+        lease.is_none().then(|| self.core().watchdog_timeout / 3)
+    }
+
+    /// One round trip: acquire or re-enter, or learn how long the holder has left (and, when
+    /// `queueing` says so, take a place in the queue).
+    fn attempt(&self, lease: Option<Duration>, queueing: Queueing) -> Result<Attempt> {
         let core = self.core();
         let thread = thread_number();
         let existing = core.holds.get(&self.keys.lock, thread);
@@ -247,39 +335,22 @@ impl Lock {
             Some(hold) => hold.owner.clone(),
             None => core.owner(thread).into(),
         };
-        // Redis keeps whole milliseconds: so does the local deadline.
-        let lease_set =
-            Duration::from_millis(lease.unwrap_or(core.watchdog_timeout).as_millis() as u64);
-        let renew_every = lease.is_none().then(|| core.watchdog_timeout / 3);
+        let lease_set = self.lease_set(lease);
 
         let sent = Instant::now();
         let keys = &self.keys;
         let reply = core
             .backend
-            .run(|con| scripts::acquire(con, keys, &owner, held, lease_set))
+            .run(|con| scripts::acquire(con, keys, &owner, held, lease_set, queueing))
             .map_err(|e| keys.resolve(e))?;
         match reply {
-            Acquire::Acquired { token } => {
-                let hold = match existing {
-                    Some(hold) => hold,
-                    None => {
-                        let hold = Arc::new(Hold::new(keys.clone(), owner, token, core.epoch));
-                        hold.extend(sent, lease_set, renew_every);
-                        // Registered before the guard exists: renewal cannot miss it.
-                        core.holds.insert(thread, hold.clone());
-                        hold
-                    }
-                };
-                hold.extend(sent, lease_set, renew_every);
-                hold.add_guard();
-                Ok(Attempt::Acquired(LockGuard {
-                    lock: self.clone(),
-                    hold,
-                    thread,
-                    released: false,
-                    _not_send: PhantomData,
-                }))
-            }
+            Acquire::Acquired { token } => Ok(Attempt::Acquired(match existing {
+                Some(hold) => {
+                    hold.extend(sent, lease_set, self.renew_every(lease));
+                    self.guard(hold, thread)
+                }
+                None => self.new_hold(thread, owner, token, sent, lease),
+            })),
             Acquire::Busy { ttl } => Ok(Attempt::Busy { ttl }),
             Acquire::Lost => {
                 if existing.is_some_and(|h| h.mark_lost()) {

@@ -10,9 +10,10 @@
 //! - Redis cannot be reached: the thread retries every [`RETRY`] and a hold becomes lost once
 //!   its last confirmed lease has run out (the holder's `is_lost()` sees that on its own too).
 //!
-//! It also does one errand for the subscriber: when the last waiter of a lock leaves (it got
-//! the lock, or its time ran out), the subscription should go, which takes a PUBLISH to wake
-//! the subscriber thread. The leaving thread asks this thread to do it, and returns at once.
+//! It also runs the subscriber's [errands](Errand), so that no waiter and not the subscriber
+//! thread spends a round trip on them: when the last waiter of a lock leaves (it got the lock,
+//! or its time ran out), the subscription should go, which takes a PUBLISH to wake the
+//! subscriber thread; and a lock handed to a thread that had stopped waiting is given back.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,7 +22,9 @@ use crossbeam_channel::{Receiver, select};
 
 use crate::client::Core;
 use crate::hold::Hold;
-use crate::scripts::{self, Renewal};
+use crate::keys::LockKeys;
+use crate::scripts::{self, Release, Renewal};
+use crate::subscriber::Errand;
 
 /// Locks per renewal script call.
 pub(crate) const BATCH: usize = 500;
@@ -29,7 +32,7 @@ pub(crate) const BATCH: usize = 500;
 const RETRY: Duration = Duration::from_millis(250);
 
 /// The thread's body; returns when `stop` is disconnected.
-pub(crate) fn run(core: Arc<Core>, stop: Receiver<()>, ring_requests: Receiver<()>) {
+pub(crate) fn run(core: Arc<Core>, stop: Receiver<()>, errands: Receiver<Errand>) {
     let lease = core.watchdog_timeout;
     let period = lease / 3;
     let mut next = Instant::now();
@@ -39,13 +42,36 @@ pub(crate) fn run(core: Arc<Core>, stop: Receiver<()>, ring_requests: Receiver<(
         }
         select! {
             recv(stop) -> _ => return,
-            recv(ring_requests) -> request => {
-                if request.is_ok() {
-                    core.subscriber.ring();
-                }
-            }
+            recv(errands) -> errand => match errand {
+                Ok(Errand::Ring) => core.subscriber.ring(),
+                Ok(Errand::ReleaseGrant { keys, owner, token }) => release_grant(&core, &keys, &owner, token),
+                Err(_) => {}
+            },
             default(next.saturating_duration_since(Instant::now())) => {}
         }
+    }
+}
+
+/// Gives back a lock that a release handed to a thread of ours that had stopped waiting.
+/// The release script checks the token, so a hold the thread took since is left alone.
+fn release_grant(core: &Core, keys: &LockKeys, owner: &str, token: u64) {
+    let latch_ttl = core.backend.latch_ttl();
+    match core
+        .backend
+        .run(|con| scripts::release(con, keys, owner, 1, token, latch_ttl))
+    {
+        Ok(Release::Released) => {
+            log::debug!(
+                "gave back lock {:?}, handed to a thread that no longer waited",
+                keys.name
+            )
+        }
+        Ok(_) => {}
+        Err(e) => log::warn!(
+            "could not give back lock {:?}, handed to a thread that no longer waited ({e}); \
+             it expires with its lease",
+            keys.name
+        ),
     }
 }
 

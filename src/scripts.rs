@@ -19,6 +19,8 @@ static RELEASE: LazyLock<Script> =
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/renew.lua")));
 static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/force_unlock.lua")));
+static WITHDRAW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/withdraw.lua")));
 static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/inspect.lua")));
 
@@ -36,21 +38,42 @@ pub(crate) enum Acquire {
     Lost,
 }
 
+/// How an attempt treats the queue of waiters.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Queueing {
+    /// If the lock is busy, queue for this long (ZERO: don't queue).
+    pub queue_for: Duration,
+    /// An earlier attempt of the same wait may have queued the caller.
+    pub queued: bool,
+}
+
+impl Queueing {
+    pub const NONE: Queueing = Queueing {
+        queue_for: Duration::ZERO,
+        queued: false,
+    };
+}
+
 pub(crate) fn acquire(
     con: &mut Connection,
     keys: &LockKeys,
     owner: &str,
     hold: Option<(u32, u64)>,
     lease: Duration,
+    queueing: Queueing,
 ) -> RedisResult<Acquire> {
     let (holds, token) = hold.unwrap_or((0, 0));
     let (status, value): (i64, i64) = ACQUIRE
         .key(&keys.lock)
         .key(&keys.fence)
+        .key(&keys.queue)
+        .key(&keys.waiters)
         .arg(owner)
         .arg(holds)
         .arg(millis(lease))
         .arg(token)
+        .arg(millis(queueing.queue_for))
+        .arg(if queueing.queued { "1" } else { "0" })
         .invoke(con)?;
     Ok(match status {
         1 => Acquire::Acquired {
@@ -63,9 +86,29 @@ pub(crate) fn acquire(
     })
 }
 
+/// Takes the caller out of the queue; `Some(token)` if the lock had been handed to it, which
+/// then holds it with `lease` and this new token.
+pub(crate) fn withdraw(
+    con: &mut Connection,
+    keys: &LockKeys,
+    owner: &str,
+    lease: Duration,
+) -> RedisResult<Option<u64>> {
+    let (granted, token): (i64, i64) = WITHDRAW
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.queue)
+        .key(&keys.waiters)
+        .arg(owner)
+        .arg(millis(lease))
+        .invoke(con)?;
+    Ok((granted == 1).then_some(token as u64))
+}
+
 /// What `release.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Release {
+    /// Deleted, or handed to the next waiter.
     Released,
     StillHeld,
     NotOurs,
@@ -84,6 +127,8 @@ pub(crate) fn release(
         .key(&keys.fence)
         .key(&keys.channel)
         .key(keys.release_latch(owner, token))
+        .key(&keys.queue)
+        .key(&keys.waiters)
         .arg(owner)
         .arg(holds)
         .arg(token)

@@ -1,11 +1,23 @@
 //! The subscriber thread: one pub/sub connection per client, waking waiting threads.
 //!
+//! # Hand-overs
+//! A thread whose attempt finds a lock busy is queued in Redis, and the release that frees
+//! the lock hands it to the oldest waiter still waiting, anywhere in the fleet, publishing
+//! `grant <token> <lease> <owner>` on the lock's channel. The subscriber of the owner's client
+//! gives the token to that thread, which returns holding the lock without a round trip of its
+//! own. No other thread is woken. A hand-over that overtakes the reply to the thread's own
+//! attempt waits for it ([`Subscriber::expect`]); one that comes for a thread that no longer
+//! waits is given back through the renewal thread ([`Errand::ReleaseGrant`]). Every waiter
+//! learns the new holder's lease from the message and sleeps no longer than that: a holder
+//! that died in the queue is not waited for beyond its lease.
+//!
 //! # Entries and waiters
 //! Threads waiting for the same lock share one [`Entry`] keyed by the lock's channel. Each
-//! waiter owns a [`Slot`] in the entry's FIFO queue and parks on it; a slot holds at most one
-//! *permit* (a wake-up). Together the slots form a fair counting semaphore:
-//! - an `unlock` message grants one permit, to the oldest waiter that has none (one release
-//!   wakes one local waiter: no herd);
+//! waiter owns a [`Slot`] in the entry's FIFO queue and parks on it; a slot holds a
+//! hand-over, or at most one *permit* (a wake-up to try again). Together the slots form a
+//! fair counting semaphore for the cases a hand-over does not cover:
+//! - an `unlock` message (a release that found nobody queued) grants one permit, to the
+//!   oldest waiter that has none (one release wakes one local waiter: no herd);
 //! - a `force` message (force-unlock), a confirmed subscription and a reconnect grant a permit
 //!   to every waiter, so each retries once;
 //! - a permit granted while its waiter is busy stays set, so a message that arrives between a
@@ -45,11 +57,14 @@ use parking_lot::{Condvar, Mutex};
 use redis::{Connection, PushKind, RedisResult, Value};
 
 use crate::connection::Backend;
+use crate::keys::LockKeys;
 
-/// Payload of a release's message: wake one waiter.
+/// Payload of a release that found nobody queued: wake one waiter.
 const UNLOCK: &[u8] = b"unlock";
 /// Payload of a force-unlock's message: wake every waiter.
 const FORCE: &[u8] = b"force";
+/// Payload prefix of a release that handed the lock over: `grant <token> <lease ms> <owner>`.
+const GRANT: &[u8] = b"grant ";
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -57,32 +72,64 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// still wait, which wakes each of them once).
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The handle the rest of the client uses; the thread runs [`Subscriber::run`].
+/// Work the subscriber hands to the renewal thread, so that neither it nor a waiter spends
+/// a round trip on it.
+pub(crate) enum Errand {
+    /// Ring the subscriber thread (a waiter left; its channel may go).
+    Ring,
+    /// The lock was handed to a thread of ours that no longer waits: give it back.
+    ReleaseGrant {
+        keys: Arc<LockKeys>,
+        owner: String,
+        token: u64,
+    },
+}
+
+/// The handle the rest of the client uses; the thread runs [`SubscriberTask::run`].
 pub(crate) struct Subscriber {
     shared: Arc<Shared>,
     backend: Arc<Backend>,
-    /// To the renewal thread, which rings on behalf of leaving waiters.
-    ring_requests: Sender<()>,
+    /// To the renewal thread, which runs errands.
+    errands: Sender<Errand>,
+    /// A [`Errand::Ring`] is queued; no need for another.
+    ring_queued: Arc<AtomicBool>,
 }
 
 struct Shared {
     /// Channels that have waiters. The thread subscribes exactly these (plus control).
     entries: Mutex<HashMap<String, Arc<Entry>>>,
     control_channel: String,
+    /// `<client id>:`, the start of the owner ids of this client's threads.
+    owner_prefix: String,
     /// The connection is up and subscribed to the control channel, so a PUBLISH reaches it.
     connected: AtomicBool,
     /// A control message is on its way; later requests need not send another.
     ring_in_flight: AtomicBool,
     stop: AtomicBool,
     doorbell: Sender<()>,
+    errands: Sender<Errand>,
+    /// Threads about to queue for a lock (their attempt is in flight), by thread number: a
+    /// hand-over that arrives before the thread has joined the entry waits here for it.
+    arriving: Mutex<HashMap<u64, Arriving>>,
+}
+
+/// A thread about to join the waiters of `keys`; `handed` is a hand-over that came early.
+struct Arriving {
+    keys: Arc<LockKeys>,
+    handed: Option<(u64, Instant)>,
 }
 
 impl Shared {
-    /// A message on a lock's channel: a release wakes one waiter, a force-unlock all.
+    /// A message on a lock's channel. A hand-off wakes exactly the thread it names (if it is
+    /// one of ours); a release that found nobody queued wakes one waiter; a force-unlock all.
     fn deliver(&self, channel: &[u8], payload: &[u8]) {
         let entry = std::str::from_utf8(channel)
             .ok()
             .and_then(|ch| self.entries.lock().get(ch).cloned());
+        if let Some(grant) = payload.strip_prefix(GRANT) {
+            self.deliver_grant(channel, entry, grant);
+            return;
+        }
         if let Some(entry) = entry {
             let state = entry.state.lock();
             if payload == UNLOCK {
@@ -92,38 +139,164 @@ impl Shared {
             }
         }
     }
+
+    /// `<token> <lease ms> <owner>`: the lock now belongs to `owner`, for `lease` unless
+    /// renewed. Every waiter here learns that the lock's lease changed: if the new holder
+    /// never takes it up (it died while it waited), nothing will be published when that lease
+    /// runs out, so no waiter may sleep past it.
+    fn deliver_grant(&self, channel: &[u8], entry: Option<Arc<Entry>>, grant: &[u8]) {
+        let Some((token, lease, owner)) = std::str::from_utf8(grant).ok().and_then(|g| {
+            let mut parts = g.splitn(3, ' ');
+            Some((parts.next()?, parts.next()?, parts.next()?))
+        }) else {
+            return;
+        };
+        let (Ok(token), Ok(lease)) = (token.parse::<u64>(), lease.parse::<u64>()) else {
+            return;
+        };
+        let received = Instant::now();
+        if let Some(entry) = &entry {
+            let busy_until = received + Duration::from_millis(lease);
+            for slot in &entry.state.lock().queue {
+                slot.wake_by(busy_until);
+            }
+        }
+        let Some(thread) = owner
+            .strip_prefix(self.owner_prefix.as_str())
+            .and_then(|t| t.parse::<u64>().ok())
+        else {
+            return; // another client's thread
+        };
+        let received = Instant::now();
+        if let Some(entry) = &entry {
+            let state = entry.state.lock();
+            if let Some(slot) = state.queue.iter().find(|slot| slot.thread == thread) {
+                slot.hand_over(token, received);
+                return;
+            }
+        }
+        let keys = {
+            let mut arriving = self.arriving.lock();
+            match arriving.get_mut(&thread) {
+                // Its attempt's reply and this message crossed: the thread joins in a moment.
+                Some(a) if a.keys.channel.as_bytes() == channel => {
+                    a.handed = Some((token, received));
+                    return;
+                }
+                _ => entry.map(|e| e.keys.clone()),
+            }
+        };
+        // Its thread gave up meanwhile (and its withdrawal crossed the hand-over), or the
+        // message came very late. Nobody will use the lock: give it back.
+        if let Some(keys) = keys {
+            self.give_back(keys, owner.to_string(), token);
+        }
+    }
+
+    fn give_back(&self, keys: Arc<LockKeys>, owner: String, token: u64) {
+        let _ = self
+            .errands
+            .send(Errand::ReleaseGrant { keys, owner, token });
+    }
 }
 
 /// The waiters of one lock in this client.
 struct Entry {
-    channel: String,
+    keys: Arc<LockKeys>,
     state: Mutex<EntryState>,
 }
 
 struct EntryState {
     /// Redis confirmed the subscription for this entry's current connection.
     confirmed: bool,
-    /// Until when the lock was last seen held by someone else, by any of these waiters.
-    busy_until: Instant,
+    /// Counts the times `confirmed` became true: a [`Watching`] taken at one count proves
+    /// the channel has been subscribed without a gap while it stays the same.
+    confirmations: u64,
     queue: VecDeque<Arc<Slot>>,
 }
 
+/// Proof that a lock's channel was subscribed at some moment (see [`Subscriber::expect`]).
+struct Watching {
+    entry: Arc<Entry>,
+    confirmations: u64,
+}
+
+/// A thread between announcing an attempt and joining the waiters ([`Subscriber::expect`]).
+pub(crate) struct Expecting<'a> {
+    subscriber: &'a Subscriber,
+    keys: Arc<LockKeys>,
+    thread: u64,
+    watching: Option<Watching>,
+    joined: bool,
+}
+
+impl Drop for Expecting<'_> {
+    fn drop(&mut self) {
+        if self.joined {
+            return;
+        }
+        let shared = &self.subscriber.shared;
+        let arriving = shared.arriving.lock().remove(&self.thread);
+        if let Some(Arriving {
+            keys,
+            handed: Some((token, _)),
+        }) = arriving
+        {
+            // Handed over to a thread that then did not wait (its attempt got the lock by
+            // itself, or its time was up): give it back.
+            let owner = format!("{}{}", shared.owner_prefix, self.thread);
+            shared.give_back(keys, owner, token);
+        }
+    }
+}
+
 /// Where one waiting thread parks.
-#[derive(Default)]
 struct Slot {
-    permit: Mutex<bool>,
+    thread: u64,
+    state: Mutex<SlotState>,
     wake: Condvar,
 }
 
+#[derive(Default)]
+struct SlotState {
+    /// A wake-up to use: try again.
+    permit: bool,
+    /// The lock was handed to this thread, with this token, as received at this time.
+    handed: Option<(u64, Instant)>,
+    /// Wake no later than this to try again: the lock's lease changed hands and ends then.
+    wake_by: Option<Instant>,
+}
+
 impl Slot {
+    fn new(thread: u64) -> Slot {
+        Slot {
+            thread,
+            state: Mutex::new(SlotState::default()),
+            wake: Condvar::new(),
+        }
+    }
+
     fn grant(&self) -> bool {
-        let mut permit = self.permit.lock();
-        if *permit {
+        let mut state = self.state.lock();
+        if state.permit {
             return false;
         }
-        *permit = true;
+        state.permit = true;
         self.wake.notify_one();
         true
+    }
+
+    fn wake_by(&self, when: Instant) {
+        let mut state = self.state.lock();
+        if state.wake_by.is_none_or(|w| w > when) {
+            state.wake_by = Some(when);
+            self.wake.notify_one();
+        }
+    }
+
+    fn hand_over(&self, token: u64, received: Instant) {
+        self.state.lock().handed = Some((token, received));
+        self.wake.notify_one();
     }
 }
 
@@ -147,72 +320,141 @@ impl Entry {
         let mut state = self.state.lock();
         if !state.confirmed {
             state.confirmed = true;
+            state.confirmations += 1;
             Entry::wake_all(&state);
         }
     }
 }
 
+/// Why [`Waiter::wait`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// A release (or a confirmed subscription, a reconnect): try again.
+    Permit,
+    /// The lock is ours: a release handed it over with this token; `received` is when the
+    /// message arrived (the lease began a little before).
+    HandedOver { token: u64, received: Instant },
+    /// The time asked for passed.
+    Timeout,
+}
+
 impl Subscriber {
-    /// Creates the handle and the task for the subscriber thread. `ring_requests` goes to the
-    /// thread that will call [`Subscriber::ring`] for waiters that leave.
+    /// Creates the handle and the task for the subscriber thread. `errands` goes to the
+    /// thread that runs them (the renewal thread): see [`Errand`].
     pub fn new(
         backend: Arc<Backend>,
         control_channel: String,
-        ring_requests: Sender<()>,
+        owner_prefix: String,
+        errands: Sender<Errand>,
     ) -> (Subscriber, SubscriberTask) {
         let (doorbell, rung) = crossbeam_channel::bounded(1);
         let shared = Arc::new(Shared {
             entries: Mutex::new(HashMap::new()),
             control_channel,
+            owner_prefix,
             connected: AtomicBool::new(false),
             ring_in_flight: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             doorbell,
+            errands: errands.clone(),
+            arriving: Mutex::new(HashMap::new()),
         });
         let task = SubscriberTask {
             shared: shared.clone(),
             backend: backend.clone(),
             rung,
         };
-        (
-            Subscriber {
-                shared,
-                backend,
-                ring_requests,
-            },
-            task,
-        )
+        let subscriber = Subscriber {
+            shared,
+            backend,
+            errands,
+            ring_queued: Arc::new(AtomicBool::new(false)),
+        };
+        (subscriber, task)
     }
 
-    /// Registers the calling thread, whose attempt just found the lock busy for `ttl`, as a
-    /// waiter on `channel`, subscribing the channel if this is its first waiter. The waiter's
-    /// first [`Waiter::wait`] returns once the subscription is confirmed (at once if it
-    /// already is), so its next attempt cannot miss a release.
-    pub fn join(&self, channel: &str, ttl: Duration) -> Waiter<'_> {
-        let slot = Arc::new(Slot::default());
-        let busy_until = Instant::now() + ttl;
+    /// Announces that thread `thread` is about to attempt `keys`'s lock and, if it is busy,
+    /// queue for it. Call before the attempt; then [`Subscriber::join`] (or drop the result,
+    /// which gives back a hand-over that came for nothing).
+    ///
+    /// It notes whether the lock's channel is subscribed now: if the subscription holds until
+    /// the thread joins, no release since the attempt can have been missed, and the attempt
+    /// that otherwise follows joining is spared. And it catches a hand-over that overtakes the
+    /// attempt's own reply.
+    pub fn expect(&self, keys: &Arc<LockKeys>, thread: u64) -> Expecting<'_> {
+        let watching = self
+            .shared
+            .entries
+            .lock()
+            .get(&keys.channel)
+            .and_then(|entry| {
+                let state = entry.state.lock();
+                let confirmations = state.confirmed.then_some(state.confirmations)?;
+                Some(Watching {
+                    entry: entry.clone(),
+                    confirmations,
+                })
+            });
+        self.shared.arriving.lock().insert(
+            thread,
+            Arriving {
+                keys: keys.clone(),
+                handed: None,
+            },
+        );
+        Expecting {
+            subscriber: self,
+            keys: keys.clone(),
+            thread,
+            watching,
+            joined: false,
+        }
+    }
+
+    /// Registers the thread of `expecting`, whose attempt just found the lock busy (and
+    /// queued it in Redis), as a waiter on the lock's channel, subscribing the channel if this
+    /// is its first waiter. Unless the channel was subscribed since before that attempt, the
+    /// waiter's first [`Waiter::wait`] returns once the subscription is confirmed (at once if
+    /// it already is), so that its next attempt cannot miss a release.
+    pub fn join(&self, mut expecting: Expecting<'_>) -> Waiter<'_> {
+        expecting.joined = true;
+        let thread = expecting.thread;
+        let slot = Arc::new(Slot::new(thread));
+        let keys = expecting.keys.clone();
+        let handed = self
+            .shared
+            .arriving
+            .lock()
+            .remove(&thread)
+            .and_then(|a| a.handed);
         let (entry, created) = {
             let mut entries = self.shared.entries.lock();
-            let (entry, created) = match entries.get(channel) {
+            let (entry, created) = match entries.get(&keys.channel) {
                 Some(entry) => (entry.clone(), false),
                 None => {
                     let entry = Arc::new(Entry {
-                        channel: channel.to_string(),
+                        keys: keys.clone(),
                         state: Mutex::new(EntryState {
                             confirmed: false,
-                            busy_until,
+                            confirmations: 0,
                             queue: VecDeque::new(),
                         }),
                     });
-                    entries.insert(channel.to_string(), entry.clone());
+                    entries.insert(keys.channel.clone(), entry.clone());
                     (entry, true)
                 }
             };
             let mut state = entry.state.lock();
-            state.busy_until = busy_until;
-            if state.confirmed {
+            let watched_all_along = expecting.watching.take().is_some_and(|w| {
+                Arc::ptr_eq(&w.entry, &entry)
+                    && state.confirmed
+                    && w.confirmations == state.confirmations
+            });
+            if let Some((token, received)) = handed {
+                slot.hand_over(token, received);
+            } else if state.confirmed && !watched_all_along {
                 // Subscribed already: the attempt after joining may go at once.
-                *slot.permit.lock() = true;
+                slot.state.lock().permit = true;
             }
             state.queue.push_back(slot.clone());
             drop(state);
@@ -229,41 +471,10 @@ impl Subscriber {
         }
     }
 
-    /// Queues the calling thread behind the threads of this client already waiting on
-    /// `channel`, without a permit: it will be woken in its turn. `None` if nobody waits.
-    ///
-    /// This is what keeps a client fair to its own threads. A thread that has just released
-    /// a lock and asks for it again would otherwise reach Redis before the waiter its release
-    /// woke (which first needs the message, a thread wake-up and a round trip), and take the
-    /// lock straight back, again and again, while the waiters time out.
-    pub fn join_behind_waiters(&self, channel: &str) -> Option<(Waiter<'_>, Duration)> {
-        let slot = Arc::new(Slot::default());
-        let entries = self.shared.entries.lock();
-        let entry = entries.get(channel)?.clone();
-        let mut state = entry.state.lock();
-        if state.queue.is_empty() {
-            return None;
-        }
-        state.queue.push_back(slot.clone());
-        // Nobody ahead may ever be woken (a holder that died sends no message): sleep no
-        // longer than the lock was last seen to be busy for.
-        let ttl = state.busy_until.saturating_duration_since(Instant::now());
-        drop(state);
-        drop(entries);
-        Some((
-            Waiter {
-                subscriber: self,
-                entry,
-                slot,
-                used: false,
-            },
-            ttl,
-        ))
-    }
-
     /// Makes the thread reconcile its subscriptions with the entry map: publishes on the
     /// control channel and waits for Redis to take it (one round trip).
     pub fn ring(&self) {
+        self.ring_queued.store(false, Ordering::SeqCst);
         let _ = self.shared.doorbell.try_send(());
         if self.shared.connected.load(Ordering::SeqCst)
             && !self.shared.ring_in_flight.swap(true, Ordering::SeqCst)
@@ -297,11 +508,12 @@ impl Subscriber {
     }
 
     /// Has the client's renewal thread ring for us: for a waiter leaving, which has just got
-    /// the lock or run out of time and should not spend a round trip on housekeeping. The
-    /// renewal thread calls [`Subscriber::ring`] when it receives this.
+    /// the lock or run out of time and should not spend a round trip on housekeeping.
     fn ring_later(&self) {
         let _ = self.shared.doorbell.try_send(());
-        let _ = self.ring_requests.try_send(());
+        if !self.ring_queued.swap(true, Ordering::SeqCst) {
+            let _ = self.errands.send(Errand::Ring);
+        }
     }
 
     /// Asks the thread to end; it does at its next wake-up, which this causes if Redis answers
@@ -332,29 +544,35 @@ pub(crate) struct Waiter<'a> {
 }
 
 impl Waiter<'_> {
-    /// Sleeps until a permit arrives or `timeout` passes; `true` if woken by a permit.
+    /// Sleeps until the lock is handed over, a permit arrives, or `timeout` passes.
     ///
-    /// A sleep that ends without a permit while the channel is still not subscribed rings
-    /// the subscriber thread again: the ring that should have subscribed it may have failed,
-    /// and no later waiter of this lock would ring.
-    pub fn wait(&self, timeout: Duration) -> bool {
-        let woken = {
-            let mut permit = self.slot.permit.lock();
-            if !*permit {
-                // Spurious wake-ups re-check the permit; the timeout is absolute.
-                let _ = self.slot.wake.wait_while_for(&mut permit, |p| !*p, timeout);
+    /// A sleep that ends without either while the channel is still not subscribed rings the
+    /// subscriber thread again: the ring that should have subscribed it may have failed, and
+    /// no later waiter of this lock would ring.
+    pub fn wait(&self, timeout: Duration) -> Wake {
+        let deadline = Instant::now() + timeout;
+        let wake = {
+            let mut state = self.slot.state.lock();
+            loop {
+                if let Some((token, received)) = state.handed.take() {
+                    break Wake::HandedOver { token, received };
+                }
+                if std::mem::replace(&mut state.permit, false) {
+                    break Wake::Permit;
+                }
+                let until = state.wake_by.map_or(deadline, |w| w.min(deadline));
+                if Instant::now() >= until {
+                    state.wake_by = None;
+                    break Wake::Timeout;
+                }
+                // Woken early (a message, or spuriously): look again.
+                let _ = self.slot.wake.wait_until(&mut state, until);
             }
-            std::mem::replace(&mut *permit, false)
         };
-        if !woken && !self.entry.state.lock().confirmed {
+        if wake == Wake::Timeout && !self.entry.state.lock().confirmed {
             self.subscriber.ring();
         }
-        woken
-    }
-
-    /// Records that the lock was found held for `ttl` more, for threads queueing behind.
-    pub fn saw_busy(&self, ttl: Duration) {
-        self.entry.state.lock().busy_until = Instant::now() + ttl;
+        wake
     }
 
     /// The waiter got the lock: nothing to pass on when it leaves.
@@ -369,7 +587,7 @@ impl Drop for Waiter<'_> {
         let mut entries = shared.entries.lock();
         let mut state = self.entry.state.lock();
         state.queue.retain(|s| !Arc::ptr_eq(s, &self.slot));
-        let unused_permit = std::mem::replace(&mut *self.slot.permit.lock(), false);
+        let unused_permit = std::mem::replace(&mut self.slot.state.lock().permit, false);
         if unused_permit && !self.used {
             Entry::wake_one(&state);
         }
@@ -377,10 +595,10 @@ impl Drop for Waiter<'_> {
         drop(state);
         if last {
             if entries
-                .get(&self.entry.channel)
+                .get(&self.entry.keys.channel)
                 .is_some_and(|e| Arc::ptr_eq(e, &self.entry))
             {
-                entries.remove(&self.entry.channel);
+                entries.remove(&self.entry.keys.channel);
             }
             drop(entries);
             self.subscriber.ring_later();
@@ -616,12 +834,16 @@ fn bytes(v: Value) -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
-    //! The in-process half of waking: which waiter gets which permit. No Redis is involved:
-    //! messages are handed to the entries as the subscriber thread would hand them.
+    //! The in-process half of waking: which waiter gets which permit or hand-over. No Redis is
+    //! involved: messages are handed to the entries as the subscriber thread would hand them.
     use super::*;
     use crate::connection::Settings;
 
-    fn subscriber() -> Subscriber {
+    const CLIENT: &str = "c0ffee";
+    const CH: &[u8] = b"p:{x}:unlocked";
+    const NOW: Duration = Duration::ZERO;
+
+    fn subscriber() -> (Subscriber, Receiver<Errand>, Arc<LockKeys>) {
         let settings = Settings {
             pool_size: 1,
             connect_timeout: Duration::from_millis(10),
@@ -629,130 +851,217 @@ mod tests {
         };
         // Never connected: rings go to the doorbell only, and nothing here does I/O.
         let backend = Arc::new(Backend::new("redis://127.0.0.1:1/", settings).unwrap());
-        Subscriber::new(
+        let (errands, errands_received) = crossbeam_channel::unbounded();
+        let (sub, _task) = Subscriber::new(
             backend,
             "p:control:test".into(),
-            crossbeam_channel::bounded(1).0,
-        )
-        .0
+            format!("{CLIENT}:"),
+            errands,
+        );
+        (sub, errands_received, Arc::new(LockKeys::new("p", "x")))
     }
 
-    const NOW: Duration = Duration::ZERO;
-    const TTL: Duration = Duration::from_secs(30);
+    fn permit(w: &Waiter<'_>) -> bool {
+        w.wait(NOW) == Wake::Permit
+    }
 
     #[test]
     fn one_release_wakes_the_oldest_waiter_only() {
-        let sub = subscriber();
-        let first = sub.join("ch", TTL);
-        let second = sub.join("ch", TTL);
-        sub.deliver(b"ch", UNLOCK);
-        assert!(first.wait(NOW));
-        assert!(!second.wait(NOW));
-        sub.deliver(b"ch", UNLOCK);
-        assert!(first.wait(NOW) || second.wait(NOW));
+        let (sub, _, keys) = subscriber();
+        let first = sub.join(sub.expect(&keys, 1));
+        let second = sub.join(sub.expect(&keys, 2));
+        sub.deliver(CH, UNLOCK);
+        assert!(permit(&first));
+        assert!(!permit(&second));
+        sub.deliver(CH, UNLOCK);
+        assert!(permit(&first) || permit(&second));
     }
 
     #[test]
     fn a_permit_waits_for_a_busy_waiter_and_does_not_pile_up() {
-        let sub = subscriber();
-        let waiter = sub.join("ch", TTL);
-        sub.deliver(b"ch", UNLOCK);
-        sub.deliver(b"ch", UNLOCK); // a second release while the first permit is unused
-        assert!(waiter.wait(NOW), "a permit granted before the wait is kept");
-        assert!(!waiter.wait(NOW), "one waiter holds at most one permit");
+        let (sub, _, keys) = subscriber();
+        let waiter = sub.join(sub.expect(&keys, 1));
+        sub.deliver(CH, UNLOCK);
+        sub.deliver(CH, UNLOCK); // a second release while the first permit is unused
+        assert!(permit(&waiter), "a permit granted before the wait is kept");
+        assert_eq!(
+            waiter.wait(NOW),
+            Wake::Timeout,
+            "one waiter holds at most one permit"
+        );
     }
 
     #[test]
     fn a_waiter_leaving_with_an_unused_permit_passes_it_on() {
-        let sub = subscriber();
-        let leaving = sub.join("ch", TTL);
-        let staying = sub.join("ch", TTL);
-        sub.deliver(b"ch", UNLOCK);
+        let (sub, _, keys) = subscriber();
+        let leaving = sub.join(sub.expect(&keys, 1));
+        let staying = sub.join(sub.expect(&keys, 2));
+        sub.deliver(CH, UNLOCK);
         drop(leaving); // its deadline passed before it used the wake-up
-        assert!(staying.wait(NOW));
+        assert!(permit(&staying));
     }
 
     #[test]
     fn a_waiter_that_acquired_keeps_its_permit_to_itself() {
-        let sub = subscriber();
-        let mut winner = sub.join("ch", TTL);
-        let other = sub.join("ch", TTL);
-        sub.deliver(b"ch", UNLOCK);
+        let (sub, _, keys) = subscriber();
+        let mut winner = sub.join(sub.expect(&keys, 1));
+        let other = sub.join(sub.expect(&keys, 2));
+        sub.deliver(CH, UNLOCK);
         winner.acquired();
         drop(winner);
-        assert!(!other.wait(NOW));
+        assert!(!permit(&other));
     }
 
     #[test]
     fn force_unlock_and_confirmation_wake_everyone_once() {
-        let sub = subscriber();
-        let waiters: Vec<_> = (0..3).map(|_| sub.join("ch", TTL)).collect();
-        sub.deliver(b"ch", FORCE);
-        assert!(waiters.iter().all(|w| w.wait(NOW)));
-        assert!(waiters.iter().all(|w| !w.wait(NOW)));
+        let (sub, _, keys) = subscriber();
+        let waiters: Vec<_> = (1..=3).map(|t| sub.join(sub.expect(&keys, t))).collect();
+        sub.deliver(CH, FORCE);
+        assert!(waiters.iter().all(permit));
+        assert!(waiters.iter().all(|w| !permit(w)));
 
-        let entry = sub.shared.entries.lock().get("ch").cloned().unwrap();
+        let entry = sub
+            .shared
+            .entries
+            .lock()
+            .get(&keys.channel)
+            .cloned()
+            .unwrap();
         entry.confirm();
-        assert!(waiters.iter().all(|w| w.wait(NOW)));
-        // Once confirmed, a newcomer may try at once.
-        let late = sub.join("ch", TTL);
-        assert!(late.wait(NOW));
+        assert!(waiters.iter().all(permit));
+        // A newcomer that attempts once confirmed has nothing to try again for.
+        let late = sub.join(sub.expect(&keys, 4));
+        assert!(!permit(&late));
     }
 
     #[test]
-    fn a_newcomer_queues_behind_waiters_without_a_permit() {
-        let sub = subscriber();
-        assert!(
-            sub.join_behind_waiters("ch").is_none(),
-            "nobody waits: go to Redis"
-        );
-        let first = sub.join("ch", Duration::from_millis(500));
-        let entry = sub.shared.entries.lock().get("ch").cloned().unwrap();
+    fn a_waiter_whose_channel_was_watched_all_along_needs_no_extra_attempt() {
+        let (sub, _, keys) = subscriber();
+        let first = sub.join(sub.expect(&keys, 1));
+        let entry = sub
+            .shared
+            .entries
+            .lock()
+            .get(&keys.channel)
+            .cloned()
+            .unwrap();
         entry.confirm();
-        assert!(first.wait(NOW));
-        let (late, ttl) = sub.join_behind_waiters("ch").expect("queued");
-        assert!(ttl <= Duration::from_millis(500) && ttl > Duration::from_millis(100));
-        assert!(!late.wait(NOW), "a newcomer waits its turn");
-        sub.deliver(b"ch", UNLOCK);
-        assert!(
-            first.wait(NOW) && !late.wait(NOW),
-            "the older waiter goes first"
+        assert!(permit(&first));
+        let expecting = sub.expect(&keys, 2); // the attempt would go here
+        let second = sub.join(expecting);
+        assert_eq!(
+            second.wait(NOW),
+            Wake::Timeout,
+            "nothing was missed: just wait"
         );
-        drop(first);
-        sub.deliver(b"ch", UNLOCK);
-        assert!(late.wait(NOW));
+
+        // A gap in the subscription (a reconnect) voids the proof.
+        let expecting = sub.expect(&keys, 3);
+        entry.state.lock().confirmed = false;
+        entry.confirm();
+        let third = sub.join(expecting);
+        assert!(permit(&third));
+    }
+
+    #[test]
+    fn a_hand_over_that_overtakes_the_attempts_reply_waits_for_the_thread() {
+        let (sub, errands, keys) = subscriber();
+        let _other = sub.join(sub.expect(&keys, 1));
+        let expecting = sub.expect(&keys, 2);
+        sub.deliver(CH, format!("grant 11 30000 {CLIENT}:2").as_bytes());
+        let waiter = sub.join(expecting);
+        assert!(matches!(
+            waiter.wait(NOW),
+            Wake::HandedOver { token: 11, .. }
+        ));
+        assert!(errands.try_recv().is_err());
+
+        // A thread that then does not wait gives the early hand-over back.
+        let expecting = sub.expect(&keys, 3);
+        sub.deliver(CH, format!("grant 12 30000 {CLIENT}:3").as_bytes());
+        drop(expecting);
+        assert!(matches!(
+            errands.try_recv(),
+            Ok(Errand::ReleaseGrant { token: 12, .. })
+        ));
+    }
+
+    #[test]
+    fn a_hand_over_wakes_exactly_the_thread_it_names() {
+        let (sub, errands, keys) = subscriber();
+        let first = sub.join(sub.expect(&keys, 1));
+        let second = sub.join(sub.expect(&keys, 2));
+        sub.deliver(CH, format!("grant 42 30000 {CLIENT}:2").as_bytes());
+        assert!(matches!(
+            second.wait(NOW),
+            Wake::HandedOver { token: 42, .. }
+        ));
+        assert_eq!(first.wait(NOW), Wake::Timeout);
+        assert!(errands.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_hand_over_with_a_short_lease_shortens_everyones_sleep() {
+        let (sub, _, keys) = subscriber();
+        let waiter = sub.join(sub.expect(&keys, 1));
+        sub.deliver(CH, b"grant 8 50 someone-else:1");
+        let start = Instant::now();
+        assert_eq!(waiter.wait(Duration::from_secs(10)), Wake::Timeout);
+        assert!(start.elapsed() < Duration::from_secs(5), "slept past the new lease");
+    }
+
+    #[test]
+    fn a_hand_over_to_another_client_wakes_nobody_here() {
+        let (sub, errands, keys) = subscriber();
+        let waiter = sub.join(sub.expect(&keys, 1));
+        sub.deliver(CH, b"grant 7 30000 someone-else:1");
+        assert_eq!(waiter.wait(NOW), Wake::Timeout);
+        assert!(errands.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_hand_over_to_a_thread_that_stopped_waiting_is_given_back() {
+        let (sub, errands, keys) = subscriber();
+        let _other = sub.join(sub.expect(&keys, 1));
+        sub.deliver(CH, format!("grant 9 30000 {CLIENT}:5").as_bytes());
+        match errands.try_recv() {
+            Ok(Errand::ReleaseGrant { owner, token, .. }) => {
+                assert_eq!((owner.as_str(), token), (format!("{CLIENT}:5").as_str(), 9));
+            }
+            _ => panic!("expected the lock to be given back"),
+        }
     }
 
     #[test]
     fn messages_for_other_channels_wake_nobody() {
-        let sub = subscriber();
-        let waiter = sub.join("ch", TTL);
+        let (sub, _, keys) = subscriber();
+        let waiter = sub.join(sub.expect(&keys, 1));
         sub.deliver(b"other", UNLOCK);
-        sub.deliver(b"ch", b"something else");
-        assert!(!waiter.wait(NOW));
+        sub.deliver(CH, b"something else");
+        assert!(!permit(&waiter));
     }
 
     #[test]
     fn the_entry_goes_when_its_last_waiter_leaves() {
-        let sub = subscriber();
-        let a = sub.join("ch", TTL);
-        let b = sub.join("ch", TTL);
+        let (sub, _, keys) = subscriber();
+        let a = sub.join(sub.expect(&keys, 1));
+        let b = sub.join(sub.expect(&keys, 2));
         drop(a);
-        assert!(sub.shared.entries.lock().contains_key("ch"));
+        assert!(sub.shared.entries.lock().contains_key(&keys.channel));
         drop(b);
-        assert!(!sub.shared.entries.lock().contains_key("ch"));
+        assert!(!sub.shared.entries.lock().contains_key(&keys.channel));
     }
 
     #[test]
     fn a_parked_waiter_is_woken_by_a_release() {
-        let sub = Arc::new(subscriber());
-        let waiter = sub.join("ch", TTL);
+        let (sub, _, keys) = subscriber();
+        let waiter = sub.join(sub.expect(&keys, 1));
         std::thread::scope(|s| {
             s.spawn(|| {
                 std::thread::sleep(Duration::from_millis(20));
-                sub.deliver(b"ch", UNLOCK);
+                sub.deliver(CH, UNLOCK);
             });
-            assert!(waiter.wait(Duration::from_secs(10)));
+            assert_eq!(waiter.wait(Duration::from_secs(10)), Wake::Permit);
         });
     }
 }

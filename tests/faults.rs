@@ -33,6 +33,25 @@ fn child_holds_a_lock_until_killed() {
     thread::sleep(Duration::from_secs(60)); // killed long before
 }
 
+/// Entry point of the child process in `a_waiter_killed_in_the_queue_delays_the_next_by_its_lease_only`;
+/// does nothing unless started by it.
+#[test]
+#[ignore = "run as a child process by another test"]
+fn child_waits_for_a_lock_until_killed() {
+    let (Ok(url), Ok(name)) = (
+        std::env::var("REDLATCH_CHILD_URL"),
+        std::env::var("REDLATCH_CHILD_LOCK"),
+    ) else {
+        return;
+    };
+    let client = Client::open(&url).unwrap();
+    println!("WAITING");
+    // Queues with a short lease, and is killed while it waits.
+    let _ = client
+        .lock(&name)
+        .try_lock(Duration::from_secs(60), Some(Duration::from_millis(500)));
+}
+
 fn spawn_holder(server: &RedisServer, name: &str, watchdog: Duration) -> Child {
     support::spawn_child_test(
         "child_holds_a_lock_until_killed",
@@ -510,4 +529,43 @@ fn a_release_that_reaches_redis_late_leaves_a_newer_hold_alone() {
     );
     assert!(!again.is_lost());
     again.unlock().unwrap();
+}
+
+#[test]
+fn a_waiter_killed_in_the_queue_delays_the_next_by_its_lease_only() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("dead-waiter");
+    let queued = |admin: &mut redis::Connection| -> usize {
+        redis::cmd("ZCARD")
+            .arg(format!("redlatch:{{{name}}}:queue"))
+            .query(admin)
+            .unwrap()
+    };
+    let holder = Client::open(&server.url()).unwrap();
+    let held = holder.lock(&name).lock().unwrap(); // 30 s lease
+
+    let mut child = support::spawn_child_test(
+        "child_waits_for_a_lock_until_killed",
+        &[
+            ("REDLATCH_CHILD_URL", server.url()),
+            ("REDLATCH_CHILD_LOCK", name.clone()),
+        ],
+    );
+    support::read_reported(&mut child, "WAITING", Duration::from_secs(30));
+    assert!(eventually(Duration::from_secs(10), || queued(&mut admin) == 1));
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let waiter_client = Client::open(&server.url()).unwrap();
+    let waiter = spawn_waiter(waiter_client.lock(&name), Duration::from_secs(20));
+    assert!(eventually(Duration::from_secs(5), || queued(&mut admin) == 2));
+    await_waiting(&mut admin, &name);
+    let released = Instant::now();
+    held.unlock().unwrap();
+    // The dead child was first in line and got the lock with its 500 ms lease; the next
+    // waiter has it once that runs out, not after the holder's 30 s.
+    assert!(waiter.join().unwrap());
+    let took = released.elapsed();
+    assert!(took < Duration::from_secs(3), "took {took:?}");
 }

@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -341,4 +342,117 @@ fn script_flush_does_not_break_a_running_client() {
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut admin).unwrap();
     let again = lock.try_lock(Duration::ZERO, None).unwrap();
     assert!(again.is_some());
+}
+
+/// How many waiters are queued in Redis for lock `name`.
+fn queued(admin: &mut redis::Connection, name: &str) -> usize {
+    redis::cmd("ZCARD")
+        .arg(format!("redlatch:{{{name}}}:queue"))
+        .query(admin)
+        .unwrap()
+}
+
+#[test]
+fn waiters_in_different_clients_get_the_lock_in_arrival_order() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("fifo");
+    let holder = client(&server);
+    let held = holder.lock(&name).lock().unwrap();
+    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let lock = client(&server).lock(&name);
+        let order = order.clone();
+        waiters.push(thread::spawn(move || {
+            let guard = lock
+                .try_lock(Duration::from_secs(20), None)
+                .unwrap()
+                .expect("acquired");
+            order.lock().push(i);
+            thread::sleep(Duration::from_millis(20));
+            drop(guard);
+        }));
+        // The next one arrives only once this one is queued.
+        assert!(eventually(Duration::from_secs(5), || queued(
+            &mut admin, &name
+        ) == i + 1));
+    }
+    support::await_waiting(&mut admin, &name);
+    held.unlock().unwrap();
+    for w in waiters {
+        w.join().unwrap();
+    }
+    assert_eq!(
+        *order.lock(),
+        vec![0, 1, 2, 3],
+        "hand-overs must follow arrival"
+    );
+    assert_eq!(queued(&mut admin, &name), 0, "the queue empties itself");
+}
+
+#[test]
+fn a_hand_over_costs_the_new_holder_no_command() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("handover");
+    let holder = client(&server);
+    // Load the scripts first: a NOSCRIPT reply would count as a call too.
+    holder
+        .lock(&unique("warm"))
+        .lock()
+        .unwrap()
+        .unlock()
+        .unwrap();
+    let held = holder.lock(&name).lock().unwrap();
+    let lock = client(&server).lock(&name);
+    let url = server.url();
+    let waiter = thread::spawn(move || {
+        let guard = lock.try_lock(Duration::from_secs(20), None).unwrap();
+        // Count before this guard's own release runs.
+        let mut admin = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let calls = command_calls(&mut admin, "evalsha");
+        (guard.is_some(), calls)
+    });
+    support::await_waiting(&mut admin, &name);
+    thread::sleep(Duration::from_millis(100));
+    let before = command_calls(&mut admin, "evalsha");
+    held.unlock().unwrap();
+    let (got, after) = waiter.join().unwrap();
+    assert!(got);
+    assert_eq!(
+        after - before,
+        1,
+        "only the release ran: the waiter was handed the lock"
+    );
+}
+
+#[test]
+fn a_waiter_that_gives_up_leaves_the_queue_and_the_next_one_is_served() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("give-up");
+    let holder = client(&server);
+    let held = holder.lock(&name).lock().unwrap();
+    let impatient = client(&server).lock(&name);
+    let quitter = thread::spawn(move || {
+        impatient
+            .try_lock(Duration::from_millis(300), None)
+            .unwrap()
+            .is_none()
+    });
+    assert!(eventually(Duration::from_secs(5), || queued(
+        &mut admin, &name
+    ) == 1));
+    let patient = client(&server).lock(&name);
+    let stayer = support::spawn_waiter(patient, Duration::from_secs(20));
+    assert!(eventually(Duration::from_secs(5), || queued(
+        &mut admin, &name
+    ) == 2));
+    assert!(quitter.join().unwrap(), "its time ran out");
+    assert_eq!(queued(&mut admin, &name), 1, "it withdrew its place");
+    let released = Instant::now();
+    held.unlock().unwrap();
+    assert!(stayer.join().unwrap());
+    assert!(released.elapsed() < Duration::from_secs(2));
 }

@@ -64,7 +64,7 @@ impl Contender for Redlatch {
     fn inner_commands(&self) -> &'static [&'static str] {
         &[
             "pttl", "incr", "hset", "pexpire", "hexists", "del", "set", "exists", "get", "type",
-            "hget",
+            "hget", "hdel", "time", "zadd", "zrem", "zrange",
         ]
     }
     fn inner_publishes_per_release(&self) -> u64 {
