@@ -33,10 +33,12 @@ const QUEUE_SLACK: Duration = Duration::from_secs(2);
 /// [`Error::LockLost`] until the thread has dropped the lost guards.
 ///
 /// # Waiting
-/// Threads of one client that wait for the same lock queue in arrival order, and a thread
-/// that asks while others of its client already wait queues behind them rather than racing
-/// them to Redis. Across clients there is no global order: each release wakes the first
-/// waiter of every client, and the fastest takes the lock.
+/// Waiters queue in Redis in arrival order, across all clients, and the release that frees
+/// the lock hands it to the first of them still waiting: that thread returns holding it
+/// without another round trip, and no other thread is woken. A thread that releases and asks
+/// again queues behind those already waiting. A waiter whose time runs out leaves the queue
+/// (one command); a waiter that dies in the queue can be handed the lock, which then frees
+/// itself when the lease that waiter asked for runs out.
 ///
 /// # Time
 /// Every Redis round trip is bounded by the client's response timeout (3 s by default), so a

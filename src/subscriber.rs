@@ -1007,7 +1007,10 @@ mod tests {
         sub.deliver(CH, b"grant 8 50 someone-else:1");
         let start = Instant::now();
         assert_eq!(waiter.wait(Duration::from_secs(10)), Wake::Timeout);
-        assert!(start.elapsed() < Duration::from_secs(5), "slept past the new lease");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "slept past the new lease"
+        );
     }
 
     #[test]

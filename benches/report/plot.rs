@@ -10,8 +10,8 @@ const COLORS: [&str; 4] = ["#1b7837", "#d95f02", "#7570b3", "#e7298a"];
 
 /// One line per series: (label, samples).
 pub fn handoff_svg(series: &[(&str, &[Duration])], ping: Duration) -> String {
-    let (w, h) = (720.0, 420.0);
-    let (left, right, top, bottom) = (70.0, 170.0, 40.0, 60.0);
+    let (w, h) = (800.0, 420.0);
+    let (left, right, top, bottom) = (70.0, 250.0, 40.0, 60.0);
     let plot_w = w - left - right;
     let plot_h = h - top - bottom;
     let points: Vec<(&str, Vec<f64>)> = series
