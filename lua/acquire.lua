@@ -3,34 +3,40 @@
 -- KEYS[1]  the lock hash        <prefix>:{<name>}          field = owner, value = hold count
 -- KEYS[2]  the fencing counter  <prefix>:{<name>}:fence    never expires
 -- KEYS[3]  the wait queue       <prefix>:{<name>}:queue    zset: owner -> arrival (µs)
--- KEYS[4]  the waiters' terms   <prefix>:{<name>}:waiters  hash: owner -> "<expiry ms> <lease ms>"
+-- KEYS[4]  the waiters' terms   <prefix>:{<name>}:waiters  hash: owner -> terms (below)
 -- ARGV[1]  owner id             "<client uuid>:<thread number>"
 -- ARGV[2]  holds                how many holds the caller has (0 = a first acquisition)
 -- ARGV[3]  lease                milliseconds
 -- ARGV[4]  token                the fencing token of the caller's hold (when holds > 0)
 -- ARGV[5]  queue for            ms the caller will wait if the lock is busy (0: don't queue)
 -- ARGV[6]  queued               "1" if an earlier attempt of this wait may have queued it
+-- ARGV[7]  hand-over lease      ms the lock is handed over for, if handed to the caller
 --
--- Replies (an array {status, value}):
---   { 1, token }   acquired; token is the fencing token (a re-entry keeps the first one's)
---   { 0, pttl  }   held by another owner; pttl bounds how long the caller should sleep.
---                  With ARGV[5] > 0 the caller is now in the queue: the release that frees
---                  the lock hands it to the first live waiter of the queue (release.lua).
---   {-1, 0     }   the caller believed it held the lock (holds > 0) but its hold is gone
+-- A waiter's terms are "<valid until, ms> <hand-over lease, ms>" while it waits, and
+-- "granted <token>" once a release handed the lock to it (release.lua).
+--
+-- Replies (an array):
+--   { 1, token }          acquired; token is the fencing token (a re-entry keeps the first
+--                         one's; taking up a hand-over keeps the hand-over's)
+--   { 0, pttl, fence }    held by another owner; pttl bounds how long the caller should sleep,
+--                         fence is the fencing counter now (a hand-over that comes later has a
+--                         larger token). With ARGV[5] > 0 the caller is now in the queue.
+--   {-1, 0 }              the caller believed it held the lock (holds > 0) but its hold is gone
 -- Errors: "WRONGTYPE lock" / "WRONGTYPE fence" / "WRONGTYPE queue" when that key holds data
 -- that is not ours.
 --
 -- Idempotent: the hold count is *set* to holds + 1, never incremented, so a retry after a
 -- lost reply changes nothing it should not. A first acquisition that finds the caller's
--- field already there (the lock was handed to it and the message was lost, its own earlier
--- attempt whose reply was lost, or a release that never reached Redis) takes that hold over
--- with a *new* token and this acquisition's lease: tokens are never handed out twice.
+-- field already there takes that hold up: a hand-over whose message was lost keeps the
+-- hand-over's token; anything else (its own earlier attempt whose reply was lost, a release
+-- that never reached Redis) gets a *new* token, so tokens are never handed out twice. Neither
+-- ever shortens the lease.
 -- Nothing is written before every check has passed, so an error leaves no partial change.
 -- Each redis.call costs about as much as the script's dispatch: the free path makes four.
 
 local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, holds, lease, held_token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local queue_for, queued = tonumber(ARGV[5]), ARGV[6] == '1'
+local queue_for, queued, handover_lease = tonumber(ARGV[5]), ARGV[6] == '1', ARGV[7]
 
 -- INCR refuses a non-integer or a non-string without writing anything.
 local function next_token()
@@ -88,9 +94,8 @@ if mine == 0 then
       return redis.error_reply('WRONGTYPE queue')
     end
     local expiry = now[1] * 1000 + math.floor(now[2] / 1000) + queue_for
-    local terms_ok = redis.pcall('hset', waiters, owner, expiry .. ' ' .. lease)
+    local terms_ok = redis.pcall('hset', waiters, owner, string.format('%d %s', expiry, handover_lease))
     if type(terms_ok) == 'table' then
-      redis.call('zrem', queue, owner)
       return redis.error_reply('WRONGTYPE queue')
     end
     -- The queue outlives its last valid place, so an abandoned lock leaves nothing behind.
@@ -99,19 +104,30 @@ if mine == 0 then
       redis.call('pexpire', waiters, queue_for)
     end
   end
-  return {0, pttl}
+  return {0, pttl, tonumber(redis.pcall('get', fence)) or 0}
 end
 
 if holds == 0 then
-  -- Our field without a hold of ours: take it over, as a new hold with a new token and
-  -- this acquisition's lease.
-  local token = next_token()
-  if not token then
+  -- Our field without a hold of ours: take it up.
+  local current = redis.pcall('get', fence)
+  if type(current) == 'table' then
     return redis.error_reply('WRONGTYPE fence')
   end
+  local token
+  if current and redis.pcall('hget', waiters, owner) == 'granted ' .. current then
+    token = tonumber(current) -- handed over, and nobody acquired since: its token is fresh
+  else
+    token = next_token()
+    if not token then
+      return redis.error_reply('WRONGTYPE fence')
+    end
+  end
   redis.call('hset', lock, owner, 1)
-  redis.call('pexpire', lock, lease)
-  leave_queue()
+  if lease > pttl then
+    redis.call('pexpire', lock, lease)
+  end
+  redis.pcall('zrem', queue, owner)
+  redis.pcall('hdel', waiters, owner)
   return {1, token}
 end
 

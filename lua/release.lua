@@ -25,7 +25,9 @@
 -- Handing over inside the release is what makes a hand-off cheap and fair: the next holder
 -- is the oldest waiter still waiting (its terms say until when), anywhere in the fleet; it
 -- needs no attempt of its own, only the message; and nobody else is woken to race for it.
--- A waiter whose message is lost still finds the lock is its own at its next attempt.
+-- Its terms become "granted <token>", so that its own later calls know the hold for a
+-- hand-over (acquire.lua, withdraw.lua). A waiter whose message is lost still finds the lock
+-- is its own at its next attempt.
 --
 -- Idempotent, so a retry after a lost reply tells the owner the truth: an intermediate
 -- release *sets* the count to holds - 1; the final release leaves a short-lived latch named
@@ -49,35 +51,45 @@ if holds > 1 then
   return 2
 end
 
+-- Read the queue and the clock before writing anything.
+local head = redis.pcall('zrange', queue, 0, 0)
+local now
+if type(head) == 'table' and not head.err and head[1] then
+  local t = redis.call('time')
+  now = t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
 redis.call('set', latch, '1', 'px', latch_ttl)
 redis.call('del', lock)
+redis.pcall('hdel', waiters, owner) -- a hand-over's "granted" terms, if that is how we got it
 
 -- The oldest waiter whose terms have not run out gets the lock. Stale entries (a waiter that
--- gave up without withdrawing, or died) are dropped on the way; a bounded number per release.
-local now
+-- gave up without withdrawing, or died, or the releasing owner's own leftover place) are
+-- dropped on the way; a bounded number per release.
 for _ = 1, 64 do
-  local head = redis.pcall('zrange', queue, 0, 0)
+  if not now then
+    break
+  end
+  head = redis.pcall('zrange', queue, 0, 0)
   if type(head) ~= 'table' or head.err or not head[1] then
     break
   end
   head = head[1]
   redis.call('zrem', queue, head)
   local terms = redis.pcall('hget', waiters, head)
-  redis.pcall('hdel', waiters, head)
+  local expiry, lease
   if type(terms) == 'string' then
-    local expiry, lease = string.match(terms, '^(%d+) (%d+)$')
-    if not now then
-      local t = redis.call('time')
-      now = t[1] * 1000 + math.floor(t[2] / 1000)
-    end
-    if expiry and tonumber(expiry) > now then
-      local next_token = redis.call('incr', fence)
-      redis.call('hset', lock, head, 1)
-      redis.call('pexpire', lock, lease)
-      redis.call(publish, channel, 'grant ' .. next_token .. ' ' .. lease .. ' ' .. head)
-      return 1
-    end
+    expiry, lease = string.match(terms, '^(%d+) (%d+)$')
   end
+  if head ~= owner and expiry and tonumber(expiry) > now then
+    local next_token = redis.call('incr', fence)
+    redis.call('hset', lock, head, 1)
+    redis.call('pexpire', lock, lease)
+    redis.call('hset', waiters, head, string.format('granted %d', next_token))
+    redis.call(publish, channel, string.format('grant %d %s %s', next_token, lease, head))
+    return 1
+  end
+  redis.pcall('hdel', waiters, head)
 end
 
 redis.call(publish, channel, 'unlock')

@@ -1,5 +1,5 @@
--- withdraw.lua: a waiter gives up its place in the queue; if the lock was handed to it
--- meanwhile, it keeps it.
+-- withdraw.lua: a waiter gives up its place in the queue; if the lock was handed to it and
+-- not taken up yet, it takes it up instead.
 --
 -- KEYS[1]  the lock hash     <prefix>:{<name>}
 -- KEYS[2]  the fence         <prefix>:{<name>}:fence
@@ -8,22 +8,25 @@
 -- ARGV[1]  owner id
 -- ARGV[2]  lease             milliseconds, if the lock turns out to be the caller's
 --
--- Replies: { 1, token } the lock had been handed to the caller, which now holds it with a new
--- token and the given lease (the token of the hand-off is never used); { 0, 0 } it had not,
--- and the caller is out of the queue, so nothing will be handed to it any more.
+-- Replies: { 1, token } the lock had been handed to the caller, which now holds it with the
+-- hand-over's token and at least the given lease; { 0, 0 } it had not, and the caller is out
+-- of the queue, so nothing will be handed to it any more.
+--
+-- Only a hand-over is taken up (terms "granted <token>" with the fence still at that token):
+-- a withdrawal that reaches Redis late must not touch a hold the thread took since.
 
 local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local owner, lease = ARGV[1], ARGV[2]
+local owner, lease = ARGV[1], tonumber(ARGV[2])
 
+local terms = redis.pcall('hget', waiters, owner)
+local current = redis.pcall('get', fence)
 redis.pcall('zrem', queue, owner)
 redis.pcall('hdel', waiters, owner)
-if redis.pcall('hexists', lock, owner) ~= 1 then
+if type(terms) ~= 'string' or type(current) ~= 'string' or terms ~= 'granted ' .. current
+   or redis.pcall('hexists', lock, owner) ~= 1 then
   return {0, 0}
 end
-local token = redis.pcall('incr', fence)
-if type(token) == 'table' then
-  return redis.error_reply('WRONGTYPE fence')
+if redis.call('pttl', lock) < lease then
+  redis.call('pexpire', lock, lease)
 end
-redis.call('hset', lock, owner, 1)
-redis.call('pexpire', lock, lease)
-return {1, token}
+return {1, tonumber(current)}

@@ -10,7 +10,6 @@ use crossbeam_channel::Sender;
 use crate::connection::{Backend, Settings};
 use crate::error::{Error, Result};
 use crate::hold::Holds;
-use crate::keys;
 use crate::lock::{Lock, validate_duration};
 use crate::subscriber::Subscriber;
 
@@ -227,12 +226,8 @@ impl ClientBuilder {
 
         let id = uuid::Uuid::new_v4().to_string();
         let (errands, errands_received) = crossbeam_channel::unbounded();
-        let (subscriber, subscriber_task) = Subscriber::new(
-            backend.clone(),
-            keys::control_channel(&self.prefix, &id),
-            format!("{id}:"),
-            errands,
-        );
+        let (subscriber, subscriber_task) =
+            Subscriber::new(backend.clone(), &self.prefix, &id, errands);
         let core = Arc::new(Core {
             id,
             prefix: self.prefix,

@@ -73,7 +73,13 @@ impl std::fmt::Debug for Lock {
 /// What one attempt gave.
 enum Attempt {
     Acquired(LockGuard),
-    Busy { ttl: Duration },
+    /// Held by another owner for `ttl` more, as an attempt sent at `sent` saw, when the
+    /// fencing counter stood at `fence`.
+    Busy {
+        ttl: Duration,
+        fence: u64,
+        sent: Instant,
+    },
 }
 
 impl Lock {
@@ -104,9 +110,10 @@ impl Lock {
     ///
     /// `wait == Duration::ZERO` makes exactly one attempt. `lease: None` holds the lock with
     /// the watchdog; `Some(lease)` lets it expire after `lease` unless released before.
-    /// Waiting costs no Redis commands beyond one attempt per wake-up: a release anywhere
-    /// wakes one waiter per client through pub/sub, and a waiter also wakes when the lock's
-    /// lease would run out, so a crashed holder or a lost message costs time, never a hang.
+    /// Waiting costs no Redis command while nothing happens: the release that frees the lock
+    /// hands it to the oldest waiter in the fleet and tells it through pub/sub, and a waiter
+    /// also wakes when the lock's lease would run out, so a crashed holder or a lost message
+    /// costs time, never a hang.
     pub fn try_lock(&self, wait: Duration, lease: Option<Duration>) -> Result<Option<LockGuard>> {
         validate_duration("wait", wait)?;
         self.acquire(Some(wait), lease)
@@ -200,12 +207,12 @@ impl Lock {
         // attempt does not queue.
         let queues =
             wait != Some(Duration::ZERO) && core.holds.get(&self.keys.lock, thread).is_none();
-        let queueing = |queued| self.queueing(queues, queued, deadline);
+        let queueing = |queued| self.queueing(queues, queued, deadline, lease);
         let expecting = queues.then(|| core.subscriber.expect(&self.keys, thread));
 
-        let mut ttl = match self.attempt(lease, queueing(false))? {
+        let mut busy = match self.attempt(lease, queueing(false))? {
             Attempt::Acquired(guard) => return Ok(Some(guard)),
-            Attempt::Busy { ttl } => ttl,
+            Attempt::Busy { ttl, fence, sent } => (ttl, fence, sent),
         };
         let Some(expecting) = expecting else {
             return Ok(None);
@@ -221,16 +228,32 @@ impl Lock {
         // A sleep ends at a hand-over, a wake-up, the lock's TTL (its holder may have died
         // without a message), the time to renew our place in the queue, or our deadline.
         loop {
+            let (ttl, fence, sent) = busy;
             let bound = ttl.clamp(Duration::from_millis(1), core.watchdog_timeout);
             let sleep = match deadline {
                 Some(deadline) => bound.min(deadline.saturating_duration_since(Instant::now())),
                 None => bound,
             };
-            if let Wake::HandedOver { token, received } = waiter.wait(sleep) {
-                waiter.acquired();
-                return Ok(Some(self.handed_over(token, received, lease)));
+            let mut confirm = false;
+            if let Wake::HandedOver { token, .. } = waiter.wait(sleep) {
+                // Only a hand-over issued after our last attempt is news: an older one's hold
+                // is gone (that attempt found someone else holding the lock). And since it
+                // came after that attempt was sent, its lease ran from then at the latest.
+                let handover_lease = queueing(true).handover_lease;
+                if token > fence {
+                    if handover_lease == self.lease_set(lease)
+                        && sent.elapsed() < handover_lease / 3
+                    {
+                        waiter.acquired();
+                        return Ok(Some(self.handed_over(token, sent, lease)));
+                    }
+                    // Too little of the lease is known to be left, or it was handed over
+                    // with a shorter lease than asked for: take it up with a round trip,
+                    // which sets the full lease and confirms it is ours.
+                    confirm = true;
+                }
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if !confirm && deadline.is_some_and(|d| Instant::now() >= d) {
                 drop(waiter);
                 return self.give_up(lease);
             }
@@ -239,7 +262,7 @@ impl Lock {
                     waiter.acquired();
                     return Ok(Some(guard));
                 }
-                Attempt::Busy { ttl: t } => ttl = t,
+                Attempt::Busy { ttl, fence, sent } => busy = (ttl, fence, sent),
             }
         }
     }
@@ -247,7 +270,13 @@ impl Lock {
     /// How an attempt of this wait treats the queue: a place in it stays valid until the
     /// deadline, or for one watchdog timeout (the longest a waiter sleeps before its next
     /// attempt renews it), plus slack for the round trip.
-    fn queueing(&self, queues: bool, queued: bool, deadline: Option<Instant>) -> Queueing {
+    fn queueing(
+        &self,
+        queues: bool,
+        queued: bool,
+        deadline: Option<Instant>,
+        lease: Option<Duration>,
+    ) -> Queueing {
         if !queues {
             return Queueing::NONE;
         }
@@ -257,6 +286,9 @@ impl Lock {
         Queueing {
             queue_for: until_deadline.min(refresh) + QUEUE_SLACK,
             queued,
+            // A waiter that dies in the queue may be handed the lock: it holds it for no
+            // longer than a dead holder would. A longer lease is set when taken up.
+            handover_lease: self.lease_set(lease).min(refresh),
         }
     }
 
@@ -275,16 +307,17 @@ impl Lock {
         Ok(token.map(|token| self.new_hold(thread, owner.into(), token, sent, lease)))
     }
 
-    /// A release handed the lock to this thread with `token`; its message arrived at
-    /// `received`. The lease began a little before, when the release ran: the local deadline
-    /// gives up a margin for the message's journey.
-    fn handed_over(&self, token: u64, received: Instant, lease: Option<Duration>) -> LockGuard {
-        let core = self.core();
+    /// A release handed the lock to this thread with `token`, after an attempt sent at
+    /// `began`: the lease ran from then at the latest.
+    fn handed_over(&self, token: u64, began: Instant, lease: Option<Duration>) -> LockGuard {
         let thread = thread_number();
-        let lease_set = self.lease_set(lease);
-        let margin = (lease_set / 100 + Duration::from_millis(5)).min(lease_set / 2);
-        let began = received.checked_sub(margin).unwrap_or(received);
-        self.new_hold(thread, core.owner(thread).into(), token, began, lease)
+        self.new_hold(
+            thread,
+            self.core().owner(thread).into(),
+            token,
+            began,
+            lease,
+        )
     }
 
     /// Registers a first hold (for renewal, before its guard exists) and returns its guard.
@@ -353,7 +386,7 @@ impl Lock {
                 }
                 None => self.new_hold(thread, owner, token, sent, lease),
             })),
-            Acquire::Busy { ttl } => Ok(Attempt::Busy { ttl }),
+            Acquire::Busy { ttl, fence } => Ok(Attempt::Busy { ttl, fence, sent }),
             Acquire::Lost => {
                 if existing.is_some_and(|h| h.mark_lost()) {
                     log::warn!("lock {:?} was lost under its holder", self.keys.name);

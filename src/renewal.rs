@@ -43,7 +43,8 @@ pub(crate) fn run(core: Arc<Core>, stop: Receiver<()>, errands: Receiver<Errand>
         select! {
             recv(stop) -> _ => return,
             recv(errands) -> errand => match errand {
-                Ok(Errand::Ring) => core.subscriber.ring(),
+                // One attempt: the renewal thread must not stall on an errand.
+                Ok(Errand::Ring) => core.subscriber.ring(false),
                 Ok(Errand::ReleaseGrant { keys, owner, token }) => release_grant(&core, &keys, &owner, token),
                 Err(_) => {}
             },
@@ -56,9 +57,10 @@ pub(crate) fn run(core: Arc<Core>, stop: Receiver<()>, errands: Receiver<Errand>
 /// The release script checks the token, so a hold the thread took since is left alone.
 fn release_grant(core: &Core, keys: &LockKeys, owner: &str, token: u64) {
     let latch_ttl = core.backend.latch_ttl();
+    // One attempt: the renewal thread must not stall on an errand.
     match core
         .backend
-        .run(|con| scripts::release(con, keys, owner, 1, token, latch_ttl))
+        .run_once_only(|con| scripts::release(con, keys, owner, 1, token, latch_ttl))
     {
         Ok(Release::Released) => {
             log::debug!(

@@ -32,8 +32,9 @@ const PUBLISH: &str = "PUBLISH";
 pub(crate) enum Acquire {
     /// Ours, with this fencing token.
     Acquired { token: u64 },
-    /// Held by another owner for at most this much longer.
-    Busy { ttl: Duration },
+    /// Held by another owner for at most this much longer; the fencing counter stood at
+    /// `fence` (a hand-over issued later carries a larger token).
+    Busy { ttl: Duration, fence: u64 },
     /// We believed we held it, but our hold is gone.
     Lost,
 }
@@ -45,12 +46,15 @@ pub(crate) struct Queueing {
     pub queue_for: Duration,
     /// An earlier attempt of the same wait may have queued the caller.
     pub queued: bool,
+    /// The lease a release hands the lock over with.
+    pub handover_lease: Duration,
 }
 
 impl Queueing {
     pub const NONE: Queueing = Queueing {
         queue_for: Duration::ZERO,
         queued: false,
+        handover_lease: Duration::ZERO,
     };
 }
 
@@ -63,7 +67,7 @@ pub(crate) fn acquire(
     queueing: Queueing,
 ) -> RedisResult<Acquire> {
     let (holds, token) = hold.unwrap_or((0, 0));
-    let (status, value): (i64, i64) = ACQUIRE
+    let reply: Vec<i64> = ACQUIRE
         .key(&keys.lock)
         .key(&keys.fence)
         .key(&keys.queue)
@@ -74,20 +78,22 @@ pub(crate) fn acquire(
         .arg(token)
         .arg(millis(queueing.queue_for))
         .arg(if queueing.queued { "1" } else { "0" })
+        .arg(millis(queueing.handover_lease))
         .invoke(con)?;
-    Ok(match status {
-        1 => Acquire::Acquired {
-            token: value as u64,
+    Ok(match reply.as_slice() {
+        [1, token, ..] => Acquire::Acquired {
+            token: *token as u64,
         },
-        0 => Acquire::Busy {
-            ttl: Duration::from_millis(value.max(0) as u64),
+        [0, pttl, rest @ ..] => Acquire::Busy {
+            ttl: Duration::from_millis((*pttl).max(0) as u64),
+            fence: rest.first().map_or(0, |f| (*f).max(0) as u64),
         },
         _ => Acquire::Lost,
     })
 }
 
 /// Takes the caller out of the queue; `Some(token)` if the lock had been handed to it, which
-/// then holds it with `lease` and this new token.
+/// then holds it with at least `lease` and the hand-over's token.
 pub(crate) fn withdraw(
     con: &mut Connection,
     keys: &LockKeys,

@@ -101,6 +101,8 @@ struct Shared {
     control_channel: String,
     /// `<client id>:`, the start of the owner ids of this client's threads.
     owner_prefix: String,
+    /// The key prefix, to name a lock from its channel.
+    key_prefix: String,
     /// The connection is up and subscribed to the control channel, so a PUBLISH reaches it.
     connected: AtomicBool,
     /// A control message is on its way; later requests need not send another.
@@ -116,7 +118,7 @@ struct Shared {
 /// A thread about to join the waiters of `keys`; `handed` is a hand-over that came early.
 struct Arriving {
     keys: Arc<LockKeys>,
-    handed: Option<(u64, Instant)>,
+    handed: Option<u64>,
 }
 
 impl Shared {
@@ -126,6 +128,9 @@ impl Shared {
         let entry = std::str::from_utf8(channel)
             .ok()
             .and_then(|ch| self.entries.lock().get(ch).cloned());
+        if let Some(entry) = &entry {
+            entry.state.lock().messages += 1;
+        }
         if let Some(grant) = payload.strip_prefix(GRANT) {
             self.deliver_grant(channel, entry, grant);
             return;
@@ -155,42 +160,51 @@ impl Shared {
             return;
         };
         let received = Instant::now();
+        let thread = owner
+            .strip_prefix(self.owner_prefix.as_str())
+            .and_then(|t| t.parse::<u64>().ok());
+        // `arriving` first, held throughout: a thread moves from it to the entry's queue
+        // under the same lock, so the hand-over finds it in one place or the other.
+        let mut arriving = self.arriving.lock();
         if let Some(entry) = &entry {
             let busy_until = received + Duration::from_millis(lease);
-            for slot in &entry.state.lock().queue {
+            let state = entry.state.lock();
+            for slot in &state.queue {
+                if Some(slot.thread) == thread {
+                    slot.hand_over(token);
+                    return;
+                }
                 slot.wake_by(busy_until);
             }
         }
-        let Some(thread) = owner
-            .strip_prefix(self.owner_prefix.as_str())
-            .and_then(|t| t.parse::<u64>().ok())
-        else {
+        let Some(thread) = thread else {
             return; // another client's thread
         };
-        let received = Instant::now();
-        if let Some(entry) = &entry {
-            let state = entry.state.lock();
-            if let Some(slot) = state.queue.iter().find(|slot| slot.thread == thread) {
-                slot.hand_over(token, received);
-                return;
-            }
-        }
-        let keys = {
-            let mut arriving = self.arriving.lock();
-            match arriving.get_mut(&thread) {
-                // Its attempt's reply and this message crossed: the thread joins in a moment.
-                Some(a) if a.keys.channel.as_bytes() == channel => {
-                    a.handed = Some((token, received));
-                    return;
+        match arriving.get_mut(&thread) {
+            // Its attempt's reply and this message crossed: the thread joins in a moment.
+            Some(a) if a.keys.channel.as_bytes() == channel => a.handed = Some(token),
+            // Its thread no longer waits (its withdrawal crossed the hand-over, or the message
+            // came very late). Nobody will use the lock: give it back.
+            _ => {
+                drop(arriving);
+                let keys = entry
+                    .map(|e| e.keys.clone())
+                    .or_else(|| self.keys_of(channel));
+                if let Some(keys) = keys {
+                    self.give_back(keys, owner.to_string(), token);
                 }
-                _ => entry.map(|e| e.keys.clone()),
             }
-        };
-        // Its thread gave up meanwhile (and its withdrawal crossed the hand-over), or the
-        // message came very late. Nobody will use the lock: give it back.
-        if let Some(keys) = keys {
-            self.give_back(keys, owner.to_string(), token);
         }
+    }
+
+    /// The lock whose channel is `channel`, under this client's prefix.
+    fn keys_of(&self, channel: &[u8]) -> Option<Arc<LockKeys>> {
+        let name = std::str::from_utf8(channel)
+            .ok()?
+            .strip_prefix(self.key_prefix.as_str())?
+            .strip_prefix(":{")?
+            .strip_suffix("}:unlocked")?;
+        Some(Arc::new(LockKeys::new(&self.key_prefix, name)))
     }
 
     fn give_back(&self, keys: Arc<LockKeys>, owner: String, token: u64) {
@@ -212,6 +226,9 @@ struct EntryState {
     /// Counts the times `confirmed` became true: a [`Watching`] taken at one count proves
     /// the channel has been subscribed without a gap while it stays the same.
     confirmations: u64,
+    /// Counts the messages delivered to this entry: one that came between an attempt and
+    /// the join (a force-unlock, a hand-over changing the lease) makes the joiner try again.
+    messages: u64,
     queue: VecDeque<Arc<Slot>>,
 }
 
@@ -219,6 +236,7 @@ struct EntryState {
 struct Watching {
     entry: Arc<Entry>,
     confirmations: u64,
+    messages: u64,
 }
 
 /// A thread between announcing an attempt and joining the waiters ([`Subscriber::expect`]).
@@ -239,7 +257,7 @@ impl Drop for Expecting<'_> {
         let arriving = shared.arriving.lock().remove(&self.thread);
         if let Some(Arriving {
             keys,
-            handed: Some((token, _)),
+            handed: Some(token),
         }) = arriving
         {
             // Handed over to a thread that then did not wait (its attempt got the lock by
@@ -261,8 +279,8 @@ struct Slot {
 struct SlotState {
     /// A wake-up to use: try again.
     permit: bool,
-    /// The lock was handed to this thread, with this token, as received at this time.
-    handed: Option<(u64, Instant)>,
+    /// The lock was handed to this thread, with this token.
+    handed: Option<u64>,
     /// Wake no later than this to try again: the lock's lease changed hands and ends then.
     wake_by: Option<Instant>,
 }
@@ -294,8 +312,8 @@ impl Slot {
         }
     }
 
-    fn hand_over(&self, token: u64, received: Instant) {
-        self.state.lock().handed = Some((token, received));
+    fn hand_over(&self, token: u64) {
+        self.state.lock().handed = Some(token);
         self.wake.notify_one();
     }
 }
@@ -331,9 +349,8 @@ impl Entry {
 pub(crate) enum Wake {
     /// A release (or a confirmed subscription, a reconnect): try again.
     Permit,
-    /// The lock is ours: a release handed it over with this token; `received` is when the
-    /// message arrived (the lease began a little before).
-    HandedOver { token: u64, received: Instant },
+    /// The lock was handed to this thread with this token (if it is news: see `Lock`).
+    HandedOver { token: u64 },
     /// The time asked for passed.
     Timeout,
 }
@@ -343,15 +360,16 @@ impl Subscriber {
     /// thread that runs them (the renewal thread): see [`Errand`].
     pub fn new(
         backend: Arc<Backend>,
-        control_channel: String,
-        owner_prefix: String,
+        key_prefix: &str,
+        client_id: &str,
         errands: Sender<Errand>,
     ) -> (Subscriber, SubscriberTask) {
         let (doorbell, rung) = crossbeam_channel::bounded(1);
         let shared = Arc::new(Shared {
             entries: Mutex::new(HashMap::new()),
-            control_channel,
-            owner_prefix,
+            control_channel: crate::keys::control_channel(key_prefix, client_id),
+            owner_prefix: format!("{client_id}:"),
+            key_prefix: key_prefix.to_string(),
             connected: AtomicBool::new(false),
             ring_in_flight: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -393,6 +411,7 @@ impl Subscriber {
                 Some(Watching {
                     entry: entry.clone(),
                     confirmations,
+                    messages: state.messages,
                 })
             });
         self.shared.arriving.lock().insert(
@@ -413,21 +432,19 @@ impl Subscriber {
 
     /// Registers the thread of `expecting`, whose attempt just found the lock busy (and
     /// queued it in Redis), as a waiter on the lock's channel, subscribing the channel if this
-    /// is its first waiter. Unless the channel was subscribed since before that attempt, the
-    /// waiter's first [`Waiter::wait`] returns once the subscription is confirmed (at once if
-    /// it already is), so that its next attempt cannot miss a release.
+    /// is its first waiter. Unless the channel was subscribed since before that attempt and
+    /// carried no message since, the waiter's first [`Waiter::wait`] returns once the
+    /// subscription is confirmed (at once if it already is), so that its next attempt cannot
+    /// miss a release.
     pub fn join(&self, mut expecting: Expecting<'_>) -> Waiter<'_> {
         expecting.joined = true;
         let thread = expecting.thread;
-        let slot = Arc::new(Slot::new(thread));
         let keys = expecting.keys.clone();
-        let handed = self
-            .shared
-            .arriving
-            .lock()
-            .remove(&thread)
-            .and_then(|a| a.handed);
+        let slot = Arc::new(Slot::new(thread));
         let (entry, created) = {
+            // Lock order: arriving, entries, entry state (as in `Shared::deliver_grant`).
+            let mut arriving = self.shared.arriving.lock();
+            let handed = arriving.remove(&thread).and_then(|a| a.handed);
             let mut entries = self.shared.entries.lock();
             let (entry, created) = match entries.get(&keys.channel) {
                 Some(entry) => (entry.clone(), false),
@@ -437,6 +454,7 @@ impl Subscriber {
                         state: Mutex::new(EntryState {
                             confirmed: false,
                             confirmations: 0,
+                            messages: 0,
                             queue: VecDeque::new(),
                         }),
                     });
@@ -449,19 +467,22 @@ impl Subscriber {
                 Arc::ptr_eq(&w.entry, &entry)
                     && state.confirmed
                     && w.confirmations == state.confirmations
+                    && w.messages == state.messages
             });
-            if let Some((token, received)) = handed {
-                slot.hand_over(token, received);
+            if let Some(token) = handed {
+                slot.hand_over(token);
             } else if state.confirmed && !watched_all_along {
                 // Subscribed already: the attempt after joining may go at once.
                 slot.state.lock().permit = true;
             }
             state.queue.push_back(slot.clone());
             drop(state);
+            drop(entries);
+            drop(arriving);
             (entry, created)
         };
         if created {
-            self.ring();
+            self.ring(true);
         }
         Waiter {
             subscriber: self,
@@ -472,14 +493,15 @@ impl Subscriber {
     }
 
     /// Makes the thread reconcile its subscriptions with the entry map: publishes on the
-    /// control channel and waits for Redis to take it (one round trip).
-    pub fn ring(&self) {
+    /// control channel and waits for Redis to take it (one round trip; `retry` on a fresh
+    /// connection if that one fails fast).
+    pub fn ring(&self, retry: bool) {
         self.ring_queued.store(false, Ordering::SeqCst);
         let _ = self.shared.doorbell.try_send(());
         if self.shared.connected.load(Ordering::SeqCst)
             && !self.shared.ring_in_flight.swap(true, Ordering::SeqCst)
         {
-            match self.publish_control("reconcile", true) {
+            match self.publish_control("reconcile", retry) {
                 // 0 receivers: the connection is gone; the thread reconciles on reconnect.
                 Ok(receivers) if receivers > 0 => {}
                 Ok(_) => self.shared.ring_in_flight.store(false, Ordering::SeqCst),
@@ -553,24 +575,25 @@ impl Waiter<'_> {
         let deadline = Instant::now() + timeout;
         let wake = {
             let mut state = self.slot.state.lock();
-            loop {
-                if let Some((token, received)) = state.handed.take() {
-                    break Wake::HandedOver { token, received };
+            let wake = loop {
+                if let Some(token) = state.handed.take() {
+                    break Wake::HandedOver { token };
                 }
                 if std::mem::replace(&mut state.permit, false) {
                     break Wake::Permit;
                 }
                 let until = state.wake_by.map_or(deadline, |w| w.min(deadline));
                 if Instant::now() >= until {
-                    state.wake_by = None;
                     break Wake::Timeout;
                 }
                 // Woken early (a message, or spuriously): look again.
                 let _ = self.slot.wake.wait_until(&mut state, until);
-            }
+            };
+            state.wake_by = None; // the attempt that follows learns the lease afresh
+            wake
         };
         if wake == Wake::Timeout && !self.entry.state.lock().confirmed {
-            self.subscriber.ring();
+            self.subscriber.ring(true);
         }
         wake
     }
@@ -587,9 +610,21 @@ impl Drop for Waiter<'_> {
         let mut entries = shared.entries.lock();
         let mut state = self.entry.state.lock();
         state.queue.retain(|s| !Arc::ptr_eq(s, &self.slot));
-        let unused_permit = std::mem::replace(&mut self.slot.state.lock().permit, false);
+        let (unused_permit, unused_hand_over) = {
+            let mut slot = self.slot.state.lock();
+            (
+                std::mem::replace(&mut slot.permit, false),
+                slot.handed.take(),
+            )
+        };
         if unused_permit && !self.used {
             Entry::wake_one(&state);
+        }
+        if let Some(token) = unused_hand_over {
+            // Handed over while the thread was leaving (an error, or an attempt of its own got
+            // the lock): nobody will use this hold.
+            let owner = format!("{}{}", shared.owner_prefix, self.slot.thread);
+            shared.give_back(self.entry.keys.clone(), owner, token);
         }
         let last = state.queue.is_empty();
         drop(state);
@@ -852,12 +887,7 @@ mod tests {
         // Never connected: rings go to the doorbell only, and nothing here does I/O.
         let backend = Arc::new(Backend::new("redis://127.0.0.1:1/", settings).unwrap());
         let (errands, errands_received) = crossbeam_channel::unbounded();
-        let (sub, _task) = Subscriber::new(
-            backend,
-            "p:control:test".into(),
-            format!("{CLIENT}:"),
-            errands,
-        );
+        let (sub, _task) = Subscriber::new(backend, "p", CLIENT, errands);
         (sub, errands_received, Arc::new(LockKeys::new("p", "x")))
     }
 
@@ -961,6 +991,25 @@ mod tests {
         entry.confirm();
         let third = sub.join(expecting);
         assert!(permit(&third));
+    }
+
+    #[test]
+    fn a_message_between_attempt_and_join_makes_the_joiner_try_again() {
+        let (sub, _, keys) = subscriber();
+        let first = sub.join(sub.expect(&keys, 1));
+        let entry = sub
+            .shared
+            .entries
+            .lock()
+            .get(&keys.channel)
+            .cloned()
+            .unwrap();
+        entry.confirm();
+        assert!(permit(&first));
+        let expecting = sub.expect(&keys, 2); // the attempt would go here ...
+        sub.deliver(CH, b"grant 5 50 someone-else:1"); // ... while the lease changes hands
+        let second = sub.join(expecting);
+        assert!(permit(&second));
     }
 
     #[test]

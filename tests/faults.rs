@@ -424,15 +424,16 @@ fn a_release_that_never_reached_redis_does_not_hand_its_token_out_again() {
     );
     proxy.blackhole(false);
 
-    // The hold is still in Redis; this thread takes it over, with a new token and the new
-    // lease (not the dead hold's longer one).
+    // The hold is still in Redis; this thread takes it over with a new token. The lease is
+    // never shortened (the call that takes over may arrive late, under a newer hold); the
+    // guard counts only on the lease it asked for.
     let again = lock.lock_with_lease(Duration::from_secs(1)).unwrap();
     assert!(
         again.fencing_token() > first_token,
         "token {first_token} was handed out twice"
     );
     assert_eq!(lock.hold_count().unwrap(), 1);
-    assert!(lock.remaining_ttl().unwrap().unwrap() <= Duration::from_secs(1));
+    assert!(lock.remaining_ttl().unwrap().unwrap() > Duration::from_secs(1));
     again.unlock().unwrap();
     assert!(!lock.is_locked().unwrap());
 }

@@ -456,3 +456,96 @@ fn a_waiter_that_gives_up_leaves_the_queue_and_the_next_one_is_served() {
     assert!(stayer.join().unwrap());
     assert!(released.elapsed() < Duration::from_secs(2));
 }
+
+/// The owner ids queued for lock `name`.
+fn queued_owners(admin: &mut redis::Connection, name: &str) -> Vec<String> {
+    redis::cmd("ZRANGE")
+        .arg(format!("redlatch:{{{name}}}:queue"))
+        .arg(0)
+        .arg(-1)
+        .query(admin)
+        .unwrap()
+}
+
+#[test]
+fn a_stale_or_forged_hand_over_is_not_believed() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("forged");
+    let holder = client(&server);
+    let held = holder.lock(&name).lock().unwrap();
+    let lock = client(&server).lock(&name);
+    let waiter = thread::spawn(move || {
+        let guard = lock.try_lock(Duration::from_secs(20), None).unwrap();
+        guard.map(|g| g.fencing_token())
+    });
+    assert!(eventually(Duration::from_secs(5), || queued(
+        &mut admin, &name
+    ) == 1));
+    support::await_waiting(&mut admin, &name);
+    let owner = queued_owners(&mut admin, &name).pop().unwrap();
+    // A hand-over carrying the token the holder has: it cannot be news to the waiter.
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(support::channel_of(&name))
+        .arg(format!("grant {} 30000 {owner}", held.fencing_token()))
+        .query(&mut admin)
+        .unwrap();
+    thread::sleep(Duration::from_millis(300));
+    assert!(
+        !waiter.is_finished(),
+        "the waiter believed a stale hand-over"
+    );
+    let holder_token = held.fencing_token();
+    held.unlock().unwrap();
+    let token = waiter.join().unwrap().expect("acquired for real");
+    assert!(token > holder_token);
+}
+
+#[test]
+fn a_release_never_hands_the_lock_to_its_own_leftover_place() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("self-grant");
+    let holder = client(&server);
+    let held = holder.lock(&name).lock().unwrap();
+    let lock = client(&server).lock(&name);
+    let (to_main, from_thread) = crossbeam_channel::bounded::<()>(0);
+    let (to_thread, from_main) = crossbeam_channel::bounded::<()>(0);
+    let worker = thread::spawn(move || {
+        assert!(
+            lock.try_lock(Duration::from_millis(300), None)
+                .unwrap()
+                .is_none()
+        );
+        to_main.send(()).unwrap();
+        from_main.recv().unwrap(); // its place is back in the queue, as if never withdrawn
+        let guard = lock.lock_with_lease(Duration::from_secs(60)).unwrap();
+        guard.unlock().unwrap();
+        lock.is_locked().unwrap()
+    });
+    assert!(eventually(Duration::from_secs(5), || queued(
+        &mut admin, &name
+    ) == 1));
+    let owner = queued_owners(&mut admin, &name).pop().unwrap();
+    from_thread.recv().unwrap();
+    held.unlock().unwrap();
+    let queue = format!("redlatch:{{{name}}}:queue");
+    let waiters = format!("redlatch:{{{name}}}:waiters");
+    let _: () = redis::cmd("ZADD")
+        .arg(&queue)
+        .arg(1)
+        .arg(&owner)
+        .query(&mut admin)
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(&waiters)
+        .arg(&owner)
+        .arg(format!("{} 600000", u64::MAX / 2))
+        .query(&mut admin)
+        .unwrap();
+    to_thread.send(()).unwrap();
+    assert!(
+        !worker.join().unwrap(),
+        "its own release handed the lock back to it"
+    );
+}
