@@ -128,18 +128,17 @@ impl Shared {
         let entry = std::str::from_utf8(channel)
             .ok()
             .and_then(|ch| self.entries.lock().get(ch).cloned());
-        if let Some(entry) = &entry {
-            entry.state.lock().messages += 1;
-        }
         if let Some(grant) = payload.strip_prefix(GRANT) {
             self.deliver_grant(channel, entry, grant);
             return;
         }
         if let Some(entry) = entry {
-            let state = entry.state.lock();
+            let mut state = entry.state.lock();
             if payload == UNLOCK {
+                state.wakes += 1;
                 Entry::wake_one(&state);
             } else if payload == FORCE {
+                state.wakes += 1;
                 Entry::wake_all(&state);
             }
         }
@@ -168,7 +167,9 @@ impl Shared {
         let mut arriving = self.arriving.lock();
         if let Some(entry) = &entry {
             let busy_until = received + Duration::from_millis(lease);
-            let state = entry.state.lock();
+            let mut state = entry.state.lock();
+            state.handovers += 1;
+            state.handover_ends = Some(busy_until);
             for slot in &state.queue {
                 if Some(slot.thread) == thread {
                     slot.hand_over(token);
@@ -226,9 +227,13 @@ struct EntryState {
     /// Counts the times `confirmed` became true: a [`Watching`] taken at one count proves
     /// the channel has been subscribed without a gap while it stays the same.
     confirmations: u64,
-    /// Counts the messages delivered to this entry: one that came between an attempt and
-    /// the join (a force-unlock, a hand-over changing the lease) makes the joiner try again.
-    messages: u64,
+    /// Counts the wake-ups (`unlock`, `force`) delivered to this entry: one that came between
+    /// an attempt and the join makes the joiner try again.
+    wakes: u64,
+    /// Counts the hand-overs seen, and when the last one's lease ends: a joiner that missed
+    /// one sleeps no longer than that.
+    handovers: u64,
+    handover_ends: Option<Instant>,
     queue: VecDeque<Arc<Slot>>,
 }
 
@@ -236,7 +241,8 @@ struct EntryState {
 struct Watching {
     entry: Arc<Entry>,
     confirmations: u64,
-    messages: u64,
+    wakes: u64,
+    handovers: u64,
 }
 
 /// A thread between announcing an attempt and joining the waiters ([`Subscriber::expect`]).
@@ -411,7 +417,8 @@ impl Subscriber {
                 Some(Watching {
                     entry: entry.clone(),
                     confirmations,
-                    messages: state.messages,
+                    wakes: state.wakes,
+                    handovers: state.handovers,
                 })
             });
         self.shared.arriving.lock().insert(
@@ -454,7 +461,9 @@ impl Subscriber {
                         state: Mutex::new(EntryState {
                             confirmed: false,
                             confirmations: 0,
-                            messages: 0,
+                            wakes: 0,
+                            handovers: 0,
+                            handover_ends: None,
                             queue: VecDeque::new(),
                         }),
                     });
@@ -463,17 +472,23 @@ impl Subscriber {
                 }
             };
             let mut state = entry.state.lock();
-            let watched_all_along = expecting.watching.take().is_some_and(|w| {
+            let watching = expecting.watching.take().filter(|w| {
                 Arc::ptr_eq(&w.entry, &entry)
                     && state.confirmed
                     && w.confirmations == state.confirmations
-                    && w.messages == state.messages
             });
             if let Some(token) = handed {
                 slot.hand_over(token);
-            } else if state.confirmed && !watched_all_along {
-                // Subscribed already: the attempt after joining may go at once.
+            } else if state.confirmed && watching.as_ref().is_none_or(|w| w.wakes != state.wakes) {
+                // Subscribed already, but perhaps not since before the attempt, or a wake-up
+                // came since: the attempt after joining may go at once.
                 slot.state.lock().permit = true;
+            } else if let Some(w) = &watching
+                && w.handovers != state.handovers
+            {
+                // The lock changed hands since the attempt: sleep no longer than the new
+                // holder's lease, in case it never takes it up.
+                slot.state.lock().wake_by = state.handover_ends;
             }
             state.queue.push_back(slot.clone());
             drop(state);
@@ -994,7 +1009,7 @@ mod tests {
     }
 
     #[test]
-    fn a_message_between_attempt_and_join_makes_the_joiner_try_again() {
+    fn what_happens_between_attempt_and_join_is_not_missed() {
         let (sub, _, keys) = subscriber();
         let first = sub.join(sub.expect(&keys, 1));
         let entry = sub
@@ -1006,10 +1021,20 @@ mod tests {
             .unwrap();
         entry.confirm();
         assert!(permit(&first));
-        let expecting = sub.expect(&keys, 2); // the attempt would go here ...
-        sub.deliver(CH, b"grant 5 50 someone-else:1"); // ... while the lease changes hands
+
+        // A force-unlock between the attempt and the join: try again at once.
+        let expecting = sub.expect(&keys, 2);
+        sub.deliver(CH, FORCE);
         let second = sub.join(expecting);
         assert!(permit(&second));
+
+        // The lock handed to another thread meanwhile: sleep no longer than its lease.
+        let expecting = sub.expect(&keys, 3);
+        sub.deliver(CH, b"grant 5 50 someone-else:1");
+        let third = sub.join(expecting);
+        let start = Instant::now();
+        assert_eq!(third.wait(Duration::from_secs(10)), Wake::Timeout);
+        assert!(start.elapsed() < Duration::from_secs(5));
     }
 
     #[test]
