@@ -8,7 +8,7 @@
 //! if let Some(guard) = lock.try_lock(Duration::from_secs(5), None)? {
 //!     // ... critical section; `guard.fencing_token()` goes with every write it guards
 //!     guard.check()?; // still ours?
-//! } // guard dropped: released, the next waiter anywhere in the fleet is woken
+//! } // guard dropped: released, and handed to the oldest waiter anywhere in the fleet
 //! # Ok(()) }
 //! ```
 //!
@@ -16,9 +16,11 @@
 //! - A lock is a Redis hash `<prefix>:{name}` mapping owner ids (`<client uuid>:<thread>`) to
 //!   hold counts, with a lease (PEXPIRE). Lua scripts in the crate's `lua/` folder make every
 //!   change, atomically and idempotently, so a retried command never double-counts.
-//! - Waiting threads never poll: each [`Client`] has one subscriber thread on one pub/sub
-//!   connection that wakes one local waiter per release. A waiter also wakes when the lock's
-//!   lease would have run out, so a lost message or a dead holder costs time, never a hang.
+//! - Waiting threads never poll: a thread that finds the lock busy is queued in Redis, and the
+//!   release that frees the lock hands it to the oldest waiter in the fleet and tells it over
+//!   pub/sub (one subscriber thread and connection per [`Client`]). A waiter also wakes when
+//!   the lock's lease would have run out, so a lost message or a dead holder costs time,
+//!   never a hang.
 //! - Each client has one renewal thread (the watchdog) that extends every lock taken without a
 //!   lease, in batches, and marks a guard [lost](LockGuard::is_lost) when Redis says the lock
 //!   is no longer ours.
