@@ -12,6 +12,9 @@
 -- ARGV[3]  token             the fencing token of the hold being released
 -- ARGV[4]  latch ttl         milliseconds the latch outlives a final release
 -- ARGV[5]  publish command   PUBLISH (or SPUBLISH on a sharded cluster)
+-- ARGV[6]  "1" to give back a hand-over nobody took up: act only while the owner's terms
+--          still say "granted <token>" (taking it up, by an attempt or a withdrawal, removes
+--          them; a thread that took it from the message holds it and never gives it back)
 --
 -- Replies:
 --   1  released: the lock went to the next waiter ("grant <token> <lease ms> <owner>"
@@ -36,7 +39,11 @@
 
 local lock, fence, channel, latch, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local owner, holds, token = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local latch_ttl, publish = ARGV[4], ARGV[5]
+local latch_ttl, publish, unused_only = ARGV[4], ARGV[5], ARGV[6] == '1'
+
+if unused_only and redis.pcall('hget', waiters, owner) ~= 'granted ' .. token then
+  return 0
+end
 
 -- A key of another type is not ours: HEXISTS fails on it, and nothing is touched.
 if redis.pcall('hexists', lock, owner) ~= 1 or redis.pcall('get', fence) ~= token then

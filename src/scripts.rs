@@ -128,6 +128,30 @@ pub(crate) fn release(
     token: u64,
     latch_ttl: Duration,
 ) -> RedisResult<Release> {
+    run_release(con, keys, owner, holds, token, latch_ttl, false)
+}
+
+/// Gives back a hand-over to `owner` with `token` that nobody took up; changes nothing if it
+/// was taken up (by an attempt, a withdrawal, or from the message).
+pub(crate) fn give_back(
+    con: &mut Connection,
+    keys: &LockKeys,
+    owner: &str,
+    token: u64,
+    latch_ttl: Duration,
+) -> RedisResult<Release> {
+    run_release(con, keys, owner, 1, token, latch_ttl, true)
+}
+
+fn run_release(
+    con: &mut Connection,
+    keys: &LockKeys,
+    owner: &str,
+    holds: u32,
+    token: u64,
+    latch_ttl: Duration,
+    unused_hand_over_only: bool,
+) -> RedisResult<Release> {
     let reply: i64 = RELEASE
         .key(&keys.lock)
         .key(&keys.fence)
@@ -140,6 +164,7 @@ pub(crate) fn release(
         .arg(token)
         .arg(millis(latch_ttl))
         .arg(PUBLISH)
+        .arg(if unused_hand_over_only { "1" } else { "0" })
         .invoke(con)?;
     Ok(match reply {
         1 => Release::Released,

@@ -549,3 +549,41 @@ fn a_release_never_hands_the_lock_to_its_own_leftover_place() {
         "its own release handed the lock back to it"
     );
 }
+
+#[test]
+fn a_hand_over_repeated_after_it_was_taken_up_frees_nothing() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("repeat-grant");
+    let holder = client(&server);
+    let held = holder.lock(&name).lock().unwrap();
+    let lock = client(&server).lock(&name);
+    let (got_it, main_knows) = crossbeam_channel::bounded::<u64>(0);
+    let (carry_on, _keep) = crossbeam_channel::bounded::<()>(0);
+    let waiter = thread::spawn(move || {
+        let guard = lock
+            .try_lock(Duration::from_secs(20), None)
+            .unwrap()
+            .unwrap();
+        got_it.send(guard.fencing_token()).unwrap();
+        let _ = carry_on.send_timeout((), Duration::from_millis(500)); // hold a while
+        (guard.is_lost(), lock.is_held_by_current_thread().unwrap())
+    });
+    assert!(eventually(Duration::from_secs(5), || queued(
+        &mut admin, &name
+    ) == 1));
+    support::await_waiting(&mut admin, &name);
+    let owner = queued_owners(&mut admin, &name).pop().unwrap();
+    held.unlock().unwrap();
+    let token = main_knows.recv().unwrap();
+    // The same hand-over again (a duplicate, or forged): its thread is no longer waiting,
+    // but it holds the lock with that token, so nothing may be given back.
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(support::channel_of(&name))
+        .arg(format!("grant {token} 30000 {owner}"))
+        .query(&mut admin)
+        .unwrap();
+    let (lost, still_held) = waiter.join().unwrap();
+    assert!(!lost);
+    assert!(still_held, "a repeated hand-over freed a lock in use");
+}
