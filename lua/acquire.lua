@@ -27,10 +27,11 @@
 --
 -- Idempotent: the hold count is *set* to holds + 1, never incremented, so a retry after a
 -- lost reply changes nothing it should not. A first acquisition that finds the caller's
--- field already there takes that hold up: a hand-over whose message was lost keeps the
--- hand-over's token; anything else (its own earlier attempt whose reply was lost, a release
--- that never reached Redis) gets a *new* token, so tokens are never handed out twice. Neither
--- ever shortens the lease.
+-- field already there takes that hold up: a hand-over made during the caller's current wait
+-- (ARGV[6]) whose message was lost keeps the hand-over's token; anything else (its own
+-- earlier attempt whose reply was lost, a release that never reached Redis, a hand-over from
+-- an earlier wait) gets a *new* token, so tokens are never handed out twice. Neither ever
+-- shortens the lease.
 -- Nothing is written before every check has passed, so an error leaves no partial change.
 -- Each redis.call costs about as much as the script's dispatch: the free path makes four.
 
@@ -114,8 +115,10 @@ if holds == 0 then
     return redis.error_reply('WRONGTYPE fence')
   end
   local token
-  if current and redis.pcall('hget', waiters, owner) == 'granted ' .. current then
-    token = tonumber(current) -- handed over, and nobody acquired since: its token is fresh
+  if queued and current and redis.pcall('hget', waiters, owner) == 'granted ' .. current then
+    -- Handed over during this wait (its first attempt found the field absent), and nobody
+    -- acquired since: the hand-over's token is fresh.
+    token = tonumber(current)
   else
     token = next_token()
     if not token then

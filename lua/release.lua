@@ -93,6 +93,11 @@ for _ = 1, 64 do
     redis.call('hset', lock, head, 1)
     redis.call('pexpire', lock, lease)
     redis.call('hset', waiters, head, string.format('granted %d', next_token))
+    -- The "granted" terms must outlive the hand-over's lease: they are what tells an
+    -- unused hand-over from one taken up.
+    if redis.call('pttl', waiters) < tonumber(lease) then
+      redis.call('pexpire', waiters, lease)
+    end
     redis.call(publish, channel, string.format('grant %d %s %s', next_token, lease, head))
     return 1
   end

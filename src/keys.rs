@@ -5,7 +5,8 @@
 //! - `p:{name}:fence`      the fencing counter; never expires
 //! - `p:{name}:unlocked`   the channel a release publishes on
 //! - `p:{name}:queue`      the waiters, oldest first (zset: owner id -> arrival, µs)
-//! - `p:{name}:waiters`    their terms (hash: owner id -> `"<expiry ms> <lease ms>"`)
+//! - `p:{name}:waiters`    their terms (hash: owner id -> `"<expiry ms> <lease ms>"` while it
+//!   waits, `"granted <token>"` once the lock was handed to it)
 //! - `p:{name}:released:<owner>:<token>`  a latch that makes a retried release idempotent;
 //!   lives a few seconds
 //! - `p:{name}:forced:<request id>`  the same for a force-unlock

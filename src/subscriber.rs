@@ -170,12 +170,19 @@ impl Shared {
             let mut state = entry.state.lock();
             state.handovers += 1;
             state.handover_ends = Some(busy_until);
+            let mut handed = false;
             for slot in &state.queue {
                 if Some(slot.thread) == thread {
                     slot.hand_over(token);
-                    return;
+                    handed = true;
+                } else {
+                    // If the new holder never takes it up, nothing is published when its
+                    // lease ends: sleep no longer than that.
+                    slot.wake_by(busy_until);
                 }
-                slot.wake_by(busy_until);
+            }
+            if handed {
+                return;
             }
         }
         let Some(thread) = thread else {
@@ -184,8 +191,9 @@ impl Shared {
         match arriving.get_mut(&thread) {
             // Its attempt's reply and this message crossed: the thread joins in a moment.
             Some(a) if a.keys.channel.as_bytes() == channel => a.handed = Some(token),
-            // Its thread no longer waits (its withdrawal crossed the hand-over, or the message
-            // came very late). Nobody will use the lock: give it back.
+            // Its thread no longer waits: it gave up, or took the lock up with an attempt of its
+            // own, or the message came very late. Give the lock back if nobody took it up
+            // (the give-back checks that, see `Errand::ReleaseGrant`).
             _ => {
                 drop(arriving);
                 let keys = entry
@@ -608,7 +616,8 @@ impl Waiter<'_> {
             wake
         };
         if wake == Wake::Timeout && !self.entry.state.lock().confirmed {
-            self.subscriber.ring(true);
+            // One attempt: the waiter has a deadline to keep.
+            self.subscriber.ring(false);
         }
         wake
     }

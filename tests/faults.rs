@@ -570,3 +570,74 @@ fn a_waiter_killed_in_the_queue_delays_the_next_by_its_lease_only() {
     let took = released.elapsed();
     assert!(took < Duration::from_secs(3), "took {took:?}");
 }
+
+#[test]
+fn a_hand_over_whose_release_never_arrived_is_not_reused_or_freed_late() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let client = Client::builder(&proxy.url())
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    warm_up(&client);
+    let name = unique("handover-late-release");
+    let lock = client.lock(&name);
+
+    // Another client holds the lock and lets go once this thread is queued: the lock is
+    // handed over, and this thread takes it from the message.
+    let holder = Client::open(&server.url()).unwrap();
+    let (held_tx, held_rx) = crossbeam_channel::bounded::<()>(0);
+    let holder_lock = holder.lock(&name);
+    let url = server.url();
+    let queue = format!("redlatch:{{{name}}}:queue");
+    let holder_thread = thread::spawn(move || {
+        let guard = holder_lock.lock().unwrap();
+        held_tx.send(()).unwrap();
+        let mut admin = redis::Client::open(url).unwrap().get_connection().unwrap();
+        assert!(eventually(Duration::from_secs(10), || {
+            redis::cmd("ZCARD")
+                .arg(&queue)
+                .query::<i64>(&mut admin)
+                .unwrap()
+                == 1
+        }));
+        thread::sleep(Duration::from_millis(200)); // let the waiter settle
+        guard.unlock().unwrap();
+    });
+    held_rx.recv().unwrap();
+    let first = lock
+        .try_lock(Duration::from_secs(20), None)
+        .unwrap()
+        .expect("handed over");
+    let first_token = first.fencing_token();
+    holder_thread.join().unwrap();
+
+    // Its release never arrives in time; the thread locks again.
+    proxy.stall_everything();
+    let released = first.unlock();
+    assert!(matches!(released, Err(Error::Redis(_))), "{released:?}");
+    proxy.pass_new_connections();
+    let again = lock.lock_with_lease(Duration::from_secs(30)).unwrap();
+    assert!(
+        again.fencing_token() > first_token,
+        "token {first_token} handed out twice"
+    );
+
+    // And when the old release does arrive, it leaves the new hold alone.
+    let mut admin = server.admin();
+    let scripts_run = support::command_calls(&mut admin, "evalsha");
+    assert!(proxy.deliver_held() > 0);
+    assert!(eventually(Duration::from_secs(5), || {
+        support::command_calls(&mut admin, "evalsha") > scripts_run
+    }));
+    let other = Client::open(&server.url()).unwrap();
+    assert!(
+        other
+            .lock(&name)
+            .try_lock(Duration::ZERO, None)
+            .unwrap()
+            .is_none()
+    );
+    assert!(!again.is_lost());
+    again.unlock().unwrap();
+}

@@ -234,6 +234,8 @@ struct ProxyState {
     stop: AtomicBool,
     streams: Mutex<Vec<TcpStream>>,
     links: Mutex<Vec<Arc<Link>>>,
+    /// New connections start held back too.
+    stall_new: AtomicBool,
 }
 
 /// One proxied connection's client-to-server direction, which can be held back.
@@ -257,6 +259,7 @@ impl Proxy {
             stop: AtomicBool::new(false),
             streams: Mutex::new(Vec::new()),
             links: Mutex::new(Vec::new()),
+            stall_new: AtomicBool::new(false),
         });
         let accept_state = state.clone();
         thread::spawn(move || {
@@ -285,7 +288,7 @@ impl Proxy {
         let lose_next_reply = Arc::new(AtomicBool::new(false));
         let (mut c_read, mut s_write) = (client.try_clone().unwrap(), server.try_clone().unwrap());
         let link = Arc::new(Link {
-            stalled: AtomicBool::new(false),
+            stalled: AtomicBool::new(state.stall_new.load(Ordering::SeqCst)),
             held: Mutex::new(Vec::new()),
             to_server: server.try_clone().unwrap(),
             client_gone: AtomicBool::new(false),
@@ -375,6 +378,18 @@ impl Proxy {
         for link in self.state.links.lock().iter() {
             link.stalled.store(true, Ordering::SeqCst);
         }
+    }
+
+    /// Holds back whatever any connection sends, open now or opened later, until
+    /// [`Proxy::pass_new_connections`] (for new ones) and [`Proxy::deliver_held`].
+    pub fn stall_everything(&self) {
+        self.state.stall_new.store(true, Ordering::SeqCst);
+        self.stall_open_connections();
+    }
+
+    /// Connections opened from now on pass freely; held-back ones stay held.
+    pub fn pass_new_connections(&self) {
+        self.state.stall_new.store(false, Ordering::SeqCst);
     }
 
     /// Sends the held-back requests to the server; returns how many bytes that was.
