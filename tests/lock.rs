@@ -587,3 +587,57 @@ fn a_hand_over_repeated_after_it_was_taken_up_frees_nothing() {
     assert!(!lost);
     assert!(still_held, "a repeated hand-over freed a lock in use");
 }
+
+#[test]
+fn exclusion_holds_with_short_waits_leases_and_give_ups() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let server = RedisServer::start();
+    let name = unique("churn");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let acquisitions = Arc::new(AtomicUsize::new(0));
+    let end = Instant::now() + Duration::from_secs(3);
+    let mut threads = Vec::new();
+    for c in 0..4 {
+        let client = client_with_watchdog(&server, Duration::from_millis(600));
+        for t in 0..4usize {
+            let (lock, inside, overlaps, acquisitions) = (
+                client.lock(&name),
+                inside.clone(),
+                overlaps.clone(),
+                acquisitions.clone(),
+            );
+            threads.push(thread::spawn(move || {
+                // Waits from "one attempt" to "plenty", so hand-overs race give-ups.
+                let waits = [0u64, 1, 5, 20, 2000];
+                let mut i = c * 4 + t;
+                for _ in 0..10_000 {
+                    if Instant::now() >= end {
+                        break;
+                    }
+                    i += 1;
+                    let lease = (i % 2 == 0).then(|| Duration::from_millis(300));
+                    let wait = Duration::from_millis(waits[i % waits.len()]);
+                    if let Some(guard) = lock.try_lock(wait, lease).unwrap() {
+                        if inside.fetch_add(1, Ordering::SeqCst) != 0 && !guard.is_lost() {
+                            overlaps.fetch_add(1, Ordering::SeqCst);
+                        }
+                        acquisitions.fetch_add(1, Ordering::SeqCst);
+                        thread::sleep(Duration::from_micros(200));
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        let _ = guard.unlock();
+                    }
+                }
+            }));
+        }
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(acquisitions.load(Ordering::SeqCst) > 100);
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders at once, neither told"
+    );
+}
