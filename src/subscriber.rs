@@ -915,6 +915,23 @@ mod tests {
         (sub, errands_received, Arc::new(LockKeys::new("p", "x")))
     }
 
+    /// Thread 1 waiting on a channel whose subscription Redis has confirmed.
+    fn confirmed_first_waiter<'a>(
+        sub: &'a Subscriber,
+        keys: &Arc<LockKeys>,
+    ) -> (Waiter<'a>, Arc<Entry>) {
+        let first = sub.join(sub.expect(keys, 1));
+        let entry = sub
+            .shared
+            .entries
+            .lock()
+            .get(&keys.channel)
+            .cloned()
+            .unwrap();
+        entry.confirm();
+        (first, entry)
+    }
+
     fn permit(w: &Waiter<'_>) -> bool {
         w.wait(NOW) == Wake::Permit
     }
@@ -991,15 +1008,7 @@ mod tests {
     #[test]
     fn a_waiter_whose_channel_was_watched_all_along_needs_no_extra_attempt() {
         let (sub, _, keys) = subscriber();
-        let first = sub.join(sub.expect(&keys, 1));
-        let entry = sub
-            .shared
-            .entries
-            .lock()
-            .get(&keys.channel)
-            .cloned()
-            .unwrap();
-        entry.confirm();
+        let (first, entry) = confirmed_first_waiter(&sub, &keys);
         assert!(permit(&first));
         let expecting = sub.expect(&keys, 2); // the attempt would go here
         let second = sub.join(expecting);
@@ -1020,15 +1029,7 @@ mod tests {
     #[test]
     fn what_happens_between_attempt_and_join_is_not_missed() {
         let (sub, _, keys) = subscriber();
-        let first = sub.join(sub.expect(&keys, 1));
-        let entry = sub
-            .shared
-            .entries
-            .lock()
-            .get(&keys.channel)
-            .cloned()
-            .unwrap();
-        entry.confirm();
+        let (first, _) = confirmed_first_waiter(&sub, &keys);
         assert!(permit(&first));
 
         // A force-unlock between the attempt and the join: try again at once.

@@ -222,6 +222,16 @@ fn an_unreachable_server_makes_the_guard_lost_once_its_lease_ran_out() {
     );
 }
 
+/// A client through `proxy` that gives up on a reply after 300 ms, with its scripts loaded.
+fn impatient_client(proxy: &Proxy) -> Client {
+    let client = Client::builder(&proxy.url())
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    warm_up(&client);
+    client
+}
+
 /// Warms the script cache so a lost reply hits the script itself, not its NOSCRIPT reload.
 fn warm_up(client: &Client) {
     let lock = client.lock(&unique("warm"));
@@ -408,11 +418,7 @@ fn a_force_unlock_whose_reply_was_lost_answers_the_same_on_retry() {
 fn a_release_that_never_reached_redis_does_not_hand_its_token_out_again() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port);
-    let client = Client::builder(&proxy.url())
-        .response_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
-    warm_up(&client);
+    let client = impatient_client(&proxy);
     let lock = client.lock(&unique("token-reuse"));
     let first = lock.lock_with_lease(Duration::from_secs(30)).unwrap();
     let first_token = first.fencing_token();
@@ -496,11 +502,7 @@ fn a_resp3_client_is_woken_like_a_resp2_one() {
 fn a_release_that_reaches_redis_late_leaves_a_newer_hold_alone() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port);
-    let client = Client::builder(&proxy.url())
-        .response_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
-    warm_up(&client);
+    let client = impatient_client(&proxy);
     let lock = client.lock(&unique("late-release"));
     let first = lock.lock_with_lease(Duration::from_secs(30)).unwrap();
 
@@ -575,11 +577,7 @@ fn a_waiter_killed_in_the_queue_delays_the_next_by_its_lease_only() {
 fn a_hand_over_whose_release_never_arrived_is_not_reused_or_freed_late() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port);
-    let client = Client::builder(&proxy.url())
-        .response_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
-    warm_up(&client);
+    let client = impatient_client(&proxy);
     let name = unique("handover-late-release");
     let lock = client.lock(&name);
 
