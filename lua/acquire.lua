@@ -39,11 +39,18 @@ local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, holds, lease, held_token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local queue_for, queued, handover_lease = tonumber(ARGV[5]), ARGV[6] == '1', ARGV[7]
 
--- INCR refuses a non-integer or a non-string without writing anything.
+-- INCR refuses a non-integer or a non-string without writing anything. A counter that did
+-- not exist (a new lock, or a restart that lost it) starts from the server's clock, in
+-- thousandths of a millisecond, so tokens keep increasing across such a restart too.
 local function next_token()
   local token = redis.pcall('incr', fence)
   if type(token) == 'table' then
     return nil
+  end
+  if token == 1 then
+    local now = redis.call('time')
+    token = now[1] * 1000000 + now[2]
+    redis.call('set', fence, string.format('%d', token))
   end
   return token
 end

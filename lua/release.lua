@@ -89,7 +89,7 @@ for _ = 1, 64 do
     expiry, lease = string.match(terms, '^(%d+) (%d+)$')
   end
   if head ~= owner and expiry and tonumber(expiry) > now then
-    local next_token = redis.call('incr', fence)
+    local next_token = redis.call('incr', fence) -- the released hold's token is there
     redis.call('hset', lock, head, 1)
     redis.call('pexpire', lock, lease)
     redis.call('hset', waiters, head, string.format('granted %d', next_token))

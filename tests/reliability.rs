@@ -1,8 +1,12 @@
-//! The first piece of the safety checker (issue 4): many threads in several clients take
-//! turns on a few locks and write to a protected resource with their fencing tokens, while
-//! a fault thread injects faults that keep the lock state (group A): killed command and
-//! pub/sub connections, SCRIPT FLUSH, CLIENT PAUSE shorter than the lease. Afterwards:
-//! no overlap, no rejected write, no guard reported lost, no error, nothing hung.
+//! The first pieces of the safety checker (issue 4): threads in several clients take turns
+//! on locks and write to a protected resource with their fencing tokens while faults are
+//! injected.
+//! - Faults that keep the lock state (killed command and pub/sub connections, SCRIPT FLUSH,
+//!   CLIENT PAUSE shorter than the lease): no overlap, no rejected write, no guard reported
+//!   lost, no error, nothing hung.
+//! - Faults that lose it (kill -9 and restart without persistence, SIGSTOP of the server past
+//!   the watchdog timeout): every overlap and every rejected write belongs to a holder that
+//!   was told its lock was lost, and nothing hangs.
 
 mod support;
 
@@ -172,4 +176,139 @@ fn fenced_writes_stay_safe_under_faults_that_keep_the_lock_state() {
     assert_eq!(rejected, 0, "a fenced write was rejected");
     assert_eq!(lost.load(Ordering::SeqCst), 0, "a guard was reported lost");
     assert_eq!(errors.load(Ordering::SeqCst), 0, "unexpected errors");
+}
+
+/// One critical section as the checker saw it.
+struct Section {
+    /// Another holder entered while this one was still inside.
+    overtaken: Arc<std::sync::atomic::AtomicBool>,
+    rejected: bool,
+    reported_lost: bool,
+    /// What the holder saw, for the failure message.
+    seen: String,
+}
+
+#[test]
+fn every_overlap_under_faults_that_lose_the_lock_state_is_reported() {
+    use parking_lot::Mutex;
+    use std::sync::atomic::AtomicBool;
+
+    let mut server = RedisServer::start();
+    // The protected resource is another system: it does not restart with the lock server.
+    let resource = RedisServer::start();
+    let url = server.url();
+    const CLIENTS: usize = 3;
+    const THREADS: usize = 2;
+    let end = Instant::now() + Duration::from_secs(6);
+    let watchdog = Duration::from_millis(900);
+
+    // Who is inside the resource now, and every finished critical section.
+    let insiders: Arc<Mutex<Vec<Arc<AtomicBool>>>> = Arc::new(Mutex::new(Vec::new()));
+    let sections: Arc<Mutex<Vec<Section>>> = Arc::new(Mutex::new(Vec::new()));
+    let mut workers = Vec::new();
+    for _ in 0..CLIENTS {
+        let client = Client::builder(&url)
+            .watchdog_timeout(watchdog)
+            .response_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        for _ in 0..THREADS {
+            let (lock, resource_url) = (client.lock("resource"), resource.url());
+            let (insiders, sections) = (insiders.clone(), sections.clone());
+            workers.push(thread::spawn(move || {
+                let data_client = redis::Client::open(resource_url).unwrap();
+                let write = redis::Script::new(FENCED_WRITE);
+                for _ in 0..100_000 {
+                    if Instant::now() >= end {
+                        break;
+                    }
+                    let Ok(Some(guard)) = lock.try_lock(Duration::from_secs(3), None) else {
+                        thread::sleep(Duration::from_millis(20)); // Redis is down: expected
+                        continue;
+                    };
+                    let me = Arc::new(AtomicBool::new(false));
+                    {
+                        let mut inside = insiders.lock();
+                        for other in inside.iter() {
+                            other.store(true, Ordering::SeqCst);
+                        }
+                        inside.push(me.clone());
+                    }
+                    // Hold for a while, so that faults land inside critical sections.
+                    thread::sleep(Duration::from_millis(300));
+                    let rejected = data_client
+                        .get_connection_with_timeout(Duration::from_millis(500))
+                        .and_then(|mut con| {
+                            write
+                                .key("res:last")
+                                .key("res:accepted")
+                                .key("res:rejected")
+                                .arg(guard.fencing_token())
+                                .invoke::<i64>(&mut con)
+                        })
+                        .is_ok_and(|accepted| accepted == 0);
+                    insiders.lock().retain(|x| !Arc::ptr_eq(x, &me));
+                    let lost_at_end = guard.is_lost();
+                    let released = guard.unlock();
+                    sections.lock().push(Section {
+                        overtaken: me,
+                        rejected,
+                        reported_lost: lost_at_end
+                            || matches!(released, Err(redlatch::Error::LockLost { .. })),
+                        seen: format!("lost at end {lost_at_end}, release {released:?}"),
+                    });
+                }
+            }));
+        }
+    }
+
+    // Faults that lose the lock state: kill -9 and restart; SIGSTOP past the watchdog.
+    let mut faults = 0;
+    while Instant::now() + Duration::from_secs(2) < end && faults < 6 {
+        thread::sleep(Duration::from_millis(500));
+        if faults % 2 == 0 {
+            server.restart();
+        } else {
+            let pid = server.pid().to_string();
+            let signal = |sig: &str| {
+                std::process::Command::new("kill")
+                    .args([sig, &pid])
+                    .status()
+                    .unwrap()
+            };
+            signal("-STOP");
+            thread::sleep(watchdog + Duration::from_millis(400));
+            signal("-CONT");
+        }
+        faults += 1;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for w in workers {
+        assert!(Instant::now() < deadline, "a worker hung");
+        w.join().unwrap();
+    }
+
+    let sections = sections.lock();
+    let unreported: Vec<_> = sections
+        .iter()
+        .filter(|s| (s.overtaken.load(Ordering::SeqCst) || s.rejected) && !s.reported_lost)
+        .collect();
+    let overtaken = sections
+        .iter()
+        .filter(|s| s.overtaken.load(Ordering::SeqCst))
+        .count();
+    eprintln!(
+        "{faults} faults, {} critical sections, {overtaken} overtaken, {} reported lost",
+        sections.len(),
+        sections.iter().filter(|s| s.reported_lost).count()
+    );
+    assert!(faults >= 3 && sections.len() > 10, "too little happened");
+    assert!(
+        unreported.is_empty(),
+        "overlaps or rejected writes never reported: {:?}",
+        unreported
+            .iter()
+            .map(|s| (s.rejected, &s.seen))
+            .collect::<Vec<_>>()
+    );
 }
