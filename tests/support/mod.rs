@@ -464,3 +464,5 @@ pub fn read_reported(child: &mut Child, prefix: &str, within: Duration) -> Strin
     rx.recv_timeout(within)
         .expect("child did not report in time")
 }
+
+pub mod checker;
