@@ -210,3 +210,15 @@ fn work(
         counts.errors += u64::from(matches!(released, Err(Error::Redis(_))));
     }
 }
+
+/// A small, seedable generator: faults need spread, not cryptography.
+pub struct XorShift(pub u64);
+
+impl XorShift {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
