@@ -6,6 +6,8 @@
 //! - Faults that lose it (kill -9 and restart without persistence, SIGSTOP of the server past
 //!   the watchdog timeout): every overlap and every rejected write belongs to a holder that
 //!   was told its lock was lost, and nothing hangs.
+//! - A holder process paused past its lease (Kleppmann's scenario): told on resume, and its
+//!   late write fenced off.
 
 mod support;
 
@@ -108,4 +110,114 @@ fn every_overlap_under_faults_that_lose_the_lock_state_is_reported() {
         counts.unreported, 0,
         "overlaps or rejected writes never reported"
     );
+}
+
+/// Entry point of the child process in `a_holder_paused_past_its_lease_finds_out_and_is_fenced`;
+/// does nothing unless started by it.
+#[test]
+#[ignore = "run as a child process by another test"]
+fn child_holds_and_writes_after_a_pause() {
+    let (Ok(url), Ok(resource_url)) = (
+        std::env::var("REDLATCH_CHILD_URL"),
+        std::env::var("REDLATCH_CHILD_RESOURCE"),
+    ) else {
+        return;
+    };
+    let client = redlatch::Client::open(&url).unwrap();
+    let guard = client
+        .lock("paused")
+        .lock_with_lease(Duration::from_millis(500))
+        .unwrap();
+    println!("LOCKED {}", guard.fencing_token());
+    // The parent stops this process here, past the lease, and continues it.
+    let resumed_at = Instant::now() + Duration::from_secs(30);
+    let mut resource = redis::Client::open(resource_url)
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    while !guard.is_lost() && Instant::now() < resumed_at {
+        thread::sleep(Duration::from_millis(10));
+    }
+    let lost = guard.is_lost();
+    // Write anyway, as a careless holder would: the fencing token must stop it.
+    let accepted: i64 = redis::Script::new(support::checker::FENCED_WRITE)
+        .key("resource:paused")
+        .arg(guard.fencing_token())
+        .invoke(&mut resource)
+        .unwrap();
+    let released = guard.unlock();
+    println!(
+        "RESUMED lost={lost} accepted={accepted} unlock_lost={}",
+        matches!(released, Err(redlatch::Error::LockLost { .. }))
+    );
+}
+
+#[test]
+fn a_holder_paused_past_its_lease_finds_out_and_is_fenced() {
+    let server = RedisServer::start();
+    let resource = RedisServer::start();
+    let mut child = support::spawn_child_test(
+        "child_holds_and_writes_after_a_pause",
+        &[
+            ("REDLATCH_CHILD_URL", server.url()),
+            ("REDLATCH_CHILD_RESOURCE", resource.url()),
+        ],
+    );
+    let stdout = child.stdout.take().unwrap();
+    let (lines_tx, lines) = crossbeam_channel::unbounded::<String>();
+    thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let reported = |prefix: &str| -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let line = lines
+                .recv_deadline(deadline)
+                .unwrap_or_else(|_| panic!("child never said {prefix}"));
+            if let Some(at) = line.find(prefix) {
+                return line[at + prefix.len()..].trim().to_string();
+            }
+        }
+    };
+    let paused_token: u64 = reported("LOCKED").parse().unwrap();
+
+    // The pause: longer than the child's 500 ms lease.
+    let pid = child.id().to_string();
+    let signal = |sig: &str| {
+        std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+    };
+    signal("-STOP");
+    let client = redlatch::Client::open(&server.url()).unwrap();
+    let guard = client
+        .lock("paused")
+        .try_lock(Duration::from_secs(10), None)
+        .unwrap()
+        .expect("the lease ran out under the paused holder");
+    assert!(guard.fencing_token() > paused_token);
+    let mut res = resource.admin();
+    let accepted: i64 = redis::Script::new(support::checker::FENCED_WRITE)
+        .key("resource:paused")
+        .arg(guard.fencing_token())
+        .invoke(&mut res)
+        .unwrap();
+    assert_eq!(accepted, 1);
+    signal("-CONT");
+
+    let outcome = reported("RESUMED");
+    assert!(
+        outcome.contains("accepted=0"),
+        "the stale write got through: {outcome}"
+    );
+    assert!(outcome.contains("unlock_lost=true"), "{outcome}");
+    let _ = child.wait();
+    drop(guard);
 }

@@ -14,7 +14,7 @@ use redlatch::{Client, Error};
 
 /// The protected resource: accepts a write only with a token at least the last accepted one
 /// (the same token again is the same holder retrying a write whose reply a fault cut off).
-const FENCED_WRITE: &str = r"
+pub const FENCED_WRITE: &str = r"
 local last = tonumber(redis.call('get', KEYS[1]) or '0')
 local token = tonumber(ARGV[1])
 if token == last then
