@@ -21,7 +21,7 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -182,9 +182,7 @@ fn main() -> ExitCode {
 /// One random fault on the lock server.
 fn inject(server: &mut RedisServer, rng: &mut support::checker::XorShift, watchdog: Duration) {
     let mut admin = server.admin();
-    let signal = |pid: u32, sig: &str| {
-        let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
-    };
+    let signal = support::signal;
     match rng.next() % 8 {
         0 => drop(
             redis::cmd("CLIENT")

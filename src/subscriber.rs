@@ -915,19 +915,22 @@ mod tests {
         (sub, errands_received, Arc::new(LockKeys::new("p", "x")))
     }
 
+    fn entry_of(sub: &Subscriber, keys: &LockKeys) -> Arc<Entry> {
+        sub.shared
+            .entries
+            .lock()
+            .get(&keys.channel)
+            .cloned()
+            .unwrap()
+    }
+
     /// Thread 1 waiting on a channel whose subscription Redis has confirmed.
     fn confirmed_first_waiter<'a>(
         sub: &'a Subscriber,
         keys: &Arc<LockKeys>,
     ) -> (Waiter<'a>, Arc<Entry>) {
         let first = sub.join(sub.expect(keys, 1));
-        let entry = sub
-            .shared
-            .entries
-            .lock()
-            .get(&keys.channel)
-            .cloned()
-            .unwrap();
+        let entry = entry_of(sub, keys);
         entry.confirm();
         (first, entry)
     }
@@ -991,13 +994,7 @@ mod tests {
         assert!(waiters.iter().all(permit));
         assert!(waiters.iter().all(|w| !permit(w)));
 
-        let entry = sub
-            .shared
-            .entries
-            .lock()
-            .get(&keys.channel)
-            .cloned()
-            .unwrap();
+        let entry = entry_of(&sub, &keys);
         entry.confirm();
         assert!(waiters.iter().all(permit));
         // A newcomer that attempts once confirmed has nothing to try again for.

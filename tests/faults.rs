@@ -453,17 +453,7 @@ fn a_stopped_server_costs_one_response_timeout_not_a_hang() {
         .unwrap();
     let lock = client.lock(&unique("stopped"));
     let guard = lock.lock_with_lease(Duration::from_secs(30)).unwrap();
-    let pid = server.pid().to_string();
-    let signal = |sig: &str| {
-        assert!(
-            std::process::Command::new("kill")
-                .args([sig, &pid])
-                .status()
-                .unwrap()
-                .success()
-        )
-    };
-    signal("-STOP");
+    support::signal(server.pid(), "-STOP");
     let start = Instant::now();
     assert!(matches!(
         lock.try_lock(Duration::ZERO, None),
@@ -483,7 +473,7 @@ fn a_stopped_server_costs_one_response_timeout_not_a_hang() {
         "release and drop took {:?}",
         start.elapsed()
     );
-    signal("-CONT");
+    support::signal(server.pid(), "-CONT");
 }
 
 #[test]

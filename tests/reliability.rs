@@ -87,16 +87,9 @@ fn every_overlap_under_faults_that_lose_the_lock_state_is_reported() {
         if faults % 2 == 0 {
             server.restart();
         } else {
-            let pid = server.pid().to_string();
-            let signal = |sig: &str| {
-                std::process::Command::new("kill")
-                    .args([sig, &pid])
-                    .status()
-                    .unwrap()
-            };
-            signal("-STOP");
+            support::signal(server.pid(), "-STOP");
             thread::sleep(watchdog + Duration::from_millis(400));
-            signal("-CONT");
+            support::signal(server.pid(), "-CONT");
         }
         faults += 1;
     }
@@ -188,14 +181,7 @@ fn a_holder_paused_past_its_lease_finds_out_and_is_fenced() {
     let paused_token: u64 = reported("LOCKED").parse().unwrap();
 
     // The pause: longer than the child's 500 ms lease.
-    let pid = child.id().to_string();
-    let signal = |sig: &str| {
-        std::process::Command::new("kill")
-            .args([sig, &pid])
-            .status()
-            .unwrap()
-    };
-    signal("-STOP");
+    support::signal(child.id(), "-STOP");
     let client = redlatch::Client::open(&server.url()).unwrap();
     let guard = client
         .lock("paused")
@@ -210,7 +196,7 @@ fn a_holder_paused_past_its_lease_finds_out_and_is_fenced() {
         .invoke(&mut res)
         .unwrap();
     assert_eq!(accepted, 1);
-    signal("-CONT");
+    support::signal(child.id(), "-CONT");
 
     let outcome = reported("RESUMED");
     assert!(

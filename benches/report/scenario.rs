@@ -146,7 +146,9 @@ pub fn many_keys(
             for t in 0..threads_per_client {
                 let total = &total;
                 scope.spawn(move || {
-                    let mut rng = XorShift((c * 1000 + t + 1) as u64 * 0x9E37_79B9_7F4A_7C15);
+                    let mut rng = crate::support::checker::XorShift(
+                        (c * 1000 + t + 1) as u64 * 0x9E37_79B9_7F4A_7C15,
+                    );
                     let mut n = 0u64;
                     while Instant::now() < end {
                         let lock = client.lock(&format!("many-{}", rng.next() as usize % locks));
@@ -185,16 +187,4 @@ pub fn raw_evalsha(url: &str, threads: usize, duration: Duration) -> f64 {
         }
     });
     total.into_inner() as f64 / duration.as_secs_f64()
-}
-
-/// A small, seedable generator: the report needs spread, not cryptography.
-pub struct XorShift(pub u64);
-
-impl XorShift {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }

@@ -210,6 +210,15 @@ pub fn release_to_waiter(
     released.elapsed()
 }
 
+/// Sends `sig` (e.g. "-STOP", "-CONT") to process `pid`.
+pub fn signal(pid: u32, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {sig} {pid} failed");
+}
+
 /// Threads of this process, from /proc.
 pub fn thread_count() -> usize {
     std::fs::read_dir("/proc/self/task")
