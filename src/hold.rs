@@ -134,51 +134,61 @@ impl Hold {
     }
 }
 
-/// Which thread holds which lock: `(lock key, thread number)`.
-type HoldKey = (Arc<str>, u64);
-
-/// All holds of one client.
+/// All holds of one client: by lock key, then by thread number. Looked up by `&str`, so the
+/// acquiring and releasing paths allocate nothing to find a hold.
 #[derive(Default)]
 pub(crate) struct Holds {
-    map: Mutex<HashMap<HoldKey, Arc<Hold>>>,
+    map: Mutex<HashMap<Arc<str>, HashMap<u64, Arc<Hold>>>>,
 }
 
 impl Holds {
     pub fn get(&self, lock_key: &str, thread: u64) -> Option<Arc<Hold>> {
-        self.map.lock().get(&(Arc::from(lock_key), thread)).cloned()
+        self.map.lock().get(lock_key)?.get(&thread).cloned()
     }
 
     pub fn insert(&self, thread: u64, hold: Arc<Hold>) {
-        let key = (Arc::from(hold.keys.lock.as_str()), thread);
-        self.map.lock().insert(key, hold);
+        let mut map = self.map.lock();
+        match map.get_mut(hold.keys.lock.as_str()) {
+            Some(threads) => {
+                threads.insert(thread, hold);
+            }
+            None => {
+                let key = Arc::from(hold.keys.lock.as_str());
+                map.insert(key, HashMap::from([(thread, hold)]));
+            }
+        }
     }
 
     /// Removes `hold` if it is still the registered one.
     pub fn remove(&self, thread: u64, hold: &Arc<Hold>) {
-        let key = (Arc::from(hold.keys.lock.as_str()), thread);
         let mut map = self.map.lock();
-        if map.get(&key).is_some_and(|h| Arc::ptr_eq(h, hold)) {
-            map.remove(&key);
+        let lock_key = hold.keys.lock.as_str();
+        let Some(threads) = map.get_mut(lock_key) else {
+            return;
+        };
+        if threads.get(&thread).is_some_and(|h| Arc::ptr_eq(h, hold)) {
+            threads.remove(&thread);
+            if threads.is_empty() {
+                map.remove(lock_key);
+            }
         }
     }
 
     /// Still registered: the renewal thread checks this before reporting a hold lost, since
     /// its owner may have released it while the renewal was in flight.
     pub fn contains(&self, thread: u64, hold: &Arc<Hold>) -> bool {
-        let key = (Arc::from(hold.keys.lock.as_str()), thread);
-        self.map
-            .lock()
-            .get(&key)
-            .is_some_and(|h| Arc::ptr_eq(h, hold))
+        self.get(&hold.keys.lock, thread)
+            .is_some_and(|h| Arc::ptr_eq(&h, hold))
     }
 
     /// Watchdog holds that are not lost, with their thread numbers.
     pub fn watchdog_holds(&self) -> Vec<(u64, Arc<Hold>)> {
         self.map
             .lock()
-            .iter()
+            .values()
+            .flat_map(|threads| threads.iter())
             .filter(|(_, h)| h.is_watchdog() && !h.lost.load(Ordering::Acquire))
-            .map(|((_, thread), h)| (*thread, h.clone()))
+            .map(|(thread, h)| (*thread, h.clone()))
             .collect()
     }
 }
