@@ -138,8 +138,11 @@ impl Hold {
 /// acquiring and releasing paths allocate nothing to find a hold.
 #[derive(Default)]
 pub(crate) struct Holds {
-    map: Mutex<HashMap<Arc<str>, HashMap<u64, Arc<Hold>>>>,
+    map: Mutex<HashMap<Arc<str>, ThreadHolds>>,
 }
+
+/// The holds of one lock, by thread number.
+type ThreadHolds = HashMap<u64, Arc<Hold>>;
 
 impl Holds {
     pub fn get(&self, lock_key: &str, thread: u64) -> Option<Arc<Hold>> {
