@@ -204,13 +204,11 @@ impl ClientBuilder {
                 self.prefix
             )));
         }
-        validate_duration("watchdog_timeout", self.watchdog_timeout)?;
-        if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT {
-            return Err(Error::invalid(format!(
-                "watchdog_timeout {:?} is below the minimum {MIN_WATCHDOG_TIMEOUT:?}",
-                self.watchdog_timeout
-            )));
-        }
+        validate_duration(
+            "watchdog_timeout",
+            self.watchdog_timeout,
+            MIN_WATCHDOG_TIMEOUT,
+        )?;
         if self.settings.pool_size == 0 {
             return Err(Error::invalid("pool_size must be at least 1"));
         }
@@ -218,7 +216,7 @@ impl ClientBuilder {
             ("connect_timeout", self.settings.connect_timeout),
             ("response_timeout", self.settings.response_timeout),
         ] {
-            validate_duration(what, d)?;
+            validate_duration(what, d, Duration::from_millis(1))?;
         }
 
         let backend = Arc::new(Backend::new(&self.url, self.settings)?);

@@ -73,13 +73,16 @@ impl std::fmt::Debug for Lock {
 /// What one attempt gave.
 enum Attempt {
     Acquired(LockGuard),
-    /// Held by another owner for `ttl` more, as an attempt sent at `sent` saw, when the
-    /// fencing counter stood at `fence`.
-    Busy {
-        ttl: Duration,
-        fence: u64,
-        sent: Instant,
-    },
+    Busy(Busy),
+}
+
+/// Another owner held the lock when an attempt sent at `sent` ran: for `ttl` more, with the
+/// fencing counter at `fence` (a hand-over issued later carries a larger token).
+#[derive(Clone, Copy)]
+struct Busy {
+    ttl: Duration,
+    fence: u64,
+    sent: Instant,
 }
 
 impl Lock {
@@ -115,7 +118,7 @@ impl Lock {
     /// also wakes when the lock's lease would run out, so a crashed holder or a lost message
     /// costs time, never a hang.
     pub fn try_lock(&self, wait: Duration, lease: Option<Duration>) -> Result<Option<LockGuard>> {
-        validate_duration("wait", wait)?;
+        validate_duration("wait", wait, Duration::ZERO)?;
         self.acquire(Some(wait), lease)
     }
 
@@ -192,27 +195,23 @@ impl Lock {
     ) -> Result<Option<LockGuard>> {
         self.validate_name()?;
         if let Some(lease) = lease {
-            validate_duration("lease", lease)?;
-            if lease < Duration::from_millis(1) {
-                return Err(Error::invalid(format!(
-                    "lease {lease:?} is shorter than a millisecond"
-                )));
-            }
+            // Redis keeps whole milliseconds.
+            validate_duration("lease", lease, Duration::from_millis(1))?;
         }
         // A wait too long to represent is a wait without end.
         let deadline = wait.and_then(|w| Instant::now().checked_add(w));
         let core = self.core();
         let thread = thread_number();
+        let existing = core.holds.get(&self.keys.lock, thread);
         // A re-entry never waits (it either succeeds or finds its hold lost), and a single
         // attempt does not queue.
-        let queues =
-            wait != Some(Duration::ZERO) && core.holds.get(&self.keys.lock, thread).is_none();
+        let queues = wait != Some(Duration::ZERO) && existing.is_none();
         let queueing = |queued| self.queueing(queues, queued, deadline, lease);
         let expecting = queues.then(|| core.subscriber.expect(&self.keys, thread));
 
-        let mut busy = match self.attempt(lease, queueing(false))? {
+        let mut busy = match self.attempt(existing, lease, queueing(false))? {
             Attempt::Acquired(guard) => return Ok(Some(guard)),
-            Attempt::Busy { ttl, fence, sent } => (ttl, fence, sent),
+            Attempt::Busy(busy) => busy,
         };
         let Some(expecting) = expecting else {
             return Ok(None);
@@ -224,28 +223,30 @@ impl Lock {
         // Make sure the channel is subscribed: unless it was since before the attempt, the
         // first wait returns when it is, and the attempt after it cannot miss a release.
         let mut waiter = core.subscriber.join(expecting);
+        let handover_lease = self.handover_lease(lease);
 
         // A sleep ends at a hand-over, a wake-up, the lock's TTL (its holder may have died
         // without a message), the time to renew our place in the queue, or our deadline.
         loop {
-            let (ttl, fence, sent) = busy;
-            let bound = ttl.clamp(Duration::from_millis(1), core.watchdog_timeout);
+            let bound = busy
+                .ttl
+                .clamp(Duration::from_millis(1), core.watchdog_timeout);
             let sleep = match deadline {
                 Some(deadline) => bound.min(deadline.saturating_duration_since(Instant::now())),
                 None => bound,
             };
             let mut confirm = false;
-            if let Wake::HandedOver { token, .. } = waiter.wait(sleep) {
+            if let Wake::HandedOver { token } = waiter.wait(sleep) {
                 // Only a hand-over issued after our last attempt is news: an older one's hold
                 // is gone (that attempt found someone else holding the lock). And since it
                 // came after that attempt was sent, its lease ran from then at the latest.
-                let handover_lease = queueing(true).handover_lease;
-                if token > fence {
+                if token > busy.fence {
                     if handover_lease == self.lease_set(lease)
-                        && sent.elapsed() < handover_lease / 3
+                        && busy.sent.elapsed() < handover_lease / 3
                     {
                         waiter.acquired();
-                        return Ok(Some(self.handed_over(token, sent, lease)));
+                        let owner = core.owner(thread).into();
+                        return Ok(Some(self.new_hold(thread, owner, token, busy.sent, lease)));
                     }
                     // Too little of the lease is known to be left, or it was handed over
                     // with a shorter lease than asked for: take it up with a round trip,
@@ -257,12 +258,12 @@ impl Lock {
                 drop(waiter);
                 return self.give_up(lease);
             }
-            match self.attempt(lease, queueing(true))? {
+            match self.attempt(None, lease, queueing(true))? {
                 Attempt::Acquired(guard) => {
                     waiter.acquired();
                     return Ok(Some(guard));
                 }
-                Attempt::Busy { ttl, fence, sent } => busy = (ttl, fence, sent),
+                Attempt::Busy(again) => busy = again,
             }
         }
     }
@@ -286,9 +287,7 @@ impl Lock {
         Queueing {
             queue_for: until_deadline.min(refresh) + QUEUE_SLACK,
             queued,
-            // A waiter that dies in the queue may be handed the lock: it holds it for no
-            // longer than a dead holder would. A longer lease is set when taken up.
-            handover_lease: self.lease_set(lease).min(refresh),
+            handover_lease: self.handover_lease(lease),
         }
     }
 
@@ -307,17 +306,11 @@ impl Lock {
         Ok(token.map(|token| self.new_hold(thread, owner.into(), token, sent, lease)))
     }
 
-    /// A release handed the lock to this thread with `token`, after an attempt sent at
-    /// `began`: the lease ran from then at the latest.
-    fn handed_over(&self, token: u64, began: Instant, lease: Option<Duration>) -> LockGuard {
-        let thread = thread_number();
-        self.new_hold(
-            thread,
-            self.core().owner(thread).into(),
-            token,
-            began,
-            lease,
-        )
+    /// The lease a release hands the lock over with: a waiter that dies in the queue may be
+    /// handed the lock, and then holds it no longer than a dead holder would. A longer lease
+    /// is set when the hand-over is taken up.
+    fn handover_lease(&self, lease: Option<Duration>) -> Duration {
+        self.lease_set(lease).min(self.core().watchdog_timeout)
     }
 
     /// Registers a first hold (for renewal, before its guard exists) and returns its guard.
@@ -356,12 +349,17 @@ impl Lock {
         lease.is_none().then(|| self.core().watchdog_timeout / 3)
     }
 
-    /// One round trip: acquire or re-enter, or learn how long the holder has left (and, when
-    /// `queueing` says so, take a place in the queue).
-    fn attempt(&self, lease: Option<Duration>, queueing: Queueing) -> Result<Attempt> {
+    /// One round trip: acquire or re-enter (`existing` is this thread's hold, if any), or
+    /// learn how long the holder has left (and, when `queueing` says so, take a place in the
+    /// queue).
+    fn attempt(
+        &self,
+        existing: Option<Arc<Hold>>,
+        lease: Option<Duration>,
+        queueing: Queueing,
+    ) -> Result<Attempt> {
         let core = self.core();
         let thread = thread_number();
-        let existing = core.holds.get(&self.keys.lock, thread);
         if existing.as_ref().is_some_and(|h| h.is_lost()) {
             return Err(self.lost());
         }
@@ -386,7 +384,7 @@ impl Lock {
                 }
                 None => self.new_hold(thread, owner, token, sent, lease),
             })),
-            Acquire::Busy { ttl, fence } => Ok(Attempt::Busy { ttl, fence, sent }),
+            Acquire::Busy { ttl, fence } => Ok(Attempt::Busy(Busy { ttl, fence, sent })),
             Acquire::Lost => {
                 if existing.is_some_and(|h| h.mark_lost()) {
                     log::warn!("lock {:?} was lost under its holder", self.keys.name);
@@ -403,15 +401,18 @@ impl Lock {
     }
 }
 
-/// Checks a duration the caller gave: it must fit the crate's millisecond arithmetic.
-pub(crate) fn validate_duration(what: &str, d: Duration) -> Result<()> {
+/// Checks a duration the caller gave: at least `min`, and small enough for the crate's
+/// millisecond arithmetic.
+pub(crate) fn validate_duration(what: &str, d: Duration, min: Duration) -> Result<()> {
     if d > MAX_DURATION {
         return Err(Error::invalid(format!(
             "{what} {d:?} is too long (at most {MAX_DURATION:?})"
         )));
     }
-    if what != "wait" && d.is_zero() {
-        return Err(Error::invalid(format!("{what} must not be zero")));
+    if d < min {
+        return Err(Error::invalid(format!(
+            "{what} {d:?} is shorter than the minimum {min:?}"
+        )));
     }
     Ok(())
 }
