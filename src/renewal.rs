@@ -45,7 +45,7 @@ pub(crate) fn run(core: Arc<Core>, stop: Receiver<()>, errands: Receiver<Errand>
             recv(errands) -> errand => match errand {
                 // One attempt: the renewal thread must not stall on an errand.
                 Ok(Errand::Ring) => core.subscriber.ring(false),
-                Ok(Errand::ReleaseGrant { keys, owner, token }) => release_grant(&core, &keys, &owner, token),
+                Ok(Errand::GiveBack { keys, thread, token }) => give_back(&core, &keys, thread, token),
                 Err(_) => {}
             },
             default(next.saturating_duration_since(Instant::now())) => {}
@@ -56,23 +56,22 @@ pub(crate) fn run(core: Arc<Core>, stop: Receiver<()>, errands: Receiver<Errand>
 /// Gives back a lock that a release handed to a thread of ours that had stopped waiting.
 /// Only a hand-over nobody took up is given back: the thread may have taken it up with an
 /// attempt of its own (same token) and be using it now.
-fn release_grant(core: &Core, keys: &LockKeys, owner: &str, token: u64) {
+fn give_back(core: &Core, keys: &LockKeys, thread: u64, token: u64) {
     // A thread that took the hand-over from its message holds it without Redis knowing yet:
     // the registry of holds does know.
-    let thread = owner
-        .rsplit_once(':')
-        .and_then(|(_, t)| t.parse::<u64>().ok());
-    if thread
-        .and_then(|t| core.holds.get(&keys.lock, t))
+    if core
+        .holds
+        .get(&keys.lock, thread)
         .is_some_and(|hold| hold.token == token)
     {
         return;
     }
+    let owner = core.owner(thread);
     let latch_ttl = core.backend.latch_ttl();
     // One attempt: the renewal thread must not stall on an errand.
     match core
         .backend
-        .run_once_only(|con| scripts::give_back(con, keys, owner, token, latch_ttl))
+        .run_once_only(|con| scripts::give_back(con, keys, &owner, token, latch_ttl))
     {
         Ok(Release::Released) => {
             log::debug!(

@@ -7,7 +7,7 @@
 //! gives the token to that thread, which returns holding the lock without a round trip of its
 //! own. No other thread is woken. A hand-over that overtakes the reply to the thread's own
 //! attempt waits for it ([`Subscriber::expect`]); one that comes for a thread that no longer
-//! waits is given back through the renewal thread ([`Errand::ReleaseGrant`]). Every waiter
+//! waits is given back through the renewal thread ([`Errand::GiveBack`]). Every waiter
 //! learns the new holder's lease from the message and sleeps no longer than that: a holder
 //! that died in the queue is not waited for beyond its lease.
 //!
@@ -77,10 +77,13 @@ pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub(crate) enum Errand {
     /// Ring the subscriber thread (a waiter left; its channel may go).
     Ring,
-    /// The lock was handed to a thread of ours that no longer waits: give it back.
-    ReleaseGrant {
+    /// The lock was handed to thread `thread` of ours, which no longer waits: give it back,
+    /// unless it was taken up after all (by an attempt or a withdrawal of that thread, which
+    /// remove the "granted" terms in Redis, or from the message, which registers the hold
+    /// here).
+    GiveBack {
         keys: Arc<LockKeys>,
-        owner: String,
+        thread: u64,
         token: u64,
     },
 }
@@ -89,10 +92,6 @@ pub(crate) enum Errand {
 pub(crate) struct Subscriber {
     shared: Arc<Shared>,
     backend: Arc<Backend>,
-    /// To the renewal thread, which runs errands.
-    errands: Sender<Errand>,
-    /// A [`Errand::Ring`] is queued; no need for another.
-    ring_queued: Arc<AtomicBool>,
 }
 
 struct Shared {
@@ -109,7 +108,10 @@ struct Shared {
     ring_in_flight: AtomicBool,
     stop: AtomicBool,
     doorbell: Sender<()>,
+    /// To the renewal thread, which runs errands.
     errands: Sender<Errand>,
+    /// A [`Errand::Ring`] is queued; no need for another.
+    ring_queued: AtomicBool,
     /// Threads about to queue for a lock (their attempt is in flight), by thread number: a
     /// hand-over that arrives before the thread has joined the entry waits here for it.
     arriving: Mutex<HashMap<u64, Arriving>>,
@@ -193,14 +195,14 @@ impl Shared {
             Some(a) if a.keys.channel.as_bytes() == channel => a.handed = Some(token),
             // Its thread no longer waits: it gave up, or took the lock up with an attempt of its
             // own, or the message came very late. Give the lock back if nobody took it up
-            // (the give-back checks that, see `Errand::ReleaseGrant`).
+            // (the give-back checks that, see `Errand::GiveBack`).
             _ => {
                 drop(arriving);
                 let keys = entry
                     .map(|e| e.keys.clone())
                     .or_else(|| self.keys_of(channel));
                 if let Some(keys) = keys {
-                    self.give_back(keys, owner.to_string(), token);
+                    self.give_back(keys, thread, token);
                 }
             }
         }
@@ -216,10 +218,12 @@ impl Shared {
         Some(Arc::new(LockKeys::new(&self.key_prefix, name)))
     }
 
-    fn give_back(&self, keys: Arc<LockKeys>, owner: String, token: u64) {
-        let _ = self
-            .errands
-            .send(Errand::ReleaseGrant { keys, owner, token });
+    fn give_back(&self, keys: Arc<LockKeys>, thread: u64, token: u64) {
+        let _ = self.errands.send(Errand::GiveBack {
+            keys,
+            thread,
+            token,
+        });
     }
 }
 
@@ -276,8 +280,7 @@ impl Drop for Expecting<'_> {
         {
             // Handed over to a thread that then did not wait (its attempt got the lock by
             // itself, or its time was up): give it back.
-            let owner = format!("{}{}", shared.owner_prefix, self.thread);
-            shared.give_back(keys, owner, token);
+            shared.give_back(keys, self.thread, token);
         }
     }
 }
@@ -388,7 +391,8 @@ impl Subscriber {
             ring_in_flight: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             doorbell,
-            errands: errands.clone(),
+            errands,
+            ring_queued: AtomicBool::new(false),
             arriving: Mutex::new(HashMap::new()),
         });
         let task = SubscriberTask {
@@ -396,12 +400,7 @@ impl Subscriber {
             backend: backend.clone(),
             rung,
         };
-        let subscriber = Subscriber {
-            shared,
-            backend,
-            errands,
-            ring_queued: Arc::new(AtomicBool::new(false)),
-        };
+        let subscriber = Subscriber { shared, backend };
         (subscriber, task)
     }
 
@@ -519,7 +518,7 @@ impl Subscriber {
     /// control channel and waits for Redis to take it (one round trip; `retry` on a fresh
     /// connection if that one fails fast).
     pub fn ring(&self, retry: bool) {
-        self.ring_queued.store(false, Ordering::SeqCst);
+        self.shared.ring_queued.store(false, Ordering::SeqCst);
         let _ = self.shared.doorbell.try_send(());
         if self.shared.connected.load(Ordering::SeqCst)
             && !self.shared.ring_in_flight.swap(true, Ordering::SeqCst)
@@ -556,8 +555,8 @@ impl Subscriber {
     /// the lock or run out of time and should not spend a round trip on housekeeping.
     fn ring_later(&self) {
         let _ = self.shared.doorbell.try_send(());
-        if !self.ring_queued.swap(true, Ordering::SeqCst) {
-            let _ = self.errands.send(Errand::Ring);
+        if !self.shared.ring_queued.swap(true, Ordering::SeqCst) {
+            let _ = self.shared.errands.send(Errand::Ring);
         }
     }
 
@@ -647,8 +646,7 @@ impl Drop for Waiter<'_> {
         if let Some(token) = unused_hand_over {
             // Handed over while the thread was leaving (an error, or an attempt of its own got
             // the lock): nobody will use this hold.
-            let owner = format!("{}{}", shared.owner_prefix, self.slot.thread);
-            shared.give_back(self.entry.keys.clone(), owner, token);
+            shared.give_back(self.entry.keys.clone(), self.slot.thread, token);
         }
         let last = state.queue.is_empty();
         drop(state);
@@ -1063,7 +1061,7 @@ mod tests {
         drop(expecting);
         assert!(matches!(
             errands.try_recv(),
-            Ok(Errand::ReleaseGrant { token: 12, .. })
+            Ok(Errand::GiveBack { token: 12, .. })
         ));
     }
 
@@ -1109,8 +1107,8 @@ mod tests {
         let _other = sub.join(sub.expect(&keys, 1));
         sub.deliver(CH, format!("grant 9 30000 {CLIENT}:5").as_bytes());
         match errands.try_recv() {
-            Ok(Errand::ReleaseGrant { owner, token, .. }) => {
-                assert_eq!((owner.as_str(), token), (format!("{CLIENT}:5").as_str(), 9));
+            Ok(Errand::GiveBack { thread, token, .. }) => {
+                assert_eq!((thread, token), (5, 9));
             }
             _ => panic!("expected the lock to be given back"),
         }
