@@ -134,7 +134,7 @@ impl Backend {
         &self,
         op: &mut impl FnMut(&mut Connection) -> RedisResult<T>,
     ) -> RedisResult<T> {
-        let (con, epoch) = match self
+        let (mut con, epoch) = match self
             .pool
             .take(Instant::now() + self.settings.connect_timeout)?
         {
@@ -147,7 +147,6 @@ impl Backend {
                 }
             },
         };
-        let mut con = con;
         let result = op(&mut con);
         match &result {
             Err(e) if is_transport_error(e) => {

@@ -577,19 +577,16 @@ fn a_hand_over_whose_release_never_arrived_is_not_reused_or_freed_late() {
     let (held_tx, held_rx) = crossbeam_channel::bounded::<()>(0);
     let holder_lock = holder.lock(&name);
     let url = server.url();
-    let queue = format!("redlatch:{{{name}}}:queue");
     let holder_thread = thread::spawn(move || {
         let guard = holder_lock.lock().unwrap();
-        held_tx.send(()).unwrap();
         let mut admin = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let base = support::command_calls(&mut admin, "evalsha");
+        held_tx.send(()).unwrap();
+        // The waiter parks after two attempts: the one that queued it, and the one after its
+        // subscription was confirmed. Then the release hands it the lock.
         assert!(eventually(Duration::from_secs(10), || {
-            redis::cmd("ZCARD")
-                .arg(&queue)
-                .query::<i64>(&mut admin)
-                .unwrap()
-                == 1
+            support::command_calls(&mut admin, "evalsha") == base + 2
         }));
-        thread::sleep(Duration::from_millis(200)); // let the waiter settle
         guard.unlock().unwrap();
     });
     held_rx.recv().unwrap();

@@ -303,7 +303,6 @@ fn force_unlock_wakes_every_waiter() {
         .collect();
     let mut admin = server.admin();
     support::await_waiting(&mut admin, &name);
-    thread::sleep(Duration::from_millis(100));
     let forced = Instant::now();
     assert!(holder_client.lock(&name).force_unlock().unwrap());
     for waiter in waiters {
@@ -405,6 +404,7 @@ fn a_hand_over_costs_the_new_holder_no_command() {
         .unlock()
         .unwrap();
     let held = holder.lock(&name).lock().unwrap();
+    let base = command_calls(&mut admin, "evalsha");
     let lock = client(&server).lock(&name);
     let url = server.url();
     let waiter = thread::spawn(move || {
@@ -414,9 +414,12 @@ fn a_hand_over_costs_the_new_holder_no_command() {
         let calls = command_calls(&mut admin, "evalsha");
         (guard.is_some(), calls)
     });
-    support::await_waiting(&mut admin, &name);
-    thread::sleep(Duration::from_millis(100));
-    let before = command_calls(&mut admin, "evalsha");
+    // The waiter parks after two attempts: the one that queued it, and the one after its
+    // (new) subscription was confirmed.
+    let before = base + 2;
+    assert!(eventually(Duration::from_secs(5), || command_calls(
+        &mut admin, "evalsha"
+    ) == before));
     held.unlock().unwrap();
     let (got, after) = waiter.join().unwrap();
     assert!(got);
@@ -490,6 +493,7 @@ fn a_stale_or_forged_hand_over_is_not_believed() {
         .arg(format!("grant {} 30000 {owner}", held.fencing_token()))
         .query(&mut admin)
         .unwrap();
+    // Give a wrong return the time to happen: something not happening takes a window.
     thread::sleep(Duration::from_millis(300));
     assert!(
         !waiter.is_finished(),

@@ -203,7 +203,6 @@ pub fn release_to_waiter(
     let name = lock.name().to_string();
     let waiter = spawn_waiter(lock, Duration::from_secs(25));
     await_waiting(admin, &name);
-    thread::sleep(Duration::from_millis(100)); // let it settle into its sleep
     let released = Instant::now();
     held.unlock().unwrap();
     assert!(waiter.join().unwrap(), "the waiter did not get the lock");
