@@ -17,11 +17,11 @@ use support::{
 #[test]
 #[ignore = "run as a child process by another test"]
 fn child_holds_a_lock_until_killed() {
-    let (Ok(url), Ok(name), Ok(watchdog)) = (
-        std::env::var("REDLATCH_CHILD_URL"),
-        std::env::var("REDLATCH_CHILD_LOCK"),
-        std::env::var("REDLATCH_CHILD_WATCHDOG_MS"),
-    ) else {
+    let Some([url, name, watchdog]) = support::child_env([
+        "REDLATCH_CHILD_URL",
+        "REDLATCH_CHILD_LOCK",
+        "REDLATCH_CHILD_WATCHDOG_MS",
+    ]) else {
         return;
     };
     let client = Client::builder(&url)
@@ -38,10 +38,8 @@ fn child_holds_a_lock_until_killed() {
 #[test]
 #[ignore = "run as a child process by another test"]
 fn child_waits_for_a_lock_until_killed() {
-    let (Ok(url), Ok(name)) = (
-        std::env::var("REDLATCH_CHILD_URL"),
-        std::env::var("REDLATCH_CHILD_LOCK"),
-    ) else {
+    let Some([url, name]) = support::child_env(["REDLATCH_CHILD_URL", "REDLATCH_CHILD_LOCK"])
+    else {
         return;
     };
     let client = Client::open(&url).unwrap();

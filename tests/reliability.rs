@@ -110,10 +110,9 @@ fn every_overlap_under_faults_that_lose_the_lock_state_is_reported() {
 #[test]
 #[ignore = "run as a child process by another test"]
 fn child_holds_and_writes_after_a_pause() {
-    let (Ok(url), Ok(resource_url)) = (
-        std::env::var("REDLATCH_CHILD_URL"),
-        std::env::var("REDLATCH_CHILD_RESOURCE"),
-    ) else {
+    let Some([url, resource_url]) =
+        support::child_env(["REDLATCH_CHILD_URL", "REDLATCH_CHILD_RESOURCE"])
+    else {
         return;
     };
     let client = redlatch::Client::open(&url).unwrap();

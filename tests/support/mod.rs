@@ -455,6 +455,18 @@ pub fn spawn_child_test(name: &str, env: &[(&str, String)]) -> Child {
         .unwrap()
 }
 
+/// In a child process started by [`spawn_child_test`], the values of the environment
+/// variables `names`; `None` when not started that way (the entry point then does nothing).
+pub fn child_env<const N: usize>(names: [&str; N]) -> Option<[String; N]> {
+    let mut values = names.map(|n| std::env::var(n).ok());
+    if values.iter().any(Option::is_none) {
+        return None;
+    }
+    Some(std::array::from_fn(|i| {
+        values[i].take().unwrap_or_default()
+    }))
+}
+
 /// Reads the child's stdout until a line contains `prefix` (libtest may print its own text
 /// before it on the same line); returns what follows it.
 pub fn read_reported(child: &mut Child, prefix: &str, within: Duration) -> String {
