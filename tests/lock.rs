@@ -563,14 +563,14 @@ fn a_hand_over_repeated_after_it_was_taken_up_frees_nothing() {
     let held = holder.lock(&name).lock().unwrap();
     let lock = client(&server).lock(&name);
     let (got_it, main_knows) = crossbeam_channel::bounded::<u64>(0);
-    let (carry_on, _keep) = crossbeam_channel::bounded::<()>(0);
+    let (checked_tx, check) = crossbeam_channel::bounded::<()>(0);
     let waiter = thread::spawn(move || {
         let guard = lock
             .try_lock(Duration::from_secs(20), None)
             .unwrap()
             .unwrap();
         got_it.send(guard.fencing_token()).unwrap();
-        let _ = carry_on.send_timeout((), Duration::from_millis(500)); // hold a while
+        check.recv().unwrap(); // holds the lock until the repeat has had its chance
         (guard.is_lost(), lock.is_held_by_current_thread().unwrap())
     });
     assert!(eventually(Duration::from_secs(5), || queued(
@@ -587,6 +587,9 @@ fn a_hand_over_repeated_after_it_was_taken_up_frees_nothing() {
         .arg(format!("grant {token} 30000 {owner}"))
         .query(&mut admin)
         .unwrap();
+    // Give a wrong give-back the time to happen: something not happening takes a window.
+    thread::sleep(Duration::from_millis(300));
+    checked_tx.send(()).unwrap();
     let (lost, still_held) = waiter.join().unwrap();
     assert!(!lost);
     assert!(still_held, "a repeated hand-over freed a lock in use");
