@@ -58,10 +58,19 @@ if holds > 1 then
   return 2
 end
 
+-- The oldest queued owner, if any.
+local function queue_head()
+  local head = redis.pcall('zrange', queue, 0, 0)
+  if type(head) == 'table' and not head.err then
+    return head[1]
+  end
+  return nil
+end
+
 -- Read the queue and the clock before writing anything.
-local head = redis.pcall('zrange', queue, 0, 0)
+local head = queue_head()
 local now
-if type(head) == 'table' and not head.err and head[1] then
+if head then
   local t = redis.call('time')
   now = t[1] * 1000 + math.floor(t[2] / 1000)
 end
@@ -74,14 +83,9 @@ redis.pcall('hdel', waiters, owner) -- a hand-over's "granted" terms, if that is
 -- gave up without withdrawing, or died, or the releasing owner's own leftover place) are
 -- dropped on the way; a bounded number per release.
 for _ = 1, 64 do
-  if not now then
+  if not head then
     break
   end
-  head = redis.pcall('zrange', queue, 0, 0)
-  if type(head) ~= 'table' or head.err or not head[1] then
-    break
-  end
-  head = head[1]
   redis.call('zrem', queue, head)
   local terms = redis.pcall('hget', waiters, head)
   local expiry, lease
@@ -102,6 +106,7 @@ for _ = 1, 64 do
     return 1
   end
   redis.pcall('hdel', waiters, head)
+  head = queue_head()
 end
 
 redis.call(publish, channel, 'unlock')
