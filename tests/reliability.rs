@@ -14,53 +14,99 @@ mod support;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::RedisServer;
-use support::checker::{Checker, Config};
+use support::checker::{Checker, Config, Counts};
+use support::{Proxy, RedisServer};
+
+/// Entry point of the checker's child processes; does nothing unless started by a checker.
+#[test]
+#[ignore = "run as a child process by the checker"]
+fn checker_child() {
+    support::checker::run_child();
+}
+
+fn start_checker(lock_url: &str, resource: &RedisServer, config: &Config) -> Checker {
+    Checker::start(lock_url, &resource.url(), config, || {
+        support::child_test_command("checker_child")
+    })
+}
+
+/// Stops the checker and checks what every run must show: no child hung, no holder was left
+/// unaware of an overlap, an out-of-order entry or a rejected write, and each child's client
+/// left no thread behind.
+fn finish(checker: Checker, config: &Config) -> Counts {
+    let within = config.wait + config.response_timeout * 4 + Duration::from_secs(10);
+    let (counts, leftovers, ()) = checker.finish(within, || ());
+    eprintln!("{counts:?}");
+    assert_eq!(counts.hung, 0, "a child did not finish: {counts:?}");
+    assert_eq!(counts.other_errors, 0, "unexpected errors: {counts:?}");
+    assert_eq!(
+        counts.unreported, 0,
+        "overlaps, out-of-order entries or rejected writes never reported: {counts:?}"
+    );
+    assert_eq!(leftovers.len(), config.processes);
+    assert!(
+        leftovers.iter().all(|l| l.threads <= 0),
+        "a client left threads behind: {leftovers:?}"
+    );
+    counts
+}
 
 #[test]
 fn fenced_writes_stay_safe_under_faults_that_keep_the_lock_state() {
     let server = RedisServer::start();
     let resource = RedisServer::start();
+    // Clients reach the server through a proxy that can cut or stall their connections.
+    let proxy = Proxy::start(server.port);
     let config = Config {
-        clients: 3,
+        processes: 3,
         threads: 3,
         locks: 2,
         hold: Duration::from_micros(500),
         wait: Duration::from_secs(10),
-        watchdog: Duration::from_secs(2),
+        watchdog: Duration::from_secs(3),
         response_timeout: Duration::from_secs(3),
     };
-    let checker = Checker::start(&server.url(), &resource.url(), &config);
+    let checker = start_checker(&proxy.url(), &resource, &config);
 
     let mut admin = server.admin();
-    let faults: [&[&str]; 5] = [
+    let commands: [&[&str]; 5] = [
         &["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"],
         &["CLIENT", "KILL", "TYPE", "pubsub"],
         &["SCRIPT", "FLUSH"],
-        &["CLIENT", "PAUSE", "300", "WRITE"],
-        &["CLIENT", "PAUSE", "300", "ALL"],
+        &["CLIENT", "PAUSE", "500", "WRITE"],
+        &["CLIENT", "PAUSE", "500", "ALL"],
     ];
-    let end = Instant::now() + Duration::from_secs(4);
+    // Wait for the children to get going, so that every fault lands on a busy fleet.
+    assert!(
+        support::eventually(Duration::from_secs(20), || checker.counts().sections > 20),
+        "the children did not start"
+    );
+    let end = Instant::now() + Duration::from_secs(5);
     let mut injected = 0;
     while Instant::now() < end && injected < 1_000 {
         thread::sleep(Duration::from_millis(150));
-        let fault = faults[injected % faults.len()];
-        let _: redis::RedisResult<redis::Value> =
-            redis::cmd(fault[0]).arg(&fault[1..]).query(&mut admin);
+        match injected % 7 {
+            5 => proxy.partition(Duration::from_millis(700)), // well within the lease
+            6 => proxy.reset(),
+            i => {
+                let command = commands[i];
+                let _: redis::RedisResult<redis::Value> =
+                    redis::cmd(command[0]).arg(&command[1..]).query(&mut admin);
+            }
+        }
         injected += 1;
     }
-    let counts = checker
-        .finish(Duration::from_secs(30))
-        .expect("a worker hung");
-    eprintln!("{injected} faults: {counts:?}");
-    assert!(
-        injected >= 10 && counts.sections > 50,
-        "too little happened"
-    );
+    let before = checker.counts().sections;
+    let counts = finish(checker, &config);
+    eprintln!("{injected} faults");
+    assert!(injected >= 14 && before > 100, "too little happened");
     assert_eq!(counts.overtaken, 0, "two holders at once");
+    assert_eq!(counts.out_of_order, 0, "a stale holder entered");
     assert_eq!(counts.rejected, 0, "a fenced write was rejected");
     assert_eq!(counts.reported_lost, 0, "a guard was reported lost");
     assert_eq!(counts.errors, 0, "unexpected errors");
+    assert_eq!(counts.timeouts, 0, "a wait ran out");
+    assert_eq!(counts.late, 0, "a try_lock returned after its wait");
 }
 
 #[test]
@@ -70,7 +116,7 @@ fn every_overlap_under_faults_that_lose_the_lock_state_is_reported() {
     let resource = RedisServer::start();
     let watchdog = Duration::from_millis(900);
     let config = Config {
-        clients: 3,
+        processes: 3,
         threads: 2,
         locks: 1,
         // Long enough that faults land inside critical sections.
@@ -79,29 +125,44 @@ fn every_overlap_under_faults_that_lose_the_lock_state_is_reported() {
         watchdog,
         response_timeout: Duration::from_millis(500),
     };
-    let checker = Checker::start(&server.url(), &resource.url(), &config);
+    let checker = start_checker(&server.url(), &resource, &config);
+    assert!(
+        support::eventually(Duration::from_secs(20), || checker.counts().sections > 3),
+        "the children did not start"
+    );
 
-    let mut faults = 0;
-    while faults < 4 {
+    let mut admin = server.admin();
+    let pids = checker.pids();
+    for fault in 0..6 {
         thread::sleep(Duration::from_millis(500));
-        if faults % 2 == 0 {
-            server.restart();
-        } else {
-            support::signal(server.pid(), "-STOP");
-            thread::sleep(watchdog + Duration::from_millis(400));
-            support::signal(server.pid(), "-CONT");
+        match fault % 3 {
+            0 => {
+                server.restart();
+                admin = server.admin();
+            }
+            1 => {
+                support::signal(server.pid(), "-STOP");
+                thread::sleep(watchdog + Duration::from_millis(400));
+                support::signal(server.pid(), "-CONT");
+            }
+            _ => {
+                // Kleppmann's pause: a holder process stopped past its lease.
+                let pid = checker
+                    .holder_pid(&mut admin, 0)
+                    .unwrap_or(pids[fault % pids.len()]);
+                support::signal(pid, "-STOP");
+                thread::sleep(watchdog + Duration::from_millis(500));
+                support::signal(pid, "-CONT");
+            }
         }
-        faults += 1;
     }
     thread::sleep(Duration::from_secs(1));
-    let counts = checker
-        .finish(Duration::from_secs(60))
-        .expect("a worker hung");
-    eprintln!("{faults} faults: {counts:?}");
+    let counts = finish(checker, &config);
     assert!(counts.sections > 10, "too little happened");
-    assert_eq!(
-        counts.unreported, 0,
-        "overlaps or rejected writes never reported"
+    // Otherwise this run could not have failed.
+    assert!(
+        counts.overtaken + counts.rejected + counts.out_of_order > 0,
+        "the faults caused no overlap: {counts:?}"
     );
 }
 

@@ -1,12 +1,31 @@
-//! The safety checker: threads in several clients take turns on a few locks; inside each
-//! critical section they write to a protected resource with their fencing token. It counts
-//! overlaps (another holder entered while one was inside), rejected fenced writes, and
-//! whether the holders involved were told their lock was lost. Used by `tests/reliability.rs`
-//! and by `examples/soak.rs`.
+//! The safety checker: P child processes, each with its own `Client`, run T threads that take
+//! turns on K locks. Inside each critical section a holder writes to a protected resource
+//! with its fencing token. Everything the checker proves is recorded in a second Redis, the
+//! resource server, which the faults never touch:
+//!
+//! - `entries:<k>` counts entries into lock k's critical section. A holder notes the count as
+//!   it enters and reads it again as it leaves: if it moved, another holder entered while it
+//!   was inside (an overlap, detected directly and across processes).
+//! - `last:<k>` is the largest token that entered: a holder entering with a token not above
+//!   it entered out of order (a stale holder, e.g. one that was paused).
+//! - `resource:<k>` is the fenced resource ([`FENCED_WRITE`]): it rejects a write whose token
+//!   is older than the last accepted one, so accepted tokens strictly increase.
+//! - `checker:counts:<child>` holds each child's counts, `checker:waits` recent waits (µs),
+//!   `checker:stop` tells the children to stop and `checker:exit` to exit.
+//!
+//! A section is *unreported* when it was overtaken, entered out of order or had its write
+//! rejected, and its holder was never told its lock was lost (`is_lost()` at the end of the
+//! section, or `unlock()` answering `LockLost`). That count must stay 0 under every fault.
+//!
+//! The parent ([`Checker`]) starts the children, sums their counts, stops them and notices a
+//! child that does not finish in time. A child runs [`run_child`]: the test binary (an
+//! `#[ignore]`d test) or the soak example, started again with the checker's environment.
 
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::thread::{self, JoinHandle};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -27,10 +46,25 @@ redis.call('set', KEYS[1], token)
 return 1
 ";
 
+/// Entering a critical section: the entry's number, and 1 if its token is not above every
+/// token that entered before it.
+const ENTER: &str = r"
+local entry = redis.call('incr', KEYS[1])
+local last = tonumber(redis.call('get', KEYS[2]) or '0')
+local token = tonumber(ARGV[1])
+if token > last then
+  redis.call('set', KEYS[2], ARGV[1])
+  return {entry, 0}
+end
+return {entry, 1}
+";
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Config {
-    pub clients: usize,
+    /// Child processes, each with one `Client`.
+    pub processes: usize,
+    /// Threads per process.
     pub threads: usize,
     pub locks: usize,
     /// How long a holder stays inside.
@@ -41,123 +75,465 @@ pub struct Config {
     pub response_timeout: Duration,
 }
 
-/// Counts so far.
-#[derive(Clone, Debug, Default)]
+impl Config {
+    /// A `try_lock` that returns later than this after it was called is counted as late: the
+    /// wait, plus one call that may be in flight when it runs out.
+    fn late_after(&self) -> Duration {
+        self.wait + self.response_timeout
+    }
+
+    fn to_env(&self) -> Vec<(&'static str, String)> {
+        let ms = |d: Duration| d.as_micros().to_string();
+        vec![
+            ("CHECKER_THREADS", self.threads.to_string()),
+            ("CHECKER_LOCKS", self.locks.to_string()),
+            ("CHECKER_HOLD_US", ms(self.hold)),
+            ("CHECKER_WAIT_US", ms(self.wait)),
+            ("CHECKER_WATCHDOG_US", ms(self.watchdog)),
+            ("CHECKER_RESPONSE_US", ms(self.response_timeout)),
+        ]
+    }
+
+    fn from_env() -> Option<Config> {
+        let var = |n: &str| std::env::var(n).ok()?.parse::<u64>().ok();
+        let us = |n: &str| var(n).map(Duration::from_micros);
+        Some(Config {
+            processes: 1,
+            threads: var("CHECKER_THREADS")? as usize,
+            locks: var("CHECKER_LOCKS")? as usize,
+            hold: us("CHECKER_HOLD_US")?,
+            wait: us("CHECKER_WAIT_US")?,
+            watchdog: us("CHECKER_WATCHDOG_US")?,
+            response_timeout: us("CHECKER_RESPONSE_US")?,
+        })
+    }
+}
+
+/// The names of [`Counts`]' fields, in the resource server's hashes.
+const FIELDS: [&str; 11] = [
+    "sections",
+    "overtaken",
+    "out_of_order",
+    "rejected",
+    "reported_lost",
+    "unreported",
+    "errors",
+    "other_errors",
+    "timeouts",
+    "late",
+    "hung",
+];
+
+/// Counts so far, summed over the children.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Counts {
     pub sections: u64,
     /// Sections another holder entered while they were inside.
     pub overtaken: u64,
+    /// Sections entered with a token not above one that entered before.
+    pub out_of_order: u64,
     /// Sections whose fenced write was rejected.
     pub rejected: u64,
     /// Sections whose holder was told: `is_lost()` at the end, or `unlock()` -> LockLost.
     pub reported_lost: u64,
-    /// Overtaken or rejected sections whose holder was never told: must stay 0.
+    /// Overtaken, out-of-order or rejected sections whose holder was never told: must stay 0.
     pub unreported: u64,
-    /// Calls that failed (Redis unreachable, timed out...).
+    /// Calls that failed because Redis was unreachable, timed out or failed a command:
+    /// `Error::Redis`.
     pub errors: u64,
-    /// `try_lock` calls that ran out of time.
+    /// Calls that failed with any other error (`LockLost` from `unlock()` is counted as
+    /// `reported_lost`): must stay 0.
+    pub other_errors: u64,
+    /// `try_lock` calls that ran out of time (`Ok(None)`).
     pub timeouts: u64,
+    /// `try_lock` calls that returned later than their wait plus one response timeout.
+    pub late: u64,
+    /// Children that did not finish in time after being asked to stop.
+    pub hung: u64,
 }
 
-#[derive(Default)]
-struct Shared {
-    counts: Mutex<Counts>,
-    /// Recent waits (µs), for percentiles; emptied by `take_waits`.
-    waits: Mutex<Vec<u64>>,
-    stop: AtomicBool,
-    finished: AtomicU64,
+impl Counts {
+    fn get(&mut self, field: &str) -> &mut u64 {
+        match field {
+            "sections" => &mut self.sections,
+            "overtaken" => &mut self.overtaken,
+            "out_of_order" => &mut self.out_of_order,
+            "rejected" => &mut self.rejected,
+            "reported_lost" => &mut self.reported_lost,
+            "unreported" => &mut self.unreported,
+            "errors" => &mut self.errors,
+            "other_errors" => &mut self.other_errors,
+            "timeouts" => &mut self.timeouts,
+            "late" => &mut self.late,
+            "hung" => &mut self.hung,
+            _ => unreachable!("unknown field {field}"),
+        }
+    }
 }
 
-/// A running checker.
+/// What a child says about itself once its client is gone.
+#[derive(Clone, Debug, Default)]
+pub struct Leftovers {
+    /// Threads the child had after dropping its client, minus before creating it.
+    pub threads: i64,
+    /// The child's resident memory then, in kB.
+    pub rss_kb: u64,
+}
+
+/// The running children.
 pub struct Checker {
-    shared: Arc<Shared>,
-    workers: Vec<JoinHandle<()>>,
+    resource: redis::Client,
+    children: Vec<Child>,
 }
 
 impl Checker {
-    /// Starts the workers against the lock server at `lock_url`; the resource lives at
-    /// `resource_url` (another server, so that faults of the lock server do not touch it).
-    pub fn start(lock_url: &str, resource_url: &str, config: &Config) -> Checker {
-        let shared = Arc::new(Shared::default());
-        let insiders: Arc<Vec<Mutex<Vec<Arc<AtomicBool>>>>> =
-            Arc::new((0..config.locks).map(|_| Mutex::new(Vec::new())).collect());
-        let mut workers = Vec::new();
-        for c in 0..config.clients {
-            let client = Client::builder(lock_url)
-                .watchdog_timeout(config.watchdog)
-                .response_timeout(config.response_timeout)
-                .build()
-                .unwrap();
-            for t in 0..config.threads {
-                let (client, shared, insiders) = (client.clone(), shared.clone(), insiders.clone());
-                let (config, resource_url) = (config.clone(), resource_url.to_string());
-                workers.push(thread::spawn(move || {
-                    work(
-                        c * config.threads + t,
-                        &client,
-                        &config,
-                        &resource_url,
-                        &shared,
-                        &insiders,
-                    );
-                    shared.finished.fetch_add(1, Ordering::SeqCst);
-                }));
-            }
-        }
-        Checker { shared, workers }
+    /// Starts `config.processes` children against the lock server at `lock_url`; the
+    /// resource lives at `resource_url`, a server the faults leave alone. `child` makes the
+    /// command that runs [`run_child`] in a new process (the checker adds its environment).
+    pub fn start(
+        lock_url: &str,
+        resource_url: &str,
+        config: &Config,
+        child: impl Fn() -> Command,
+    ) -> Checker {
+        let resource = redis::Client::open(resource_url).unwrap();
+        let mut con = resource.get_connection().unwrap();
+        let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+        let children = (0..config.processes)
+            .map(|i| {
+                let mut cmd = child();
+                for (k, v) in config.to_env() {
+                    cmd.env(k, v);
+                }
+                cmd.env("CHECKER_LOCK_URL", lock_url)
+                    .env("CHECKER_RESOURCE_URL", resource_url)
+                    .env("CHECKER_CHILD", i.to_string())
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::inherit())
+                    .spawn()
+                    .expect("start a checker child")
+            })
+            .collect();
+        Checker { resource, children }
     }
 
+    /// The children's process ids (to pause one, or read its memory).
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
+    }
+
+    /// The process of the child holding lock `k` now, if one does; `admin` is a connection
+    /// to the lock server.
+    pub fn holder_pid(&self, admin: &mut redis::Connection, k: usize) -> Option<u32> {
+        let owners: Vec<String> = redis::cmd("HKEYS")
+            .arg(format!("redlatch:{{checked-{k}}}"))
+            .query(admin)
+            .ok()?;
+        let client = owners.first()?.rsplit_once(':')?.0.to_string();
+        let mut con = self.con();
+        (0..self.children.len())
+            .find(|i| {
+                redis::cmd("GET")
+                    .arg(format!("checker:client:{i}"))
+                    .query::<Option<String>>(&mut con)
+                    .ok()
+                    .flatten()
+                    .as_deref()
+                    == Some(client.as_str())
+            })
+            .map(|i| self.children[i].id())
+    }
+
+    fn con(&self) -> redis::Connection {
+        let con = self
+            .resource
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .unwrap();
+        con.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        con
+    }
+
+    /// The counts the children reported so far (they report every 100 ms).
     pub fn counts(&self) -> Counts {
-        self.shared.counts.lock().clone()
-    }
-
-    /// The waits (µs) recorded since the last call.
-    pub fn take_waits(&self) -> Vec<u64> {
-        std::mem::take(&mut *self.shared.waits.lock())
-    }
-
-    /// Stops the workers and waits for them, at most `within`; `None` if one hung.
-    pub fn finish(self, within: Duration) -> Option<Counts> {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        let deadline = Instant::now() + within;
-        while self.shared.finished.load(Ordering::SeqCst) < self.workers.len() as u64 {
-            if Instant::now() >= deadline {
-                return None;
+        let mut con = self.con();
+        let mut counts = Counts::default();
+        for i in 0..self.children.len() {
+            let child: HashMap<String, u64> = redis::cmd("HGETALL")
+                .arg(format!("checker:counts:{i}"))
+                .query(&mut con)
+                .unwrap();
+            for field in FIELDS {
+                *counts.get(field) += child.get(field).copied().unwrap_or(0);
             }
-            thread::sleep(Duration::from_millis(10));
         }
-        for w in self.workers {
-            w.join().unwrap();
+        counts
+    }
+
+    /// The waits (µs) recorded since the last call (at most the last 100,000).
+    pub fn take_waits(&self) -> Vec<u64> {
+        let mut con = self.con();
+        let (waits, ()): (Vec<u64>, ()) = redis::pipe()
+            .atomic()
+            .lrange("checker:waits", 0, -1)
+            .del("checker:waits")
+            .query(&mut con)
+            .unwrap();
+        waits
+    }
+
+    /// Asks the children to stop and waits, at most `within`, until each has dropped its
+    /// client and said what it left behind. A child that does not is counted as hung.
+    /// `settled` runs then, while the children are still alive without their clients (to
+    /// check the lock server's connections, say); afterwards the children exit.
+    pub fn finish<T>(
+        mut self,
+        within: Duration,
+        settled: impl FnOnce() -> T,
+    ) -> (Counts, Vec<Leftovers>, T) {
+        let mut con = self.con();
+        let _: () = redis::cmd("SET")
+            .arg("checker:stop")
+            .arg(1)
+            .query(&mut con)
+            .unwrap();
+        let deadline = Instant::now() + within;
+        let mut leftovers = Vec::new();
+        let mut hung = 0;
+        for i in 0..self.children.len() {
+            let key = format!("checker:done:{i}");
+            let done =
+                super::eventually(deadline.saturating_duration_since(Instant::now()), || {
+                    redis::cmd("EXISTS")
+                        .arg(&key)
+                        .query::<bool>(&mut con)
+                        .unwrap_or(false)
+                });
+            if done {
+                let (threads, rss_kb): (i64, u64) = redis::cmd("HMGET")
+                    .arg(&key)
+                    .arg(&["threads", "rss_kb"])
+                    .query(&mut con)
+                    .unwrap();
+                leftovers.push(Leftovers { threads, rss_kb });
+            } else {
+                hung += 1;
+            }
         }
-        Some(self.shared.counts.lock().clone())
+        let settled = settled();
+        let _: () = redis::cmd("SET")
+            .arg("checker:exit")
+            .arg(1)
+            .query(&mut con)
+            .unwrap();
+        let mut counts = self.counts();
+        counts.hung = hung;
+        for child in &mut self.children {
+            let exited = super::eventually(Duration::from_secs(10), || {
+                child.try_wait().ok().flatten().is_some()
+            });
+            if !exited {
+                counts.hung += 1;
+            }
+        }
+        (counts, leftovers, settled)
     }
 }
 
-fn work(
-    me: usize,
-    client: &Client,
-    config: &Config,
-    resource_url: &str,
-    shared: &Shared,
-    insiders: &[Mutex<Vec<Arc<AtomicBool>>>],
-) {
-    let resource = redis::Client::open(resource_url).unwrap();
-    let write = redis::Script::new(FENCED_WRITE);
+impl Drop for Checker {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The child's side: runs the workers when this process was started by [`Checker::start`],
+/// and returns whether it was.
+pub fn run_child() -> bool {
+    let (Some(config), Ok(lock_url), Ok(resource_url), Ok(me)) = (
+        Config::from_env(),
+        std::env::var("CHECKER_LOCK_URL"),
+        std::env::var("CHECKER_RESOURCE_URL"),
+        std::env::var("CHECKER_CHILD"),
+    ) else {
+        return false;
+    };
+    let threads_before = super::thread_count();
+    let client = Client::builder(&lock_url)
+        .watchdog_timeout(config.watchdog)
+        .response_timeout(config.response_timeout)
+        .build()
+        .unwrap();
+    let mut resource = Resource::open(&resource_url);
+    let _ = resource.query::<()>(
+        redis::cmd("SET")
+            .arg(format!("checker:client:{me}"))
+            .arg(client.id()),
+    );
+    let shared = Arc::new(Shared::default());
+    let workers: Vec<_> = (0..config.threads)
+        .map(|t| {
+            let (client, shared, config) = (client.clone(), shared.clone(), config.clone());
+            let resource_url = resource_url.clone();
+            thread::spawn(move || work(t, &client, &config, &resource_url, &shared))
+        })
+        .collect();
+    drop(client);
+
+    let key = format!("checker:counts:{me}");
+    loop {
+        thread::sleep(Duration::from_millis(100));
+        shared.report(&mut resource, &key);
+        if shared.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        if resource.query::<bool>(redis::cmd("EXISTS").arg("checker:stop")) == Some(true) {
+            shared.stop.store(true, Ordering::SeqCst);
+        }
+    }
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    shared.report(&mut resource, &key);
+    // The client is gone with the last worker: so should its threads be.
+    super::eventually(Duration::from_secs(10), || {
+        super::thread_count() <= threads_before
+    });
+    let threads = super::thread_count() as i64 - threads_before as i64;
+    let _ = resource.query::<()>(
+        redis::cmd("HSET")
+            .arg(format!("checker:done:{me}"))
+            .arg("threads")
+            .arg(threads)
+            .arg("rss_kb")
+            .arg(rss_kb(std::process::id())),
+    );
+    super::eventually(Duration::from_secs(60), || {
+        resource.query::<bool>(redis::cmd("EXISTS").arg("checker:exit")) == Some(true)
+    });
+    true
+}
+
+/// Resident memory of process `pid`, in kB.
+pub fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// One child's counts, reported to the resource server by its main thread.
+#[derive(Default)]
+struct Shared {
+    counts: Mutex<Counts>,
+    waits: Mutex<Vec<u64>>,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn report(&self, resource: &mut Resource, key: &str) {
+        let mut counts = self.counts.lock().clone();
+        let mut hset = redis::cmd("HSET");
+        hset.arg(key);
+        for field in FIELDS {
+            hset.arg(field).arg(*counts.get(field));
+        }
+        let _ = resource.query::<()>(&hset);
+        let waits = std::mem::take(&mut *self.waits.lock());
+        if !waits.is_empty() {
+            let mut pipe = redis::pipe();
+            pipe.rpush("checker:waits", waits)
+                .ignore()
+                .ltrim("checker:waits", -100_000, -1)
+                .ignore();
+            let _ = pipe.query::<()>(&mut resource.con);
+        }
+    }
+}
+
+/// A connection to the resource server, which no fault touches; a call that fails anyway is
+/// retried on a new connection a few times.
+struct Resource {
+    client: redis::Client,
+    con: redis::Connection,
+}
+
+impl Resource {
+    fn open(url: &str) -> Resource {
+        let client = redis::Client::open(url).unwrap();
+        let con = Resource::connect(&client);
+        Resource { client, con }
+    }
+
+    fn connect(client: &redis::Client) -> redis::Connection {
+        let con = client
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .expect("the resource server is never faulted");
+        con.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        con
+    }
+
+    fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Option<T> {
+        for _ in 0..5 {
+            match cmd.query(&mut self.con) {
+                Ok(v) => return Some(v),
+                Err(_) => {
+                    thread::sleep(Duration::from_millis(20));
+                    self.con = Resource::connect(&self.client);
+                }
+            }
+        }
+        None
+    }
+
+    fn invoke<T: redis::FromRedisValue>(&mut self, script: &redis::ScriptInvocation) -> T {
+        for _ in 0..5 {
+            match script.invoke(&mut self.con) {
+                Ok(v) => return v,
+                Err(_) => {
+                    thread::sleep(Duration::from_millis(20));
+                    self.con = Resource::connect(&self.client);
+                }
+            }
+        }
+        panic!("the resource server stopped answering");
+    }
+}
+
+fn work(me: usize, client: &Client, config: &Config, resource_url: &str, shared: &Shared) {
+    let mut resource = Resource::open(resource_url);
+    let (enter, write) = (redis::Script::new(ENTER), redis::Script::new(FENCED_WRITE));
     for round in 0..u64::MAX {
         if shared.stop.load(Ordering::SeqCst) {
             return;
         }
-        let which = (me + round as usize) % insiders.len();
+        let which = (me + round as usize) % config.locks;
         let lock = client.lock(&format!("checked-{which}"));
         let asked = Instant::now();
-        let guard = match lock.try_lock(config.wait, None) {
+        let acquired = lock.try_lock(config.wait, None);
+        let waited = asked.elapsed();
+        if waited > config.late_after() {
+            shared.counts.lock().late += 1;
+        }
+        let guard = match acquired {
             Ok(Some(guard)) => guard,
             Ok(None) => {
                 shared.counts.lock().timeouts += 1;
                 continue;
             }
-            Err(_) => {
-                shared.counts.lock().errors += 1;
+            Err(e) => {
+                let mut counts = shared.counts.lock();
+                match e {
+                    Error::Redis(_) => counts.errors += 1,
+                    _ => counts.other_errors += 1,
+                }
+                drop(counts);
                 thread::sleep(Duration::from_millis(20)); // Redis is away: don't spin
                 continue;
             }
@@ -165,49 +541,40 @@ fn work(
         {
             let mut waits = shared.waits.lock();
             if waits.len() < 100_000 {
-                waits.push(asked.elapsed().as_micros() as u64);
+                waits.push(waited.as_micros() as u64);
             }
         }
-        let overtaken = Arc::new(AtomicBool::new(false));
-        {
-            let mut inside = insiders[which].lock();
-            for other in inside.iter() {
-                other.store(true, Ordering::SeqCst);
-            }
-            inside.push(overtaken.clone());
-        }
+        let token = guard.fencing_token();
+        let (entry, out_of_order): (u64, u64) = resource.invoke(
+            enter
+                .key(format!("entries:{which}"))
+                .key(format!("last:{which}"))
+                .arg(token),
+        );
         thread::sleep(config.hold);
-        // The fenced write; a fault may cut its reply, and the same token again is harmless.
-        let mut rejected = false;
-        for _ in 0..10 {
-            let wrote = resource
-                .get_connection_with_timeout(Duration::from_secs(1))
-                .and_then(|mut con| {
-                    write
-                        .key(format!("resource:{which}"))
-                        .arg(guard.fencing_token())
-                        .invoke::<i64>(&mut con)
-                });
-            if let Ok(accepted) = wrote {
-                rejected = accepted == 0;
-                break;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        insiders[which]
-            .lock()
-            .retain(|x| !Arc::ptr_eq(x, &overtaken));
+        // The same token again is harmless, so a write whose reply was cut off is retried.
+        let accepted: i64 = resource.invoke(write.key(format!("resource:{which}")).arg(token));
+        let entries: u64 = resource
+            .query(redis::cmd("GET").arg(format!("entries:{which}")))
+            .unwrap_or(entry);
         let lost_at_end = guard.is_lost();
         let released = guard.unlock();
         let told = lost_at_end || matches!(released, Err(Error::LockLost { .. }));
-        let overtaken = overtaken.load(Ordering::SeqCst);
+        let overtaken = entries != entry;
+        let out_of_order = out_of_order == 1;
+        let rejected = accepted == 0;
         let mut counts = shared.counts.lock();
         counts.sections += 1;
         counts.overtaken += u64::from(overtaken);
+        counts.out_of_order += u64::from(out_of_order);
         counts.rejected += u64::from(rejected);
         counts.reported_lost += u64::from(told);
-        counts.unreported += u64::from((overtaken || rejected) && !told);
-        counts.errors += u64::from(matches!(released, Err(Error::Redis(_))));
+        counts.unreported += u64::from((overtaken || out_of_order || rejected) && !told);
+        match released {
+            Ok(()) | Err(Error::LockLost { .. }) => {}
+            Err(Error::Redis(_)) => counts.errors += 1,
+            Err(_) => counts.other_errors += 1,
+        }
     }
 }
 

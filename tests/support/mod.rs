@@ -240,7 +240,9 @@ struct ProxyState {
     blackhole: AtomicBool,
     cuts: AtomicUsize,
     stop: AtomicBool,
-    streams: Mutex<Vec<TcpStream>>,
+    /// Both ends of every open connection, by connection number.
+    streams: Mutex<Vec<(u64, TcpStream)>>,
+    next_id: AtomicU64,
     links: Mutex<Vec<Arc<Link>>>,
     /// New connections start held back too.
     stall_new: AtomicBool,
@@ -266,6 +268,7 @@ impl Proxy {
             cuts: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             streams: Mutex::new(Vec::new()),
+            next_id: AtomicU64::new(0),
             links: Mutex::new(Vec::new()),
             stall_new: AtomicBool::new(false),
         });
@@ -288,10 +291,11 @@ impl Proxy {
     }
 
     fn pump(state: Arc<ProxyState>, client: TcpStream, server: TcpStream) {
+        let id = state.next_id.fetch_add(1, Ordering::SeqCst);
         {
             let mut streams = state.streams.lock();
-            streams.push(client.try_clone().unwrap());
-            streams.push(server.try_clone().unwrap());
+            streams.push((id, client.try_clone().unwrap()));
+            streams.push((id, server.try_clone().unwrap()));
         }
         let lose_next_reply = Arc::new(AtomicBool::new(false));
         let (mut c_read, mut s_write) = (client.try_clone().unwrap(), server.try_clone().unwrap());
@@ -302,6 +306,7 @@ impl Proxy {
             client_gone: AtomicBool::new(false),
         });
         state.links.lock().push(link.clone());
+        let down_link = link.clone();
         let up_state = state.clone();
         let up_flag = lose_next_reply.clone();
         thread::spawn(move || {
@@ -361,6 +366,9 @@ impl Proxy {
             }
             let _ = c_write.shutdown(Shutdown::Both);
             let _ = s_read.shutdown(Shutdown::Both);
+            // The server's side is closed: nothing held back can be delivered any more.
+            state.streams.lock().retain(|(s, _)| *s != id);
+            state.links.lock().retain(|l| !Arc::ptr_eq(l, &down_link));
         });
     }
 
@@ -417,6 +425,23 @@ impl Proxy {
         delivered
     }
 
+    /// A network partition of `length`: nothing gets through meanwhile, and whatever was sent
+    /// arrives afterwards, as TCP retransmits it.
+    pub fn partition(&self, length: Duration) {
+        self.stall_everything();
+        thread::sleep(length);
+        self.pass_new_connections();
+        self.deliver_held();
+    }
+
+    /// Resets every open connection, as a failing network does; whatever was held back is
+    /// lost with them.
+    pub fn reset(&self) {
+        for (_, s) in self.state.streams.lock().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+
     /// Replies lost so far.
     pub fn cuts(&self) -> usize {
         self.state.cuts.load(Ordering::SeqCst)
@@ -426,18 +451,14 @@ impl Proxy {
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.state.stop.store(true, Ordering::SeqCst);
-        for s in self.state.streams.lock().drain(..) {
-            let _ = s.shutdown(Shutdown::Both);
-        }
+        self.reset();
         let _ = TcpStream::connect(("127.0.0.1", self.port)); // unblocks accept
     }
 }
 
-/// Runs the current test binary's `#[ignore]`d test `name` as a child process with `env`,
-/// and returns it with its stdout piped.
-pub fn spawn_child_test(name: &str, env: &[(&str, String)]) -> Child {
-    let exe = std::env::current_exe().unwrap();
-    let mut cmd = Command::new(exe);
+/// The command that runs the current test binary's `#[ignore]`d test `name` alone.
+pub fn child_test_command(name: &str) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "--exact",
         name,
@@ -446,6 +467,13 @@ pub fn spawn_child_test(name: &str, env: &[(&str, String)]) -> Child {
         "--test-threads",
         "1",
     ]);
+    cmd
+}
+
+/// Runs the current test binary's `#[ignore]`d test `name` as a child process with `env`,
+/// and returns it with its stdout piped.
+pub fn spawn_child_test(name: &str, env: &[(&str, String)]) -> Child {
+    let mut cmd = child_test_command(name);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -486,3 +514,4 @@ pub fn read_reported(child: &mut Child, prefix: &str, within: Duration) -> Strin
 }
 
 pub mod checker;
+pub mod soak;

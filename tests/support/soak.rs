@@ -1,0 +1,267 @@
+//! The soak: the safety checker under random faults of every kind for a while, watching for
+//! leaks. Run by `examples/soak.rs` (default 60 s; 10 minutes for the README's figures) and,
+//! for 30 s, by `tests/soak.rs` in CI.
+//!
+//! It starts two private redis-servers (the locks', reached through a fault-injecting proxy,
+//! and a protected resource's), runs the checker's child processes and injects a random fault
+//! every 1 to 3 s: command or pub/sub connections killed, SCRIPT FLUSH, CLIENT PAUSE, the
+//! network partitioned or reset, the lock server stopped (SIGSTOP) for less or more than the
+//! watchdog timeout or killed and restarted without persistence, a holder process stopped past
+//! its lease. Every period it prints acquisitions, wait percentiles, faults, holders told
+//! their lock was lost, errors by kind, the children's resident memory and threads, and the
+//! lock server's client connections and subscribed channels.
+//!
+//! At the end it stops the children, which drop their clients, and checks:
+//! - the checker's verdict: every overlap, out-of-order entry and rejected fenced write
+//!   belongs to a holder that was told its lock was lost; no child hung; no unexpected error;
+//! - leaks: each child's threads back to what it had before its client, its resident memory
+//!   within [`MEMORY_TOLERANCE_KB`] of what it had after the first period, and the lock
+//!   server without connections or channels from the clients.
+
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::checker::{self, Checker, Config, Counts, XorShift};
+use super::{Proxy, RedisServer};
+
+/// How much a child's resident memory may grow from its baseline (taken after the first
+/// period): allocator noise and buffers that grew to their working size, not a leak.
+pub const MEMORY_TOLERANCE_KB: u64 = 20 * 1024;
+
+/// What to run.
+pub struct Soak {
+    pub duration: Duration,
+    /// How often to print a line.
+    pub period: Duration,
+    pub config: Config,
+    /// The command that runs [`checker::run_child`] in a new process.
+    pub child: fn() -> Command,
+}
+
+impl Soak {
+    /// The soak's usual fleet, for `duration`.
+    pub fn new(duration: Duration, child: fn() -> Command) -> Soak {
+        Soak {
+            duration,
+            period: Duration::from_secs(10),
+            config: Config {
+                processes: 3,
+                threads: 3,
+                locks: 3,
+                hold: Duration::from_millis(2),
+                wait: Duration::from_secs(10),
+                watchdog: Duration::from_secs(2),
+                response_timeout: Duration::from_secs(1),
+            },
+            child,
+        }
+    }
+
+    /// Runs the soak, printing as it goes; the verdict, with what failed if anything did.
+    pub fn run(&self) -> Result<Counts, String> {
+        let config = &self.config;
+        let mut server = RedisServer::start();
+        let resource = RedisServer::start();
+        let proxy = Proxy::start(server.port);
+        println!(
+            "soak: {} s, {config:?}, locks at {} through {}",
+            self.duration.as_secs(),
+            server.url(),
+            proxy.url()
+        );
+        let checker = Checker::start(&proxy.url(), &resource.url(), config, self.child);
+        let pids = checker.pids();
+
+        let start = Instant::now();
+        let end = start + self.duration;
+        let mut next_report = start + self.period;
+        let mut next_fault = start + Duration::from_secs(2);
+        let mut rng = XorShift(0x5eed_1234_abcd_ef01);
+        let mut faults = [0u64; FAULTS.len()];
+        let mut last_sections = 0;
+        let mut rss_baseline: Option<Vec<u64>> = None;
+        while Instant::now() < end {
+            thread::sleep(Duration::from_millis(50));
+            if Instant::now() >= next_fault {
+                let fault = (rng.next() % FAULTS.len() as u64) as usize;
+                inject(fault, &mut server, &proxy, &checker, config.watchdog);
+                faults[fault] += 1;
+                next_fault = Instant::now() + Duration::from_millis(1000 + rng.next() % 2000);
+            }
+            if Instant::now() >= next_report {
+                next_report += self.period;
+                let counts = checker.counts();
+                let mut waits = checker.take_waits();
+                let mut admin = server.admin();
+                let rss: Vec<u64> = pids.iter().map(|&p| checker::rss_kb(p)).collect();
+                rss_baseline.get_or_insert(rss.clone());
+                println!(
+                    "{:5.0} s  {:7} acq ({:5}/s)  wait p50 {:6} µs p99 {:7} µs  faults {:3}  \
+                     told lost {:3}  unreported {}  errors: redis {} other {}  timeouts {}  late {}  \
+                     rss {:6} kB  threads {:3}  conns {:3}  channels {:3}",
+                    start.elapsed().as_secs_f64(),
+                    counts.sections,
+                    (counts.sections - last_sections) / self.period.as_secs().max(1),
+                    percentile(&mut waits, 0.5),
+                    percentile(&mut waits, 0.99),
+                    faults.iter().sum::<u64>(),
+                    counts.reported_lost,
+                    counts.unreported,
+                    counts.errors,
+                    counts.other_errors,
+                    counts.timeouts,
+                    counts.late,
+                    rss.iter().sum::<u64>(),
+                    pids.iter().map(|&p| threads_of(p)).sum::<u64>(),
+                    client_connections(&mut admin),
+                    super::pubsub_channels(&mut admin, "*").len(),
+                );
+                last_sections = counts.sections;
+            }
+        }
+
+        let mut admin = server.admin();
+        let within = config.wait + config.response_timeout * 4 + Duration::from_secs(10);
+        let (counts, leftovers, settled) = checker.finish(within, || {
+            super::eventually(Duration::from_secs(10), || {
+                client_connections(&mut admin) == 0
+                    && super::pubsub_channels(&mut admin, "*").is_empty()
+            })
+        });
+        println!(
+            "--- after {} s: {counts:?}",
+            start.elapsed().as_secs_f64().round()
+        );
+        let injected: Vec<String> = FAULTS
+            .iter()
+            .zip(faults)
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect();
+        println!("faults: {}", injected.join(", "));
+        println!("children after dropping their clients: {leftovers:?}");
+
+        let mut failures = Vec::new();
+        if counts.unreported > 0 {
+            failures.push(format!(
+                "{} overlaps, out-of-order entries or rejected writes were never reported",
+                counts.unreported
+            ));
+        }
+        if counts.hung > 0 {
+            failures.push(format!("{} children did not finish in time", counts.hung));
+        }
+        if counts.other_errors > 0 {
+            failures.push(format!("{} unexpected errors", counts.other_errors));
+        }
+        if leftovers.len() != pids.len() || leftovers.iter().any(|l| l.threads > 0) {
+            failures.push("a client left threads behind".to_string());
+        }
+        let baseline = rss_baseline.unwrap_or_default();
+        for (i, (left, base)) in leftovers.iter().zip(&baseline).enumerate() {
+            let grown = left.rss_kb.saturating_sub(*base);
+            println!(
+                "child {i}: rss {} kB, +{grown} kB over the first period",
+                left.rss_kb
+            );
+            if grown > MEMORY_TOLERANCE_KB {
+                failures.push(format!(
+                    "child {i}'s memory grew by {grown} kB (tolerance {MEMORY_TOLERANCE_KB} kB)"
+                ));
+            }
+        }
+        if !settled {
+            failures.push("the clients' connections or channels outlived them".to_string());
+        }
+        if failures.is_empty() {
+            println!(
+                "verdict: safe (every overlap and rejected write was reported), nothing leaked"
+            );
+            Ok(counts)
+        } else {
+            Err(failures.join("; "))
+        }
+    }
+}
+
+const FAULTS: [&str; 11] = [
+    "kill normal",
+    "kill pubsub",
+    "script flush",
+    "pause write",
+    "pause all",
+    "partition",
+    "reset",
+    "stop short",
+    "stop long",
+    "restart",
+    "pause holder",
+];
+
+/// Fault number `fault` of [`FAULTS`].
+fn inject(
+    fault: usize,
+    server: &mut RedisServer,
+    proxy: &Proxy,
+    checker: &Checker,
+    watchdog: Duration,
+) {
+    let mut admin = server.admin();
+    let mut command = |args: &[&str]| {
+        let _: redis::RedisResult<redis::Value> =
+            redis::cmd(args[0]).arg(&args[1..]).query(&mut admin);
+    };
+    let stopped = |pid: u32, length: Duration| {
+        super::signal(pid, "-STOP");
+        thread::sleep(length);
+        super::signal(pid, "-CONT");
+    };
+    match FAULTS[fault] {
+        "kill normal" => command(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]),
+        "kill pubsub" => command(&["CLIENT", "KILL", "TYPE", "pubsub"]),
+        "script flush" => command(&["SCRIPT", "FLUSH"]),
+        "pause write" => command(&["CLIENT", "PAUSE", "500", "WRITE"]),
+        "pause all" => command(&["CLIENT", "PAUSE", "500", "ALL"]),
+        "partition" => proxy.partition(watchdog / 3),
+        "reset" => proxy.reset(),
+        // Less than the watchdog timeout: the locks survive.
+        "stop short" => stopped(server.pid(), watchdog / 3),
+        // Past it: the locks expire under their holders.
+        "stop long" => stopped(server.pid(), watchdog + Duration::from_millis(500)),
+        "restart" => server.restart(),
+        "pause holder" => {
+            if let Some(pid) = checker.holder_pid(&mut server.admin(), 0) {
+                stopped(pid, watchdog + Duration::from_millis(500));
+            }
+        }
+        other => unreachable!("unknown fault {other}"),
+    }
+}
+
+/// Connections to the lock server other than the admin's own.
+fn client_connections(admin: &mut redis::Connection) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(admin)
+        .unwrap_or_default();
+    list.lines().count().saturating_sub(1)
+}
+
+fn threads_of(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn percentile(v: &mut [u64], p: f64) -> u64 {
+    if v.is_empty() {
+        return 0;
+    }
+    v.sort_unstable();
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
