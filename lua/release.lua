@@ -12,13 +12,18 @@
 -- ARGV[3]  token             the fencing token of the hold being released
 -- ARGV[4]  latch ttl         milliseconds the latch outlives a final release
 -- ARGV[5]  publish command   PUBLISH (or SPUBLISH on a sharded cluster)
--- ARGV[6]  "1" to give back a hand-over nobody took up: act only while the owner's terms
---          still say "granted <token>" (taking it up, by an attempt or a withdrawal, removes
---          them; a thread that took it from the message holds it and never gives it back)
+-- ARGV[6]  how the hold was taken, which says whether the owner's "granted <token>" terms
+--          are still in the waiters' hash:
+--          "0" by an attempt of its own (which removed any terms): nothing to clean up;
+--          "1" it was not: a hand-over nobody took up, given back. Act only while the
+--              owner's terms still say "granted <token>" (taking it up, by an attempt or a
+--              withdrawal, removes them; a thread that took it from the message holds it
+--              and never gives it back);
+--          "2" from a hand-over's message, without a round trip: the terms are still there.
 --
 -- Replies:
 --   1  released: the lock went to the next waiter ("grant <token> <lease ms> <owner>"
---      published on the channel), or was deleted ("unlock" published)
+--      published on the channel), or was deleted ("unlock" published if anyone was queued)
 --   2  still held: the caller's hold count is now holds - 1
 --   0  not ours: nothing was changed
 --
@@ -39,7 +44,7 @@
 
 local lock, fence, channel, latch, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local owner, holds, token = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local latch_ttl, publish, unused_only = ARGV[4], ARGV[5], ARGV[6] == '1'
+local latch_ttl, publish, unused_only, granted = ARGV[4], ARGV[5], ARGV[6] == '1', ARGV[6] ~= '0'
 
 if unused_only and redis.pcall('hget', waiters, owner) ~= 'granted ' .. token then
   return 0
@@ -77,7 +82,13 @@ end
 
 redis.call('set', latch, '1', 'px', latch_ttl)
 redis.call('del', lock)
-redis.pcall('hdel', waiters, owner) -- a hand-over's "granted" terms, if that is how we got it
+if granted then
+  redis.pcall('hdel', waiters, owner)
+end
+if not head then
+  -- Nobody waits: a waiter queues in the attempt that finds the lock busy, before it sleeps.
+  return 1
+end
 
 -- The oldest waiter whose terms have not run out gets the lock. Stale entries (a waiter that
 -- gave up without withdrawing, or died, or the releasing owner's own leftover place) are

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::keys::LockKeys;
+use crate::scripts::TakenBy;
 
 /// One thread's ownership of one lock.
 ///
@@ -25,6 +26,7 @@ pub(crate) struct Hold {
     pub keys: Arc<LockKeys>,
     pub owner: Arc<str>,
     pub token: u64,
+    pub taken_by: TakenBy,
     /// Live guards; the count this owner has in the lock hash.
     guards: AtomicU32,
     /// Renewed by the watchdog (some guard of this hold was taken without a lease).
@@ -40,11 +42,18 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    pub fn new(keys: Arc<LockKeys>, owner: Arc<str>, token: u64, epoch: Instant) -> Hold {
+    pub fn new(
+        keys: Arc<LockKeys>,
+        owner: Arc<str>,
+        token: u64,
+        taken_by: TakenBy,
+        epoch: Instant,
+    ) -> Hold {
         Hold {
             keys,
             owner,
             token,
+            taken_by,
             guards: AtomicU32::new(0),
             watchdog: AtomicBool::new(false),
             lost: AtomicBool::new(false),

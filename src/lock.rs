@@ -8,7 +8,7 @@ use crate::client::{Client, Core, thread_number};
 use crate::error::{Error, Result};
 use crate::hold::Hold;
 use crate::keys::LockKeys;
-use crate::scripts::{self, Acquire, Queueing, Release};
+use crate::scripts::{self, Acquire, Queueing, Release, TakenBy};
 use crate::subscriber::Wake;
 
 /// The longest lease or wait the crate accepts: far beyond any sensible value, far below
@@ -246,7 +246,9 @@ impl Lock {
                     {
                         waiter.acquired();
                         let owner = core.owner(thread).into();
-                        return Ok(Some(self.new_hold(thread, owner, token, busy.sent, lease)));
+                        let taken_by = TakenBy::Message;
+                        let hold = self.new_hold(thread, owner, token, taken_by, busy.sent, lease);
+                        return Ok(Some(hold));
                     }
                     // Too little of the lease is known to be left, or it was handed over
                     // with a shorter lease than asked for: take it up with a round trip,
@@ -303,7 +305,8 @@ impl Lock {
             .backend
             .run(|con| scripts::withdraw(con, keys, &owner, lease_set))
             .map_err(|e| keys.resolve(e))?;
-        Ok(token.map(|token| self.new_hold(thread, owner.into(), token, sent, lease)))
+        Ok(token
+            .map(|token| self.new_hold(thread, owner.into(), token, TakenBy::Attempt, sent, lease)))
     }
 
     /// The lease a release hands the lock over with: a waiter that dies in the queue may be
@@ -319,11 +322,18 @@ impl Lock {
         thread: u64,
         owner: Arc<str>,
         token: u64,
+        taken_by: TakenBy,
         sent: Instant,
         lease: Option<Duration>,
     ) -> LockGuard {
         let core = self.core();
-        let hold = Arc::new(Hold::new(self.keys.clone(), owner, token, core.epoch));
+        let hold = Arc::new(Hold::new(
+            self.keys.clone(),
+            owner,
+            token,
+            taken_by,
+            core.epoch,
+        ));
         hold.extend(sent, self.lease_set(lease), self.renew_every(lease));
         core.holds.insert(thread, hold.clone());
         self.guard(hold, thread)
@@ -382,7 +392,7 @@ impl Lock {
                     hold.extend(sent, lease_set, self.renew_every(lease));
                     self.guard(hold, thread)
                 }
-                None => self.new_hold(thread, owner, token, sent, lease),
+                None => self.new_hold(thread, owner, token, TakenBy::Attempt, sent, lease),
             })),
             Acquire::Busy { ttl, fence } => Ok(Attempt::Busy(Busy { ttl, fence, sent })),
             Acquire::Lost => {
@@ -509,9 +519,10 @@ impl LockGuard {
         let was_lost = hold.is_lost();
         let keys = &self.lock.keys;
         let latch_ttl = core.backend.latch_ttl();
-        let reply = core
-            .backend
-            .run(|con| scripts::release(con, keys, &hold.owner, holds, hold.token, latch_ttl));
+        let reply = core.backend.run(|con| {
+            let (owner, token, taken_by) = (&hold.owner, hold.token, hold.taken_by);
+            scripts::release(con, keys, owner, holds, token, latch_ttl, taken_by)
+        });
         match reply {
             Ok(Release::NotOurs) => {
                 hold.mark_lost();

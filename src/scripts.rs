@@ -120,6 +120,16 @@ pub(crate) enum Release {
     NotOurs,
 }
 
+/// How a hold was taken, which says what its final release must clean up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TakenBy {
+    /// An attempt of the owner's own, which removed any terms of its wait.
+    Attempt,
+    /// A hand-over's message, without a round trip: the owner's "granted" terms are still in
+    /// the waiters' hash.
+    Message,
+}
+
 pub(crate) fn release(
     con: &mut Connection,
     keys: &LockKeys,
@@ -127,8 +137,13 @@ pub(crate) fn release(
     holds: u32,
     token: u64,
     latch_ttl: Duration,
+    taken_by: TakenBy,
 ) -> RedisResult<Release> {
-    run_release(con, keys, owner, holds, token, latch_ttl, false)
+    let mode = match taken_by {
+        TakenBy::Attempt => "0",
+        TakenBy::Message => "2",
+    };
+    run_release(con, keys, owner, holds, token, latch_ttl, mode)
 }
 
 /// Gives back a hand-over to `owner` with `token` that nobody took up; changes nothing if it
@@ -140,7 +155,7 @@ pub(crate) fn give_back(
     token: u64,
     latch_ttl: Duration,
 ) -> RedisResult<Release> {
-    run_release(con, keys, owner, 1, token, latch_ttl, true)
+    run_release(con, keys, owner, 1, token, latch_ttl, "1")
 }
 
 fn run_release(
@@ -150,7 +165,7 @@ fn run_release(
     holds: u32,
     token: u64,
     latch_ttl: Duration,
-    unused_hand_over_only: bool,
+    mode: &str,
 ) -> RedisResult<Release> {
     let reply: i64 = RELEASE
         .key(&keys.lock)
@@ -164,7 +179,7 @@ fn run_release(
         .arg(token)
         .arg(millis(latch_ttl))
         .arg(PUBLISH)
-        .arg(if unused_hand_over_only { "1" } else { "0" })
+        .arg(mode)
         .invoke(con)?;
     Ok(match reply {
         1 => Release::Released,

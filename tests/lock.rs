@@ -428,6 +428,28 @@ fn a_hand_over_costs_the_new_holder_no_command() {
         1,
         "only the release ran: the waiter was handed the lock"
     );
+    // The new holder's release (when its guard dropped) removed the hand-over's terms.
+    let terms: usize = redis::cmd("HLEN")
+        .arg(format!("redlatch:{{{name}}}:waiters"))
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(terms, 0, "a hand-over's terms outlived its hold");
+}
+
+#[test]
+fn an_uncontended_release_publishes_nothing() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let lock = client(&server).lock(&unique("quiet"));
+    let before = command_calls(&mut admin, "publish");
+    for _ in 0..5 {
+        lock.lock().unwrap().unlock().unwrap();
+    }
+    assert_eq!(
+        command_calls(&mut admin, "publish"),
+        before,
+        "nobody waited, yet a release published"
+    );
 }
 
 #[test]
