@@ -22,8 +22,8 @@
 --                         fence is the fencing counter now (a hand-over that comes later has a
 --                         larger token). With ARGV[5] > 0 the caller is now in the queue.
 --   {-1, 0 }              the caller believed it held the lock (holds > 0) but its hold is gone
--- Errors: "WRONGTYPE lock" / "WRONGTYPE fence" / "WRONGTYPE queue" when that key holds data
--- that is not ours.
+-- Errors: "WRONGTYPE lock" / "WRONGTYPE fence" / "WRONGTYPE queue" / "WRONGTYPE waiters" when
+-- that key holds data that is not ours.
 --
 -- Idempotent: the hold count is *set* to holds + 1, never incremented, so a retry after a
 -- lost reply changes nothing it should not. A first acquisition that finds the caller's
@@ -104,7 +104,12 @@ if mine == 0 then
     local expiry = now[1] * 1000 + math.floor(now[2] / 1000) + queue_for
     local terms_ok = redis.pcall('hset', waiters, owner, string.format('%d %s', expiry, handover_lease))
     if type(terms_ok) == 'table' then
-      return redis.error_reply('WRONGTYPE queue')
+      -- Give the place just taken back: a refused attempt leaves nothing behind (a queue
+      -- without its terms would also never expire).
+      if queued_ok == 1 then
+        redis.call('zrem', queue, owner)
+      end
+      return redis.error_reply('WRONGTYPE waiters')
     end
     -- The queue outlives its last valid place, so an abandoned lock leaves nothing behind.
     if redis.call('pttl', queue) < queue_for then

@@ -64,9 +64,9 @@ impl std::error::Error for Error {
 }
 
 impl From<redis::RedisError> for Error {
-    /// Our scripts answer `WRONGTYPE lock` or `WRONGTYPE fence` for foreign data (Redis's own
-    /// WRONGTYPE says neither). Both become [`Error::WrongType`]; the lock module, which knows
-    /// the keys, puts the real key name in.
+    /// Our scripts answer `WRONGTYPE lock`, `fence`, `queue` or `waiters` for foreign data
+    /// (Redis's own WRONGTYPE says none of these). Each becomes [`Error::WrongType`]; the lock
+    /// module, which knows the keys, puts the real key name in.
     fn from(e: redis::RedisError) -> Self {
         if e.code() == Some("WRONGTYPE") {
             let which = e

@@ -54,14 +54,15 @@ impl LockKeys {
     }
 
     /// Names the key in a [`Error::WrongType`]: the scripts say which of the lock's keys
-    /// holds foreign data ("lock", "fence" or "queue"), not the key itself, which may be any
-    /// text.
+    /// holds foreign data ("lock", "fence", "queue" or "waiters"), not the key itself, which
+    /// may be any text.
     pub fn resolve(&self, e: Error) -> Error {
         match e {
             Error::WrongType { key } => Error::WrongType {
                 key: match key.as_str() {
                     "fence" => self.fence.clone(),
                     "queue" => self.queue.clone(),
+                    "waiters" => self.waiters.clone(),
                     _ => self.lock.clone(),
                 },
             },

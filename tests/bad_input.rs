@@ -4,6 +4,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::RecvTimeoutError;
 use redlatch::{Client, Error};
 use support::{RedisServer, unique};
 
@@ -12,6 +13,50 @@ fn invalid<T: std::fmt::Debug>(r: redlatch::Result<T>) -> String {
         Err(Error::InvalidArgument(what)) => what,
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
+}
+
+/// The key a `WrongType` names; its message must name it too and say it was left alone.
+fn wrong_type<T: std::fmt::Debug>(r: redlatch::Result<T>) -> String {
+    match r {
+        Err(e @ Error::WrongType { .. }) => {
+            let message = e.to_string();
+            let Error::WrongType { key } = e else {
+                unreachable!()
+            };
+            assert!(
+                message.contains(&key) && message.contains("left untouched"),
+                "{message}"
+            );
+            key
+        }
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+}
+
+/// Runs `f` on a thread of its own and returns its result; fails the test if it has not
+/// returned within `limit`, so that a hang is a failure rather than a stuck test binary.
+fn bounded<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let thread = std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(value) => value,
+        Err(RecvTimeoutError::Disconnected) => match thread.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the thread sends before it ends"),
+        },
+        Err(RecvTimeoutError::Timeout) => panic!("the call did not return within {limit:?}"),
+    }
+}
+
+/// `DUMP key`: the serialized value, to show foreign data came through byte for byte.
+fn dump(admin: &mut redis::Connection, key: &str) -> Vec<u8> {
+    redis::cmd("DUMP").arg(key).query(admin).unwrap()
+}
+
+fn exists(admin: &mut redis::Connection, key: &str) -> bool {
+    redis::cmd("EXISTS").arg(key).query::<i64>(admin).unwrap() == 1
 }
 
 #[test]
@@ -168,6 +213,75 @@ fn foreign_data_under_our_keys_is_reported_and_left_alone() {
         client.lock(&name).try_lock(Duration::ZERO, None),
         Err(Error::WrongType { .. })
     ));
+}
+
+#[test]
+fn foreign_data_under_the_queue_and_waiters_keys_is_reported_and_left_alone() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = Client::open(&server.url()).unwrap();
+    let holder = Client::open(&server.url()).unwrap();
+
+    for (suffix, foreign) in [
+        (":waiters", &["SET", "precious"][..]),
+        (":waiters", &["RPUSH", "a", "b", "c"]),
+        (":queue", &["SET", "precious"]),
+        (":queue", &["HSET", "field", "value"]),
+    ] {
+        let name = unique("foreign-queue");
+        let lock_key = format!("redlatch:{{{name}}}");
+        let key = format!("{lock_key}{suffix}");
+        let other = if suffix == ":queue" {
+            format!("{lock_key}:waiters")
+        } else {
+            format!("{lock_key}:queue")
+        };
+        let _: () = redis::cmd(foreign[0])
+            .arg(&key)
+            .arg(&foreign[1..])
+            .query(&mut admin)
+            .unwrap();
+        let before = dump(&mut admin, &key);
+        let lock = client.lock(&name);
+
+        // A free lock needs no queue: taken and released as usual.
+        lock.try_lock(Duration::ZERO, None)
+            .unwrap()
+            .expect("the lock is free")
+            .unlock()
+            .unwrap();
+
+        // A busy lock: one attempt does not queue and answers as usual; a wait would queue
+        // and is refused at once, naming the key, whether bounded or not.
+        let held = holder.lock(&name).lock().unwrap();
+        assert!(lock.try_lock(Duration::ZERO, None).unwrap().is_none());
+        for wait in [Some(Duration::from_secs(3)), None] {
+            let waiting = lock.clone();
+            let start = Instant::now();
+            let result = bounded(Duration::from_secs(5), move || match wait {
+                Some(wait) => waiting.try_lock(wait, None).map(|g| g.is_some()),
+                None => waiting.lock().map(|_| true),
+            });
+            assert_eq!(wrong_type(result), key, "{foreign:?} under {suffix}");
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "refused after {:?}, not at the first attempt",
+                start.elapsed()
+            );
+            assert!(
+                !exists(&mut admin, &other),
+                "a refused attempt left {other} behind"
+            );
+        }
+
+        // The holder's release is not disturbed by the foreign key either.
+        held.unlock().unwrap();
+        assert!(!lock.is_locked().unwrap());
+        assert!(lock.force_unlock().is_ok_and(|was_locked| !was_locked));
+        assert_eq!(dump(&mut admin, &key), before, "{key} was changed");
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut admin).unwrap();
+        assert_eq!(ttl, -1, "{key} was given an expiry");
+    }
 }
 
 #[test]
