@@ -1,28 +1,95 @@
 //! The Lua scripts in `lua/` and typed calls to them.
 //!
-//! Every change to a lock goes through one of these scripts. `redis::Script` runs them with
-//! EVALSHA and, on `NOSCRIPT` (a `SCRIPT FLUSH`, a restarted or failed-over server), loads the
-//! script and runs it again, so a flushed script cache never surfaces to the user. The text is
+//! Every change to a lock goes through one of these scripts. They run with EVALSHA and, on
+//! `NOSCRIPT` (a `SCRIPT FLUSH`, a restarted or failed-over server), with EVAL, which runs the
+//! text and caches it again, so a flushed script cache never surfaces to the user. The text is
 //! fixed; keys and values travel as KEYS and ARGV, so user data never becomes code.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{Connection, RedisResult, Script};
+use redis::{Cmd, Connection, FromRedisValue, RedisResult, Script, ToRedisArgs};
 
 use crate::keys::LockKeys;
 
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/renew.lua")));
-static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/force_unlock.lua")));
-static WITHDRAW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/withdraw.lua")));
-static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/inspect.lua")));
+static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../lua/acquire.lua")));
+static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../lua/release.lua")));
+static RENEW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../lua/renew.lua")));
+static FORCE_UNLOCK: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../lua/force_unlock.lua")));
+static WITHDRAW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../lua/withdraw.lua")));
+static INSPECT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../lua/inspect.lua")));
+
+/// One script of `lua/`: EVALSHA, then EVAL on `NOSCRIPT`.
+///
+/// Not `redis::Script`, which answers `NOSCRIPT` with SCRIPT LOAD and then EVALSHA again: a
+/// flush between those two (flushes back to back, say) reached the caller as a `NOSCRIPT`
+/// error, and a release that failed so left its lock held until the lease ran out. EVAL loads
+/// and runs in one command, so nothing can come between; it is also one round trip fewer.
+struct Lua {
+    code: &'static str,
+    hash: String,
+}
+
+impl Lua {
+    fn new(code: &'static str) -> Lua {
+        Lua {
+            code,
+            hash: Script::new(code).get_hash().to_string(),
+        }
+    }
+
+    fn key<T: ToRedisArgs>(&self, key: T) -> Invocation<'_> {
+        let mut invocation = self.prepare_invoke();
+        invocation.key(key);
+        invocation
+    }
+
+    fn prepare_invoke(&self) -> Invocation<'_> {
+        Invocation {
+            lua: self,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+}
+
+/// A call of a [`Lua`] script with its KEYS and ARGV.
+struct Invocation<'a> {
+    lua: &'a Lua,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Invocation<'_> {
+    fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
+        key.write_redis_args(&mut self.keys);
+        self
+    }
+
+    fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    fn invoke<T: FromRedisValue>(&self, con: &mut Connection) -> RedisResult<T> {
+        match self.command("EVALSHA", &self.lua.hash).query(con) {
+            Err(e) if e.code() == Some("NOSCRIPT") => {
+                self.command("EVAL", self.lua.code).query(con)
+            }
+            other => other,
+        }
+    }
+
+    fn command(&self, eval: &str, script: &str) -> Cmd {
+        let mut cmd = redis::cmd(eval);
+        cmd.arg(script)
+            .arg(self.keys.len())
+            .arg(&self.keys[..])
+            .arg(&self.args[..]);
+        cmd
+    }
+}
 
 /// The command a release publishes with (SPUBLISH once sharded Cluster support lands).
 const PUBLISH: &str = "PUBLISH";

@@ -2,6 +2,9 @@
 
 mod support;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
@@ -57,6 +60,16 @@ fn dump(admin: &mut redis::Connection, key: &str) -> Vec<u8> {
 
 fn exists(admin: &mut redis::Connection, key: &str) -> bool {
     redis::cmd("EXISTS").arg(key).query::<i64>(admin).unwrap() == 1
+}
+
+/// How many times the server answered with error `code` (INFO errorstats).
+fn error_count(admin: &mut redis::Connection, code: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("errorstats").query(admin).unwrap();
+    let needle = format!("errorstat_{code}:count=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&needle))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 #[test]
@@ -317,4 +330,88 @@ fn any_utf8_name_works() {
     });
     assert!(b_free.join().unwrap());
     drop(a);
+}
+
+#[test]
+fn a_script_flush_storm_never_reaches_the_caller_and_leaves_no_lock_held() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = Client::builder(&server.url())
+        .watchdog_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let names: Arc<[String]> = (0..2).map(|_| unique("storm")).collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+
+    // SCRIPT FLUSH back to back, from its own connection, until the workers are done.
+    let stop = Arc::new(AtomicBool::new(false));
+    let flusher = {
+        let stop = stop.clone();
+        let mut con = server.admin();
+        thread::spawn(move || {
+            let mut flushes = 0u64;
+            while !stop.load(Ordering::SeqCst) && Instant::now() < deadline && flushes < 1_000_000 {
+                let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut con).unwrap();
+                flushes += 1;
+            }
+            flushes
+        })
+    };
+
+    const ROUNDS: usize = 40;
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let client = client.clone();
+            let names = names.clone();
+            thread::spawn(move || {
+                let mut failures = Vec::new();
+                let mut cycles = 0;
+                for round in 0..ROUNDS {
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    let lock = client.lock(&names[(w + round) % names.len()]);
+                    match lock.try_lock(Duration::from_secs(3), None) {
+                        Ok(Some(guard)) => match guard.check().and_then(|()| guard.unlock()) {
+                            Ok(()) => cycles += 1,
+                            Err(e) => failures.push(format!("releasing: {e}")),
+                        },
+                        Ok(None) => failures.push("timed out waiting".to_string()),
+                        Err(e) => failures.push(format!("acquiring: {e}")),
+                    }
+                }
+                (cycles, failures)
+            })
+        })
+        .collect();
+    let mut cycles = 0;
+    let mut failures = Vec::new();
+    for worker in workers {
+        let (done, failed) = worker.join().unwrap();
+        cycles += done;
+        failures.extend(failed);
+    }
+    stop.store(true, Ordering::SeqCst);
+    let flushes = flusher.join().unwrap();
+
+    // The storm really hit the client: its EVALSHAs were answered NOSCRIPT.
+    let noscripts = error_count(&mut admin, "NOSCRIPT");
+    assert!(
+        flushes >= 100 && noscripts >= 20,
+        "too weak a storm: {flushes} flushes, {noscripts} NOSCRIPT replies"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} cycles failed under {flushes} flushes ({noscripts} NOSCRIPT), e.g. {:?}",
+        failures.len(),
+        cycles + failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    assert_eq!(cycles, 4 * ROUNDS, "the workers ran out of time");
+    for name in names.iter() {
+        assert!(
+            !client.lock(name).is_locked().unwrap(),
+            "{name} was left held"
+        );
+    }
 }
