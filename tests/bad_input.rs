@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
 use redlatch::{Client, Error};
-use support::{RedisServer, unique};
+use support::{RedisServer, command_calls, unique};
 
 fn invalid<T: std::fmt::Debug>(r: redlatch::Result<T>) -> String {
     match r {
@@ -34,6 +34,56 @@ fn wrong_type<T: std::fmt::Debug>(r: redlatch::Result<T>) -> String {
         }
         other => panic!("expected WrongType, got {other:?}"),
     }
+}
+
+/// The message of an `Error::Redis`, which must contain `expected`.
+fn redis_error<T: std::fmt::Debug>(r: redlatch::Result<T>, expected: &str) -> String {
+    match r {
+        Err(e @ Error::Redis(_)) => {
+            let message = e.to_string();
+            assert!(
+                message.contains(expected),
+                "{expected:?} not in {message:?}"
+            );
+            message
+        }
+        other => panic!("expected a redis error saying {expected:?}, got {other:?}"),
+    }
+}
+
+/// Every kind of call on a lock of `client`, each on a thread of its own and bounded by
+/// `limit`, each expected to fail with an `Error::Redis` saying `expected`.
+fn every_call_fails(client: &Client, name: &str, limit: Duration, expected: &str) {
+    type Call = fn(&redlatch::Lock) -> redlatch::Result<()>;
+    let calls: [(&str, Call); 6] = [
+        ("lock", |l| l.lock().map(drop)),
+        ("lock_with_lease", |l| {
+            l.lock_with_lease(Duration::from_secs(5)).map(drop)
+        }),
+        ("try_lock(ZERO)", |l| {
+            l.try_lock(Duration::ZERO, None).map(drop)
+        }),
+        ("try_lock(2 s)", |l| {
+            l.try_lock(Duration::from_secs(2), None).map(drop)
+        }),
+        ("is_locked", |l| l.is_locked().map(drop)),
+        ("force_unlock", |l| l.force_unlock().map(drop)),
+    ];
+    for (what, call) in calls {
+        let lock = client.lock(name);
+        let start = Instant::now();
+        let result = bounded(limit, move || call(&lock));
+        let message = redis_error(result, expected);
+        assert!(
+            start.elapsed() < limit,
+            "{what} took {:?}: {message}",
+            start.elapsed()
+        );
+    }
+}
+
+fn dbsize(admin: &mut redis::Connection) -> i64 {
+    redis::cmd("DBSIZE").query(admin).unwrap()
 }
 
 /// Runs `f` on a thread of its own and returns its result; fails the test if it has not
@@ -414,4 +464,55 @@ fn a_script_flush_storm_never_reaches_the_caller_and_leaves_no_lock_held() {
             "{name} was left held"
         );
     }
+}
+
+#[test]
+fn a_server_that_cannot_run_our_scripts_fails_each_call_at_once() {
+    // Without SCRIPT and EVAL no script can be loaded: EVALSHA answers NOSCRIPT for ever.
+    let server = RedisServer::start_with(&[
+        "--rename-command",
+        "SCRIPT",
+        "",
+        "--rename-command",
+        "EVAL",
+        "",
+    ]);
+    let mut admin = server.admin();
+    let client = Client::open(&server.url()).expect("PING works: the server answers");
+    let name = unique("no-scripts");
+    let evalsha = command_calls(&mut admin, "evalsha");
+    every_call_fails(&client, &name, Duration::from_secs(3), "unknown command");
+    assert_eq!(
+        command_calls(&mut admin, "evalsha") - evalsha,
+        6,
+        "one EVALSHA per call: a refusal is not retried"
+    );
+    assert_eq!(dbsize(&mut admin), 0);
+
+    // Without EVALSHA nothing runs at all.
+    let server = RedisServer::start_with(&["--rename-command", "EVALSHA", ""]);
+    let client = Client::open(&server.url()).unwrap();
+    every_call_fails(&client, &name, Duration::from_secs(3), "unknown command");
+    assert_eq!(dbsize(&mut server.admin()), 0);
+
+    // A user without scripting permissions is told so.
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "noscript",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-@scripting",
+        ])
+        .query(&mut admin)
+        .unwrap();
+    let url = format!("redis://noscript:pw@127.0.0.1:{}/", server.port);
+    let client = Client::open(&url).unwrap();
+    every_call_fails(&client, &name, Duration::from_secs(3), "no permissions");
+    assert_eq!(dbsize(&mut admin), 0);
 }
