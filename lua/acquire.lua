@@ -23,7 +23,8 @@
 --                         larger token). With ARGV[5] > 0 the caller is now in the queue.
 --   {-1, 0 }              the caller believed it held the lock (holds > 0) but its hold is gone
 -- Errors: "WRONGTYPE lock" / "WRONGTYPE fence" / "WRONGTYPE queue" / "WRONGTYPE waiters" when
--- that key holds data that is not ours.
+-- that key holds data that is not ours; Redis's own error when it refuses a write (READONLY,
+-- OOM, ...).
 --
 -- Idempotent: the hold count is *set* to holds + 1, never incremented, so a retry after a
 -- lost reply changes nothing it should not. A first acquisition that finds the caller's
@@ -39,13 +40,25 @@ local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, holds, lease, held_token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local queue_for, queued, handover_lease = tonumber(ARGV[5]), ARGV[6] == '1', ARGV[7]
 
--- INCR refuses a non-integer or a non-string without writing anything. A counter that did
--- not exist (a new lock, or a restart that lost it) starts from the server's clock, in
--- thousandths of a millisecond, so tokens keep increasing across such a restart too.
+-- The reply to a pcall that failed. Data of another type under the key, or a fence that is
+-- not a number, is foreign data: "WRONGTYPE <which>". Anything else (a read-only replica,
+-- maxmemory reached, ...) is Redis refusing the command, passed on as Redis said it.
+local function refused(failure, which)
+  local err = failure.err or ''
+  if string.sub(err, 1, 9) == 'WRONGTYPE' or string.find(err, 'not an integer', 1, true) then
+    return redis.error_reply('WRONGTYPE ' .. which)
+  end
+  return failure
+end
+
+-- The next fencing token, or nil and the error to answer. INCR refuses a non-integer or a
+-- non-string without writing anything. A counter that did not exist (a new lock, or a
+-- restart that lost it) starts from the server's clock, in thousandths of a millisecond, so
+-- tokens keep increasing across such a restart too.
 local function next_token()
   local token = redis.pcall('incr', fence)
   if type(token) == 'table' then
-    return nil
+    return nil, refused(token, 'fence')
   end
   if token == 1 then
     local now = redis.call('time')
@@ -70,9 +83,9 @@ if pttl == -2 then
   if holds > 0 then
     return {-1, 0}
   end
-  local token = next_token()
+  local token, failure = next_token()
   if not token then
-    return redis.error_reply('WRONGTYPE fence')
+    return failure
   end
   redis.call('hset', lock, owner, 1)
   redis.call('pexpire', lock, lease)
@@ -99,7 +112,7 @@ if mine == 0 then
     local now = redis.call('time')
     local queued_ok = redis.pcall('zadd', queue, 'NX', now[1] * 1000000 + now[2], owner)
     if type(queued_ok) == 'table' then
-      return redis.error_reply('WRONGTYPE queue')
+      return refused(queued_ok, 'queue')
     end
     local expiry = now[1] * 1000 + math.floor(now[2] / 1000) + queue_for
     local terms_ok = redis.pcall('hset', waiters, owner, string.format('%d %s', expiry, handover_lease))
@@ -109,7 +122,7 @@ if mine == 0 then
       if queued_ok == 1 then
         redis.call('zrem', queue, owner)
       end
-      return redis.error_reply('WRONGTYPE waiters')
+      return refused(terms_ok, 'waiters')
     end
     -- The queue outlives its last valid place, so an abandoned lock leaves nothing behind.
     if redis.call('pttl', queue) < queue_for then
@@ -132,9 +145,10 @@ if holds == 0 then
     -- acquired since: the hand-over's token is fresh.
     token = tonumber(current)
   else
-    token = next_token()
+    local failure
+    token, failure = next_token()
     if not token then
-      return redis.error_reply('WRONGTYPE fence')
+      return failure
     end
   end
   redis.call('hset', lock, owner, 1)

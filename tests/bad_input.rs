@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
 use redlatch::{Client, Error};
-use support::{RedisServer, command_calls, unique};
+use support::{RedisServer, command_calls, eventually, unique};
 
 fn invalid<T: std::fmt::Debug>(r: redlatch::Result<T>) -> String {
     match r {
@@ -515,4 +515,117 @@ fn a_server_that_cannot_run_our_scripts_fails_each_call_at_once() {
     let client = Client::open(&url).unwrap();
     every_call_fails(&client, &name, Duration::from_secs(3), "no permissions");
     assert_eq!(dbsize(&mut admin), 0);
+}
+
+#[test]
+fn a_server_that_refuses_writes_says_why_and_nothing_is_written() {
+    // A read-only replica of a master that holds one lock, and a master that is full.
+    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    // Loading the master's data straight from the socket: no dump.rdb in the working directory.
+    let replica = RedisServer::start_with(&[
+        "--replicaof",
+        "127.0.0.1",
+        &master.port.to_string(),
+        "--repl-diskless-load",
+        "on-empty-db",
+    ]);
+    let mut on_replica = replica.admin();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut on_replica)
+                .unwrap();
+            info.contains("master_link_status:up")
+        }),
+        "the replica did not sync"
+    );
+    let mut on_master = master.admin();
+    let holder = Client::open(&master.url()).unwrap();
+    let busy = unique("replicated");
+    let held = holder.lock(&busy).lock().unwrap();
+    let replica_client = Client::open(&replica.url()).unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || replica_client
+            .lock(&busy)
+            .is_locked()
+            .unwrap()),
+        "reads work on the replica: it sees the master's lock"
+    );
+    let master_keys = || {
+        let mut keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query(&mut master.admin())
+            .unwrap();
+        keys.sort();
+        keys
+    };
+    let keys_before = master_keys();
+    let hold_before: Vec<String> = redis::cmd("HGETALL")
+        .arg(format!("redlatch:{{{busy}}}"))
+        .query(&mut on_master)
+        .unwrap();
+
+    // A free lock: taking it must write, which the replica refuses.
+    let free = unique("free");
+    for call in [
+        replica_client
+            .lock(&free)
+            .try_lock(Duration::ZERO, None)
+            .map(drop),
+        replica_client.lock(&free).force_unlock().map(drop),
+    ] {
+        redis_error(call, "read only replica");
+    }
+    let lock = replica_client.lock(&free);
+    redis_error(
+        bounded(Duration::from_secs(3), move || lock.lock().map(drop)),
+        "read only replica",
+    );
+    // A busy lock: a single attempt only reads and answers as usual; a wait must queue,
+    // which the replica refuses.
+    assert!(
+        replica_client
+            .lock(&busy)
+            .try_lock(Duration::ZERO, None)
+            .unwrap()
+            .is_none()
+    );
+    for wait in [Some(Duration::from_secs(2)), None] {
+        let lock = replica_client.lock(&busy);
+        let start = Instant::now();
+        let result = bounded(Duration::from_secs(3), move || match wait {
+            Some(wait) => lock.try_lock(wait, None).map(drop),
+            None => lock.lock().map(drop),
+        });
+        redis_error(result, "read only replica");
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "not refused at once"
+        );
+    }
+    // The master was not touched: the holder's lock is as it was, nothing else was written.
+    assert_eq!(master_keys(), keys_before);
+    let hold_after: Vec<String> = redis::cmd("HGETALL")
+        .arg(format!("redlatch:{{{busy}}}"))
+        .query(&mut on_master)
+        .unwrap();
+    assert_eq!(hold_after, hold_before);
+    held.unlock().unwrap();
+
+    // A server at maxmemory with noeviction refuses every write with OOM.
+    let full = RedisServer::start_with(&["--maxmemory", "1", "--maxmemory-policy", "noeviction"]);
+    let client = Client::open(&full.url()).unwrap();
+    for call in [
+        client.lock(&free).try_lock(Duration::ZERO, None).map(drop),
+        client.lock(&free).force_unlock().map(drop),
+    ] {
+        redis_error(call, "maxmemory");
+    }
+    let lock = client.lock(&free);
+    redis_error(
+        bounded(Duration::from_secs(3), move || lock.lock().map(drop)),
+        "maxmemory",
+    );
+    assert_eq!(dbsize(&mut full.admin()), 0);
 }
