@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
 use redlatch::{Client, Error};
-use support::{RedisServer, command_calls, eventually, unique};
+use support::{RedisServer, await_waiting, command_calls, eventually, unique};
 
 fn invalid<T: std::fmt::Debug>(r: redlatch::Result<T>) -> String {
     match r {
@@ -86,21 +86,38 @@ fn dbsize(admin: &mut redis::Connection) -> i64 {
     redis::cmd("DBSIZE").query(admin).unwrap()
 }
 
-/// Runs `f` on a thread of its own and returns its result; fails the test if it has not
-/// returned within `limit`, so that a hang is a failure rather than a stuck test binary.
-fn bounded<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    let thread = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(value) => value,
-        Err(RecvTimeoutError::Disconnected) => match thread.join() {
-            Err(panic) => std::panic::resume_unwind(panic),
-            Ok(()) => unreachable!("the thread sends before it ends"),
-        },
-        Err(RecvTimeoutError::Timeout) => panic!("the call did not return within {limit:?}"),
+/// A call running on a thread of its own, to be waited for with a time limit.
+struct Running<T> {
+    result: crossbeam_channel::Receiver<T>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl<T: Send + 'static> Running<T> {
+    fn start(f: impl FnOnce() -> T + Send + 'static) -> Running<T> {
+        let (tx, result) = crossbeam_channel::bounded(1);
+        let thread = thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        Running { result, thread }
     }
+
+    /// What the call returned; fails the test if it has not returned within `limit`, so that
+    /// a hang is a failure rather than a stuck test binary.
+    fn finish(self, limit: Duration) -> T {
+        match self.result.recv_timeout(limit) {
+            Ok(value) => value,
+            Err(RecvTimeoutError::Disconnected) => match self.thread.join() {
+                Err(panic) => std::panic::resume_unwind(panic),
+                Ok(()) => unreachable!("the thread sends before it ends"),
+            },
+            Err(RecvTimeoutError::Timeout) => panic!("the call did not return within {limit:?}"),
+        }
+    }
+}
+
+/// Runs `f` on a thread of its own and returns its result, within `limit` or fails the test.
+fn bounded<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    Running::start(f).finish(limit)
 }
 
 /// `DUMP key`: the serialized value, to show foreign data came through byte for byte.
@@ -628,4 +645,123 @@ fn a_server_that_refuses_writes_says_why_and_nothing_is_written() {
         "maxmemory",
     );
     assert_eq!(dbsize(&mut full.admin()), 0);
+}
+
+#[test]
+fn a_password_change_fails_calls_clearly_reports_the_hold_lost_and_is_recovered_from() {
+    let server = RedisServer::start_with(&["--requirepass", "old"]);
+    let url = format!("redis://:old@127.0.0.1:{}/", server.port);
+    let mut admin = server.admin_with_url(&url);
+    let watchdog = Duration::from_millis(900);
+    let client = Client::builder(&url)
+        .watchdog_timeout(watchdog)
+        .response_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let name = unique("password");
+    let lock = client.lock(&name);
+    let guard = lock.lock().unwrap();
+    let waiting = lock.clone();
+    let wait = Duration::from_secs(4);
+    let waiter = Running::start(move || {
+        let start = Instant::now();
+        let got = waiting.try_lock(wait, None).map(|g| g.is_some());
+        (got, start.elapsed())
+    });
+    await_waiting(&mut admin, &name);
+    thread::sleep(watchdog * 3 / 2);
+    assert!(
+        !guard.is_lost(),
+        "the watchdog renews while the password holds"
+    );
+
+    // The password changes, and every connection must authenticate anew.
+    let changed = Instant::now();
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "requirepass", "new"])
+        .query(&mut admin)
+        .unwrap();
+    for kind in ["normal", "pubsub"] {
+        let _: i64 = redis::cmd("CLIENT")
+            .arg(&["KILL", "TYPE", kind, "SKIPME", "yes"])
+            .query(&mut admin)
+            .unwrap();
+    }
+
+    // Calls fail at once, saying why, even a wait without end.
+    const AUTH: &str = "authentication failed";
+    let other = client.lock(&unique("other"));
+    redis_error(
+        bounded(Duration::from_secs(3), move || {
+            other.try_lock(Duration::ZERO, None).map(drop)
+        }),
+        AUTH,
+    );
+    let forever = lock.clone();
+    redis_error(
+        bounded(Duration::from_secs(3), move || forever.lock().map(drop)),
+        AUTH,
+    );
+    redis_error(lock.is_locked(), AUTH);
+
+    // The holder is told once its lease has run out unrenewed, not kept in the belief.
+    assert!(
+        eventually(watchdog + Duration::from_secs(2), || guard.is_lost()),
+        "the guard still claims the lock {:?} after the change",
+        changed.elapsed()
+    );
+    assert!(
+        changed.elapsed() <= watchdog + Duration::from_secs(1),
+        "reported lost only {:?} after the change",
+        changed.elapsed()
+    );
+    match guard.check() {
+        Err(e @ Error::LockLost { .. }) => assert!(e.to_string().contains(&name), "{e}"),
+        other => panic!("expected LockLost, got {other:?}"),
+    }
+
+    // The waiter is answered by its deadline: an error (it cannot authenticate either), or
+    // no lock; never the lock.
+    let (got, waited) = waiter.finish(wait + Duration::from_secs(3));
+    match got {
+        Ok(false) => {}
+        Ok(true) => panic!("the waiter got a lock nobody could take"),
+        Err(e) => {
+            redis_error(Err::<(), _>(e), AUTH);
+        }
+    }
+    assert!(
+        waited <= wait + Duration::from_secs(1),
+        "the waiter took {waited:?}"
+    );
+
+    // The old password again: the same client recovers, its threads included.
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "requirepass", "old"])
+        .query(&mut admin)
+        .unwrap();
+    let lost_token = guard.fencing_token();
+    assert!(matches!(guard.unlock(), Err(Error::LockLost { .. })));
+    let again = lock
+        .try_lock(Duration::from_secs(3), None)
+        .unwrap()
+        .expect("the expired lock can be taken again");
+    assert!(again.fencing_token() > lost_token);
+    // A waiter is woken through the subscriber's new connection...
+    let waiting = lock.clone();
+    let waiter = Running::start(move || {
+        waiting
+            .try_lock(Duration::from_secs(10), None)
+            .map(|g| g.is_some())
+    });
+    await_waiting(&mut admin, &name);
+    // ...while the renewal thread keeps the lock beyond its lease again.
+    thread::sleep(watchdog * 3 / 2);
+    assert!(!again.is_lost(), "renewal did not recover");
+    again.unlock().unwrap();
+    assert!(
+        waiter.finish(Duration::from_secs(12)).unwrap(),
+        "the waiter did not get the lock"
+    );
+    assert!(!lock.is_locked().unwrap());
 }
