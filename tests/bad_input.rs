@@ -1,7 +1,12 @@
-//! Bad input gets a clear error: no panic, no hang, and foreign data stays untouched.
+//! Bad input gets a clear error: no panic, no hang, and foreign data stays untouched. So does
+//! a server that answers but will not do what we need (no scripts, a flush storm, a read-only
+//! replica, a full server, a changed password), and a client dropped while a thread waits.
+//! Calls that could hang run on threads of their own with a time limit ([`bounded`]).
 
 mod support;
 
+use std::io::Read;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -9,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
 use redlatch::{Client, Error};
-use support::{RedisServer, await_waiting, command_calls, eventually, unique};
+use support::{RedisServer, await_waiting, command_calls, eventually, thread_count, unique};
 
 fn invalid<T: std::fmt::Debug>(r: redlatch::Result<T>) -> String {
     match r {
@@ -764,4 +769,162 @@ fn a_password_change_fails_calls_clearly_reports_the_hold_lost_and_is_recovered_
         "the waiter did not get the lock"
     );
     assert!(!lock.is_locked().unwrap());
+}
+
+/// Runs this binary's `#[ignore]`d test `name` alone in a child process with `env`, and fails
+/// (showing the child's output) unless it passes within `limit` and prints `done`.
+fn run_child_test(name: &str, env: &[(&str, String)], limit: Duration, done: &str) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--ignored", "--nocapture"])
+        .args(["--test-threads", "1"])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Drained on threads of their own, so that a full pipe cannot stall the child.
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let output = format!(
+        "{}{}",
+        stdout.join().unwrap_or_default(),
+        stderr.join().unwrap_or_default()
+    );
+    match status {
+        Some(status) if status.success() && output.contains(done) => {}
+        Some(status) => panic!("child test {name} ended with {status}:\n{output}"),
+        None => panic!("child test {name} did not end within {limit:?}:\n{output}"),
+    }
+}
+
+/// Connections of `kind` ("normal", "pubsub") the server has, the caller's own included.
+fn connections(admin: &mut redis::Connection, kind: &str) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg(&["LIST", "TYPE", kind])
+        .query(admin)
+        .unwrap();
+    list.lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+const CHILD_DONE: &str = "CHILD DONE";
+
+/// Entry point of the child process of
+/// `a_client_dropped_while_a_thread_waits_answers_the_waiter_then_goes_away`, which runs alone
+/// in its process so that threads can be counted exactly. Does nothing unless started by it.
+#[test]
+#[ignore = "run as a child process by another test"]
+fn child_drops_its_client_while_a_thread_waits() {
+    let Some([url]) = support::child_env(["REDLATCH_CHILD_URL"]) else {
+        return;
+    };
+    let mut admin = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .unwrap();
+    admin
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let threads = thread_count();
+
+    let client = Client::open(&url).unwrap();
+    assert_eq!(thread_count(), threads + 2, "a client runs two threads");
+    let name = unique("dropped-client");
+    let lock = client.lock(&name);
+    let held = lock.lock().unwrap();
+
+    // The user drops the client while a thread waits on a lock made from it: the waiter's
+    // lock handle keeps the client, its threads and its subscriber alive, and the waiter
+    // times out cleanly.
+    let wait = Duration::from_millis(500);
+    let waiter = Running::start({
+        let lock = lock.clone();
+        move || {
+            let start = Instant::now();
+            (
+                lock.try_lock(wait, None).map(|g| g.is_some()),
+                start.elapsed(),
+            )
+        }
+    });
+    await_waiting(&mut admin, &name);
+    drop(client);
+    assert_eq!(
+        thread_count(),
+        threads + 2 + 1,
+        "the client's threads and the waiter"
+    );
+    assert_eq!(connections(&mut admin, "pubsub"), 1, "the subscriber");
+    let (got, waited) = waiter.finish(Duration::from_secs(5));
+    assert!(matches!(got, Ok(false)), "{got:?}");
+    assert!(
+        waited >= wait && waited < wait + Duration::from_secs(2),
+        "waited {waited:?}"
+    );
+
+    // Another waiter gets the lock when it is released.
+    let waiter = Running::start({
+        let lock = lock.clone();
+        move || {
+            lock.try_lock(Duration::from_secs(10), None)
+                .map(|g| g.map(|g| g.fencing_token()))
+        }
+    });
+    await_waiting(&mut admin, &name);
+    let token = held.fencing_token();
+    held.unlock().unwrap();
+    let handed = waiter
+        .finish(Duration::from_secs(12))
+        .unwrap()
+        .expect("the waiter gets the released lock");
+    assert!(handed > token);
+
+    // The last lock handle goes: so do the client's threads and its connections.
+    drop(lock);
+    assert!(
+        eventually(Duration::from_secs(5), || thread_count() == threads),
+        "{} threads outlived the client",
+        thread_count() - threads
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || connections(&mut admin, "pubsub")
+            == 0),
+        "the subscriber's connection outlived the client"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || connections(&mut admin, "normal")
+            == 1),
+        "the client's pooled connections outlived it (only this admin connection may be left)"
+    );
+    assert!(!exists(&mut admin, &format!("redlatch:{{{name}}}")));
+    println!("{CHILD_DONE}");
+}
+
+#[test]
+fn a_client_dropped_while_a_thread_waits_answers_the_waiter_then_goes_away() {
+    let server = RedisServer::start();
+    run_child_test(
+        "child_drops_its_client_while_a_thread_waits",
+        &[("REDLATCH_CHILD_URL", server.url())],
+        Duration::from_secs(40),
+        CHILD_DONE,
+    );
 }
