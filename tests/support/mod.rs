@@ -515,3 +515,27 @@ pub fn read_reported(child: &mut Child, prefix: &str, within: Duration) -> Strin
 
 pub mod checker;
 pub mod soak;
+
+impl RedisServer {
+    /// Like [`RedisServer::start_with`], with arguments that depend on the port it gets (a
+    /// cluster node's config file and bus port): `args` is called once per port tried.
+    pub fn start_with_port(mut args: impl FnMut(u16) -> Vec<String>) -> RedisServer {
+        for _ in 0..20 {
+            let port = free_port();
+            let mut server = RedisServer {
+                port,
+                args: args(port),
+                child: None,
+            };
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!("could not start redis-server on a free port (is redis-server on PATH?)");
+    }
+
+    /// Whether the process is running (not killed).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+}
