@@ -539,3 +539,5 @@ impl RedisServer {
         self.child.is_some()
     }
 }
+
+pub mod topology;
