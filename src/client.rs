@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-use crate::connection::{Backend, Settings};
+use crate::connection::{Backend, Deployment, Settings};
 use crate::error::{Error, Result};
 use crate::hold::Holds;
 use crate::lock::{Lock, validate_duration};
+use crate::sentinel::SentinelSpec;
 use crate::subscriber::Subscriber;
 
 const DEFAULT_PREFIX: &str = "redlatch";
@@ -60,6 +61,15 @@ pub(crate) struct Core {
     pub subscriber: Subscriber,
     /// Origin of the holds' compact timestamps.
     pub epoch: Instant,
+    /// Replicas that must acknowledge an acquisition, if any.
+    pub replicas: Option<Replicas>,
+}
+
+/// `WAIT <count> <timeout>` after each acquisition: see [`ClientBuilder::wait_for_replicas`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Replicas {
+    pub count: u32,
+    pub timeout: Duration,
 }
 
 impl Core {
@@ -90,16 +100,39 @@ impl Client {
 
     /// A builder for a client with non-default settings.
     pub fn builder(url: &str) -> ClientBuilder {
-        ClientBuilder {
-            url: url.to_string(),
-            prefix: DEFAULT_PREFIX.to_string(),
-            watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
-            settings: Settings {
-                pool_size: DEFAULT_POOL_SIZE,
-                connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-                response_timeout: DEFAULT_RESPONSE_TIMEOUT,
-            },
-        }
+        ClientBuilder::new(Deployment::Url(url.to_string()))
+    }
+
+    /// A builder for a client of the master that Redis Sentinel calls `master_name`, found
+    /// through the sentinels at `sentinel_urls` (`redis://[:password@]host:port`, the
+    /// sentinels' own credentials). The client follows the master through failovers; give
+    /// the master's credentials with [`ClientBuilder::master_credentials`].
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::sentinel_builder(
+    ///     &["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "locks",
+    /// )
+    /// .master_credentials(None, "s3cret")
+    /// .build()?;
+    /// let guard = client.lock("invoice:42").lock()?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// What a failover does to a lock: replication is asynchronous, so an acquisition the old
+    /// master confirmed may not have reached the replica that takes over, and the lock is then
+    /// free on the new master. The renewal thread finds that out within a third of the
+    /// watchdog timeout and the holder's guard reports it lost; in the meantime another
+    /// client may take the lock. [`ClientBuilder::wait_for_replicas`] narrows that window;
+    /// fencing tokens are what makes writes safe across it.
+    pub fn sentinel_builder(sentinel_urls: &[&str], master_name: &str) -> ClientBuilder {
+        ClientBuilder::new(Deployment::Sentinel(SentinelSpec {
+            sentinels: sentinel_urls.iter().map(|s| s.to_string()).collect(),
+            master_name: master_name.to_string(),
+            username: None,
+            password: None,
+        }))
     }
 
     /// A handle on the lock called `name`. No I/O; the name is checked when the lock is used.
@@ -154,13 +187,30 @@ impl Drop for ClientInner {
 /// ```
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
-    url: String,
+    deployment: Deployment,
     prefix: String,
     watchdog_timeout: Duration,
     settings: Settings,
+    replicas: Option<Replicas>,
+    misused_master_credentials: bool,
 }
 
 impl ClientBuilder {
+    fn new(deployment: Deployment) -> ClientBuilder {
+        ClientBuilder {
+            deployment,
+            prefix: DEFAULT_PREFIX.to_string(),
+            watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
+            settings: Settings {
+                pool_size: DEFAULT_POOL_SIZE,
+                connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+                response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            },
+            replicas: None,
+            misused_master_credentials: false,
+        }
+    }
+
     /// The first part of every key and channel (default `redlatch`): lock `name` lives at
     /// `<prefix>:{name}`. Must not be empty or contain `{` or `}`.
     pub fn key_prefix(mut self, prefix: &str) -> Self {
@@ -195,6 +245,36 @@ impl ClientBuilder {
         self
     }
 
+    /// Credentials for the master (and its replicas) of a [Sentinel
+    /// client](Client::sentinel_builder); the sentinels' own go in their URLs. A client of
+    /// one server takes its credentials from its URL, and refuses this at `build()`.
+    pub fn master_credentials(mut self, username: Option<&str>, password: &str) -> Self {
+        match &mut self.deployment {
+            Deployment::Sentinel(spec) => {
+                spec.username = username.map(str::to_string);
+                spec.password = Some(password.to_string());
+            }
+            Deployment::Url(_) => self.misused_master_credentials = true,
+        }
+        self
+    }
+
+    /// After each acquisition, wait until `count` replicas have acknowledged it (Redis `WAIT`),
+    /// at most `timeout`; if fewer did, the lock is released again and the call fails with
+    /// [`Error::NotReplicated`]. Off by default.
+    ///
+    /// The trade-off: a failover can lose an acquisition that no replica had received, and
+    /// then two clients hold the lock; with this, an acquisition that returns has reached
+    /// `count` replicas, so a failover to one of them keeps it (Redis gives no stronger
+    /// promise: the replica Sentinel promotes may still be another one, and `WAIT` does not
+    /// make replication synchronous). It costs a round trip and the replication delay on every
+    /// acquisition, a hand-over is confirmed with an attempt instead of taken from the
+    /// message, and with fewer than `count` replicas up, no lock can be taken at all.
+    pub fn wait_for_replicas(mut self, count: u32, timeout: Duration) -> Self {
+        self.replicas = Some(Replicas { count, timeout });
+        self
+    }
+
     /// Checks the settings, connects once to check the server and the credentials, and starts
     /// the subscriber and renewal threads.
     pub fn build(self) -> Result<Client> {
@@ -219,7 +299,29 @@ impl ClientBuilder {
             validate_duration(what, d, Duration::from_millis(1))?;
         }
 
-        let backend = Arc::new(Backend::new(&self.url, self.settings)?);
+        if self.misused_master_credentials {
+            return Err(Error::invalid(
+                "master_credentials is for Sentinel clients; put credentials in the URL",
+            ));
+        }
+        if let Some(replicas) = self.replicas {
+            if replicas.count == 0 {
+                return Err(Error::invalid(
+                    "wait_for_replicas needs at least one replica",
+                ));
+            }
+            validate_duration(
+                "wait_for_replicas timeout",
+                replicas.timeout,
+                Duration::from_millis(1),
+            )?;
+            if replicas.timeout >= self.settings.response_timeout {
+                return Err(Error::invalid(
+                    "the wait_for_replicas timeout must be shorter than the response timeout",
+                ));
+            }
+        }
+        let backend = Arc::new(Backend::new(&self.deployment, self.settings)?);
         backend.run(|con| redis::cmd("PING").query::<()>(con))?;
 
         let id = uuid::Uuid::new_v4().to_string();
@@ -234,6 +336,7 @@ impl ClientBuilder {
             holds: Holds::default(),
             subscriber,
             epoch: Instant::now(),
+            replicas: self.replicas,
         });
 
         let (stop_renewal, renewal_stopped) = crossbeam_channel::bounded(0);

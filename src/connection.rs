@@ -1,10 +1,10 @@
 //! Every byte the crate sends to Redis goes through here.
 //!
-//! [`Backend`] owns how to reach the server (a `redis::Client` built from the URL), a small pool
-//! of command connections, and the retry policy. The lock, subscriber and renewal modules ask
-//! it to run a closure on a connection or to open a dedicated pub/sub connection; none of them
-//! knows whether the server is a single node (today) or, later, a Sentinel-managed master or a
-//! Cluster.
+//! [`Backend`] owns how to reach the server (a `redis::Client` built from the URL, or the
+//! master that Sentinel names), a small pool of command connections, and the retry policy.
+//! The lock, subscriber and renewal modules ask it to run a closure on a connection or to open
+//! a dedicated pub/sub connection; none of them knows whether the server is a single node or a
+//! Sentinel-managed master.
 //!
 //! # Why our own pool and not r2d2
 //! `redis`'s r2d2 integration either PINGs every connection at checkout (one extra round trip
@@ -32,6 +32,7 @@ use redis::{
 };
 
 use crate::error::{Error, Result};
+use crate::sentinel::{SentinelSpec, Sentinels};
 
 /// Attempts per command when its connection fails at the transport level.
 const ATTEMPTS: usize = 3;
@@ -47,64 +48,152 @@ pub(crate) struct Settings {
     pub response_timeout: Duration,
 }
 
+/// Where the builder said Redis is.
+#[derive(Clone, Debug)]
+pub(crate) enum Deployment {
+    /// One server, by URL.
+    Url(String),
+    /// The master a set of sentinels names.
+    Sentinel(SentinelSpec),
+}
+
+/// How connections find their server.
+enum Target {
+    Direct(redis::Client),
+    Sentinel(Box<Sentinels>),
+}
+
 /// How the crate reaches Redis: connection parameters, the command pool, the retry policy.
 pub(crate) struct Backend {
-    client: redis::Client,
+    target: Target,
     settings: Settings,
     pool: Pool,
+    /// The Sentinel generation the pool's connections were made in.
+    pool_generation: AtomicU64,
 }
 
 impl Backend {
-    /// Parses `url` and checks it names a transport this build supports. No I/O.
-    pub fn new(url: &str, settings: Settings) -> Result<Backend> {
-        let info: ConnectionInfo = url
-            .into_connection_info()
-            .map_err(|e| Error::invalid(format!("redis URL {url:?}: {e}")))?;
-        if !info.addr().is_supported() {
-            return Err(Error::invalid(format!(
-                "redis URL {url:?}: this build has no TLS support (enable the `tls` feature)"
-            )));
-        }
-        // Lock hand-offs are latency-bound: never let Nagle hold back a small command. The
-        // keepalive finds a silently dead peer (pulled cable, blackholed route) on connections
-        // that sit idle, the pub/sub connection above all.
-        let tcp = TcpSettings::default()
-            .set_nodelay(true)
-            .set_keepalive(
-                TcpKeepalive::new()
-                    .with_time(Duration::from_secs(10))
-                    .with_interval(Duration::from_secs(5))
-                    .with_retries(3),
-            )
-            .set_user_timeout(Duration::from_secs(30));
-        // No CLIENT SETINFO on connect: its replies are read one timeout each, so against a
-        // stopped server a new connection would cost several timeouts instead of one.
-        let redis_settings = info.redis_settings().clone().set_skip_set_lib_name();
-        let info = info
-            .set_tcp_settings(tcp)
-            .set_redis_settings(redis_settings);
-        let client = redis::Client::open(info).map_err(|e| Error::invalid(e.to_string()))?;
+    /// Checks the URLs and that they name a transport this build supports. No I/O.
+    pub fn new(deployment: &Deployment, settings: Settings) -> Result<Backend> {
+        let tcp = tcp_settings();
+        let target = match deployment {
+            Deployment::Url(url) => Target::Direct(direct_client(url, tcp)?),
+            Deployment::Sentinel(spec) => Target::Sentinel(Box::new(Sentinels::new(
+                spec,
+                tcp,
+                settings.connect_timeout,
+                settings.response_timeout,
+            )?)),
+        };
         Ok(Backend {
-            client,
+            target,
             pool: Pool::new(settings.pool_size),
             settings,
+            pool_generation: AtomicU64::new(0),
         })
+    }
+
+    /// Counts the changes of server (a Sentinel failover) so far; always 0 for one server.
+    pub fn generation(&self) -> u64 {
+        match &self.target {
+            Target::Direct(_) => 0,
+            Target::Sentinel(sentinels) => sentinels.generation(),
+        }
+    }
+
+    /// Asks the sentinels whether the master moved (nothing to do for one server); when it
+    /// did, pooled connections to the old one are dropped. Whether it moved.
+    pub fn follow_master(&self) -> bool {
+        let Target::Sentinel(sentinels) = &self.target else {
+            return false;
+        };
+        match sentinels.follow() {
+            Ok(moved) => {
+                self.drop_stale_connections();
+                moved
+            }
+            Err(e) => {
+                log::warn!("cannot ask the sentinels for the master: {e}");
+                false
+            }
+        }
+    }
+
+    /// How often [`Backend::follow_master`] should run, if at all.
+    pub fn follow_interval(&self) -> Option<Duration> {
+        match &self.target {
+            Target::Direct(_) => None,
+            Target::Sentinel(_) => Some(crate::sentinel::FOLLOW_INTERVAL),
+        }
+    }
+
+    fn drop_stale_connections(&self) {
+        let generation = self.generation();
+        if self.pool_generation.swap(generation, Ordering::AcqRel) != generation {
+            self.pool.invalidate();
+        }
     }
 
     /// A new connection, authenticated and on the right database. Used for the pub/sub
     /// connection, which the subscriber owns outright.
     pub fn connect(&self) -> RedisResult<Connection> {
-        self.client
-            .get_connection_with_timeout(self.settings.connect_timeout)
+        let timeout = self.settings.connect_timeout;
+        match &self.target {
+            Target::Direct(client) => client.get_connection_with_timeout(timeout),
+            Target::Sentinel(sentinels) => {
+                let master = sentinels.master()?;
+                self.drop_stale_connections();
+                master
+                    .get_connection_with_timeout(timeout)
+                    .inspect_err(|_| sentinels.suspect())
+            }
+        }
     }
+}
 
+/// TCP settings of every connection.
+fn tcp_settings() -> TcpSettings {
+    // Lock hand-offs are latency-bound: never let Nagle hold back a small command. The
+    // keepalive finds a silently dead peer (pulled cable, blackholed route) on connections
+    // that sit idle, the pub/sub connection above all.
+    TcpSettings::default()
+        .set_nodelay(true)
+        .set_keepalive(
+            TcpKeepalive::new()
+                .with_time(Duration::from_secs(10))
+                .with_interval(Duration::from_secs(5))
+                .with_retries(3),
+        )
+        .set_user_timeout(Duration::from_secs(30))
+}
+
+/// A client for the server at `url`.
+fn direct_client(url: &str, tcp: TcpSettings) -> Result<redis::Client> {
+    let info: ConnectionInfo = url
+        .into_connection_info()
+        .map_err(|e| Error::invalid(format!("redis URL {url:?}: {e}")))?;
+    if !info.addr().is_supported() {
+        return Err(Error::invalid(format!(
+            "redis URL {url:?}: this build has no TLS support (enable the `tls` feature)"
+        )));
+    }
+    // No CLIENT SETINFO on connect: its replies are read one timeout each, so against a
+    // stopped server a new connection would cost several timeouts instead of one.
+    let redis_settings = info.redis_settings().clone().set_skip_set_lib_name();
+    let info = info
+        .set_tcp_settings(tcp)
+        .set_redis_settings(redis_settings);
+    redis::Client::open(info).map_err(|e| Error::invalid(e.to_string()))
+}
+
+impl Backend {
     /// Runs `op` on a pooled connection, retrying on a fresh one when the connection fails.
     /// `op` must be idempotent: it may run more than once if a reply was lost.
     pub fn run<T>(&self, mut op: impl FnMut(&mut Connection) -> RedisResult<T>) -> Result<T> {
         let mut attempt = 0;
         loop {
             match self.run_once(&mut op) {
-                Err(e) if is_retryable(&e) && attempt + 1 < ATTEMPTS => {
+                Err(e) if self.is_retryable(&e) && attempt + 1 < ATTEMPTS => {
                     log::debug!("redis connection failed ({e}), retrying");
                     std::thread::sleep(BACKOFF[attempt]);
                     attempt += 1;
@@ -149,8 +238,12 @@ impl Backend {
         };
         let result = op(&mut con);
         match &result {
-            Err(e) if is_transport_error(e) => {
-                // The server may have restarted: every idle connection is suspect.
+            Err(e) if is_transport_error(e) || self.master_moved(e) => {
+                // The server may have restarted, or a failover moved the master: every idle
+                // connection is suspect.
+                if let Target::Sentinel(sentinels) = &self.target {
+                    sentinels.suspect();
+                }
                 self.pool.invalidate();
                 self.pool.release_slot();
             }
@@ -170,16 +263,29 @@ impl Backend {
     }
 }
 
+impl Backend {
+    /// A write refused because the server we know as the master is a replica now: Sentinel
+    /// moved the master. Nothing was written, so the command can run again on the new one.
+    fn master_moved(&self, e: &RedisError) -> bool {
+        matches!(self.target, Target::Sentinel(_)) && is_readonly(e)
+    }
+
+    /// Failures worth a retry on a new connection: those that fail fast. A timeout (or a
+    /// pool that stayed exhausted) would cost the caller another full timeout.
+    fn is_retryable(&self, e: &RedisError) -> bool {
+        (is_transport_error(e) && !e.is_timeout()) || self.master_moved(e)
+    }
+}
+
+/// A `READONLY` refusal, from a command or from a write inside a script.
+fn is_readonly(e: &RedisError) -> bool {
+    e.code() == Some("READONLY") || e.to_string().contains("READONLY")
+}
+
 /// Errors after which the connection cannot be trusted: the transport failed, so the command
 /// may or may not have run.
 fn is_transport_error(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
-}
-
-/// Transport errors worth a retry on a new connection: those that fail fast. A timeout (or a
-/// pool that stayed exhausted) would cost the caller another full timeout.
-fn is_retryable(e: &RedisError) -> bool {
-    is_transport_error(e) && !e.is_timeout()
 }
 
 /// Idle connections plus a count of connections in existence, capped at `max`.

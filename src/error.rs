@@ -27,6 +27,18 @@ pub enum Error {
         /// The Redis key in question.
         key: String,
     },
+    /// Fewer replicas than asked for with
+    /// [`wait_for_replicas`](crate::ClientBuilder::wait_for_replicas) acknowledged an
+    /// acquisition in time. The lock was released again (or expires with its lease if that
+    /// release failed).
+    NotReplicated {
+        /// The lock's name.
+        name: String,
+        /// Replicas that acknowledged the acquisition.
+        acknowledged: u32,
+        /// Replicas asked for.
+        wanted: u32,
+    },
     /// The operating system refused to start one of the client's two threads.
     Thread(std::io::Error),
 }
@@ -48,6 +60,15 @@ impl fmt::Display for Error {
                     "key {key:?} holds data that is not a redlatch lock; left untouched"
                 )
             }
+            Error::NotReplicated {
+                name,
+                acknowledged,
+                wanted,
+            } => write!(
+                f,
+                "lock {name:?}: {acknowledged} of {wanted} replicas acknowledged the \
+                 acquisition in time; released it again"
+            ),
             Error::Thread(e) => write!(f, "cannot start a redlatch thread: {e}"),
         }
     }

@@ -42,6 +42,7 @@ mod keys;
 mod lock;
 mod renewal;
 mod scripts;
+mod sentinel;
 mod subscriber;
 
 pub use client::{Client, ClientBuilder};

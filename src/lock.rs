@@ -241,8 +241,10 @@ impl Lock {
                 // is gone (that attempt found someone else holding the lock). And since it
                 // came after that attempt was sent, its lease ran from then at the latest.
                 if token > busy.fence {
+                    // With replicas to wait for, only an attempt of our own can WAIT for them.
                     if handover_lease == self.lease_set(lease)
                         && busy.sent.elapsed() < handover_lease / 3
+                        && core.replicas.is_none()
                     {
                         waiter.acquired();
                         let owner = core.owner(thread).into();
@@ -382,18 +384,45 @@ impl Lock {
 
         let sent = Instant::now();
         let keys = &self.keys;
-        let reply = core
+        let (reply, acknowledged) = core
             .backend
-            .run(|con| scripts::acquire(con, keys, &owner, held, lease_set, queueing))
+            .run(|con| {
+                let reply = scripts::acquire(con, keys, &owner, held, lease_set, queueing)?;
+                // On the same connection, so that WAIT counts this acquisition's write.
+                let acknowledged = match (&reply, core.replicas) {
+                    (Acquire::Acquired { .. }, Some(replicas)) => Some(
+                        redis::cmd("WAIT")
+                            .arg(replicas.count)
+                            .arg(replicas.timeout.as_millis() as u64)
+                            .query::<u32>(con)?,
+                    ),
+                    _ => None,
+                };
+                Ok((reply, acknowledged))
+            })
             .map_err(|e| keys.resolve(e))?;
         match reply {
-            Acquire::Acquired { token } => Ok(Attempt::Acquired(match existing {
-                Some(hold) => {
-                    hold.extend(sent, lease_set, self.renew_every(lease));
-                    self.guard(hold, thread)
+            Acquire::Acquired { token } => {
+                let guard = match existing {
+                    Some(hold) => {
+                        hold.extend(sent, lease_set, self.renew_every(lease));
+                        self.guard(hold, thread)
+                    }
+                    None => self.new_hold(thread, owner, token, TakenBy::Attempt, sent, lease),
+                };
+                match (acknowledged, core.replicas) {
+                    (Some(acknowledged), Some(replicas)) if acknowledged < replicas.count => {
+                        // Not safe against a failover, as asked: give it back.
+                        drop(guard);
+                        Err(Error::NotReplicated {
+                            name: self.keys.name.to_string(),
+                            acknowledged,
+                            wanted: replicas.count,
+                        })
+                    }
+                    _ => Ok(Attempt::Acquired(guard)),
                 }
-                None => self.new_hold(thread, owner, token, TakenBy::Attempt, sent, lease),
-            })),
+            }
             Acquire::Busy { ttl, fence } => Ok(Attempt::Busy(Busy { ttl, fence, sent })),
             Acquire::Lost => {
                 if existing.is_some_and(|h| h.mark_lost()) {

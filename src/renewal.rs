@@ -10,6 +10,10 @@
 //! - Redis cannot be reached: the thread retries every [`RETRY`] and a hold becomes lost once
 //!   its last confirmed lease has run out (the holder's `is_lost()` sees that on its own too).
 //!
+//! With Sentinel, it also asks the sentinels every second whether the master moved: a master
+//! that lost a failover stays writable until Sentinel demotes it, and renewals that kept going
+//! there would keep locks alive that the new master does not have.
+//!
 //! It also runs the subscriber's [errands](Errand), so that no waiter and not the subscriber
 //! thread spends a round trip on them: when the last waiter of a lock leaves (it got the lock,
 //! or its time ran out), the subscription should go, which takes a PUBLISH to wake the
@@ -36,9 +40,20 @@ pub(crate) fn run(core: Arc<Core>, stop: Receiver<()>, errands: Receiver<Errand>
     let lease = core.watchdog_timeout;
     let period = lease / 3;
     let mut next = Instant::now();
+    let follow = core.backend.follow_interval();
     loop {
         if Instant::now() >= next {
+            if follow.is_some() {
+                // Before renewing: renewals after a failover must go to the new master, and
+                // find there which of our locks the failover lost.
+                if core.backend.follow_master() {
+                    core.subscriber.ring(false); // so that it sees the change now
+                }
+            }
             next = round(&core, lease, period, &stop);
+            if let Some(follow) = follow {
+                next = next.min(Instant::now() + follow);
+            }
         }
         select! {
             recv(stop) -> _ => return,

@@ -739,10 +739,13 @@ impl SubscriberTask {
         // stopped client whose stop message could not be sent, and lets it give the connection
         // up when nobody has waited for a while; TCP keepalive finds a dead peer sooner.
         con.set_read_timeout(Some(IDLE_TIMEOUT))?;
+        // A failover moved the master: messages are published there now. Reconnecting wakes
+        // every waiter, to try again on the new master.
+        let generation = self.backend.generation();
         let control = self.shared.control_channel.clone();
         let mut channels: HashMap<String, ChannelState> = HashMap::new();
         con.send_packed_command(&redis::cmd("SUBSCRIBE").arg(&control).get_packed_command())?;
-        while !self.stopping() {
+        while !self.stopping() && self.backend.generation() == generation {
             let value = match con.recv_response() {
                 Ok(value) => value,
                 // Quiet for IDLE_TIMEOUT: give the connection up (a timed-out read leaves it
@@ -907,7 +910,13 @@ mod tests {
             response_timeout: Duration::from_millis(10),
         };
         // Never connected: rings go to the doorbell only, and nothing here does I/O.
-        let backend = Arc::new(Backend::new("redis://127.0.0.1:1/", settings).unwrap());
+        let backend = Arc::new(
+            Backend::new(
+                &crate::connection::Deployment::Url("redis://127.0.0.1:1/".into()),
+                settings,
+            )
+            .unwrap(),
+        );
         let (errands, errands_received) = crossbeam_channel::unbounded();
         let (sub, _task) = Subscriber::new(backend, "p", CLIENT, errands);
         (sub, errands_received, Arc::new(LockKeys::new("p", "x")))

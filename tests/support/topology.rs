@@ -302,6 +302,15 @@ impl Sentinel {
         setup
     }
 
+    /// The process id of sentinel `i`, to stop it.
+    pub fn sentinel_pid(&self, i: usize) -> u32 {
+        self.sentinels[i]
+            .child
+            .as_ref()
+            .expect("sentinel is running")
+            .id()
+    }
+
     pub fn sentinel_ports(&self) -> Vec<u16> {
         self.sentinels.iter().map(|s| s.port).collect()
     }

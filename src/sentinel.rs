@@ -1,0 +1,228 @@
+//! Finding the master of a Sentinel-managed deployment, and following it through failovers.
+//!
+//! Sentinel decides which server is the master; this module only asks, the way the Sentinel
+//! client guidelines describe: each sentinel in turn for `SENTINEL GET-MASTER-ADDR-BY-NAME`,
+//! then `ROLE` on the server it names (a sentinel may be behind), and the sentinel that
+//! answered is asked first next time.
+//!
+//! Why not `redis::sentinel::SentinelClient`: its discovery runs with no connect and no read
+//! timeout, so a stopped sentinel holds the caller for as long as it stays stopped (measured:
+//! a SIGSTOPped first sentinel blocked `get_connection()` until SIGCONT), and no lock call may
+//! hang. It also looks the master up again on every connection it makes, where we keep the
+//! answer until there is a reason to doubt it.
+//!
+//! Reasons to doubt it, and what follows:
+//! - a connection to the master fails, or a write is refused with `READONLY` (the old master
+//!   was demoted): the next connection asks again ([`Sentinels::suspect`]);
+//! - the renewal thread asks again every [`FOLLOW_INTERVAL`] while the client lives
+//!   ([`Sentinels::follow`]), because a master that lost a failover stays writable until
+//!   Sentinel demotes it, and a client that kept writing there would hold locks nobody else
+//!   can see.
+//!
+//! A change of master bumps [`Sentinels::generation`]: the pool drops its connections and the
+//! subscriber reconnects and wakes its waiters.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use redis::io::tcp::TcpSettings;
+use redis::{
+    ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, RedisConnectionInfo, RedisError,
+    RedisResult, Value,
+};
+
+use crate::error::{Error, Result};
+
+/// How often the renewal thread asks the sentinels whether the master moved.
+pub(crate) const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What the builder was given for a Sentinel deployment.
+#[derive(Clone, Debug)]
+pub(crate) struct SentinelSpec {
+    pub sentinels: Vec<String>,
+    pub master_name: String,
+    /// Credentials for the master and its replicas (a sentinel's go in its URL).
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+/// The sentinels of one master, and the master they last named.
+pub(crate) struct Sentinels {
+    /// In the order to ask them; the lock also makes discoveries one at a time.
+    sentinels: Mutex<Vec<ConnectionInfo>>,
+    master_name: String,
+    /// How to talk to whichever server is the master: credentials, TCP settings.
+    master_info: RedisConnectionInfo,
+    tcp: TcpSettings,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    current: Mutex<Option<Master>>,
+    generation: AtomicU64,
+}
+
+#[derive(Clone)]
+struct Master {
+    host: String,
+    port: u16,
+    client: redis::Client,
+}
+
+impl Sentinels {
+    /// Checks the sentinel URLs and the master name. No I/O.
+    pub fn new(
+        spec: &SentinelSpec,
+        tcp: TcpSettings,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Result<Sentinels> {
+        if spec.sentinels.is_empty() {
+            return Err(Error::invalid(
+                "a Sentinel client needs at least one sentinel",
+            ));
+        }
+        if spec.master_name.is_empty() {
+            return Err(Error::invalid("the Sentinel master name is empty"));
+        }
+        let sentinels = spec
+            .sentinels
+            .iter()
+            .map(|url| {
+                let info = url
+                    .as_str()
+                    .into_connection_info()
+                    .map_err(|e| Error::invalid(format!("sentinel URL {url:?}: {e}")))?;
+                if !matches!(info.addr(), ConnectionAddr::Tcp(..)) {
+                    return Err(Error::invalid(format!(
+                        "sentinel URL {url:?}: only redis://host:port is supported"
+                    )));
+                }
+                let settings = info.redis_settings().clone().set_skip_set_lib_name();
+                Ok(info
+                    .set_tcp_settings(tcp.clone())
+                    .set_redis_settings(settings))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut master_info = RedisConnectionInfo::default().set_skip_set_lib_name();
+        if let Some(username) = &spec.username {
+            master_info = master_info.set_username(username);
+        }
+        if let Some(password) = &spec.password {
+            master_info = master_info.set_password(password);
+        }
+        Ok(Sentinels {
+            sentinels: Mutex::new(sentinels),
+            master_name: spec.master_name.clone(),
+            master_info,
+            tcp,
+            connect_timeout,
+            response_timeout,
+            current: Mutex::new(None),
+            generation: AtomicU64::new(0),
+        })
+    }
+
+    /// Counts the changes of master so far.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// A client for the master: the one last found, or a new discovery.
+    pub fn master(&self) -> RedisResult<redis::Client> {
+        if let Some(master) = &*self.current.lock() {
+            return Ok(master.client.clone());
+        }
+        let mut sentinels = self.sentinels.lock();
+        // Another thread may have found it while this one waited for the lock.
+        if let Some(master) = &*self.current.lock() {
+            return Ok(master.client.clone());
+        }
+        Ok(self.discover(&mut sentinels)?.client)
+    }
+
+    /// The master may have changed: the next connection asks the sentinels again.
+    pub fn suspect(&self) {
+        *self.current.lock() = None;
+    }
+
+    /// Asks the sentinels now; whether the master changed.
+    pub fn follow(&self) -> RedisResult<bool> {
+        let before = self.generation();
+        let mut sentinels = self.sentinels.lock();
+        self.discover(&mut sentinels)?;
+        Ok(self.generation() != before)
+    }
+
+    /// Asks each sentinel in turn; the first that names a server which says it is the master
+    /// wins, and goes first next time.
+    fn discover(&self, sentinels: &mut Vec<ConnectionInfo>) -> RedisResult<Master> {
+        let mut failures = Vec::new();
+        for i in 0..sentinels.len() {
+            match self.ask(&sentinels[i]) {
+                Ok(master) => {
+                    let answered = sentinels.remove(i);
+                    sentinels.insert(0, answered);
+                    let mut current = self.current.lock();
+                    let moved = current.as_ref().is_none_or(|c| {
+                        (c.host.as_str(), c.port) != (master.host.as_str(), master.port)
+                    });
+                    if moved {
+                        if current.is_some() {
+                            log::warn!(
+                                "Sentinel master {:?} is now {}:{}",
+                                self.master_name,
+                                master.host,
+                                master.port
+                            );
+                        }
+                        self.generation.fetch_add(1, Ordering::AcqRel);
+                    }
+                    *current = Some(master.clone());
+                    return Ok(master);
+                }
+                Err(e) => failures.push(format!("{}: {e}", sentinels[i].addr())),
+            }
+        }
+        Err(RedisError::from((
+            ErrorKind::MasterNameNotFoundBySentinel,
+            "no sentinel named a reachable master",
+            format!("master {:?}; {}", self.master_name, failures.join("; ")),
+        )))
+    }
+
+    fn ask(&self, sentinel: &ConnectionInfo) -> RedisResult<Master> {
+        let mut con = redis::Client::open(sentinel.clone())?
+            .get_connection_with_timeout(self.connect_timeout)?;
+        con.set_read_timeout(Some(self.response_timeout))?;
+        con.set_write_timeout(Some(self.response_timeout))?;
+        let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(&self.master_name)
+            .query(&mut con)?;
+        let Some((host, port)) = addr else {
+            return Err(RedisError::from((
+                ErrorKind::MasterNameNotFoundBySentinel,
+                "this sentinel does not know the master",
+            )));
+        };
+        let info = ConnectionAddr::Tcp(host.clone(), port)
+            .into_connection_info()?
+            .set_tcp_settings(self.tcp.clone())
+            .set_redis_settings(self.master_info.clone());
+        let client = redis::Client::open(info)?;
+        // The sentinel may not have seen a failover yet: the server itself must agree.
+        let mut master = client.get_connection_with_timeout(self.connect_timeout)?;
+        master.set_read_timeout(Some(self.response_timeout))?;
+        let role: Vec<Value> = redis::cmd("ROLE").query(&mut master)?;
+        let is_master = matches!(role.first(),
+            Some(Value::BulkString(r)) if r.as_slice() == b"master");
+        if !is_master {
+            return Err(RedisError::from((
+                ErrorKind::Io,
+                "the server this sentinel names is not a master (yet)",
+                format!("{host}:{port}"),
+            )));
+        }
+        Ok(Master { host, port, client })
+    }
+}

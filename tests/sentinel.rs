@@ -1,0 +1,260 @@
+//! Sentinel: one master, one replica and three sentinels, real processes on free ports
+//! (`tests/support/topology.rs`). The client finds the master through the sentinels, follows
+//! it through a failover, reports the locks a failover lost, and `wait_for_replicas` keeps
+//! the ones it confirmed.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlatch::{Client, Error};
+use support::eventually;
+use support::topology::Sentinel;
+
+fn client(
+    setup: &Sentinel,
+    configure: impl FnOnce(redlatch::ClientBuilder) -> redlatch::ClientBuilder,
+) -> Client {
+    let urls = setup.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let builder = Client::sentinel_builder(&urls, Sentinel::NAME)
+        .watchdog_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(1));
+    configure(builder).build().unwrap()
+}
+
+/// Whether the data node on `port` has lock `name`.
+fn has_lock(setup: &Sentinel, port: u16, name: &str) -> bool {
+    let mut con = setup.data_connection(port).unwrap();
+    redis::cmd("EXISTS")
+        .arg(format!("redlatch:{{{name}}}"))
+        .query(&mut con)
+        .unwrap()
+}
+
+#[test]
+fn a_failover_under_contention_hangs_nobody_and_the_new_master_serves_the_waiters() {
+    let setup = Sentinel::start();
+    let old = setup.master_port();
+    let clients = [client(&setup, |b| b), client(&setup, |b| b)];
+    let guard = clients[0].lock("shared").lock().unwrap();
+    assert!(has_lock(&setup, old, "shared"), "not on the master");
+    drop(guard);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let after_failover = Arc::new(AtomicBool::new(false));
+    let acquired_after = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for i in 0..4 {
+        let lock = clients[i % 2].lock("shared");
+        let (stop, after, count) = (stop.clone(), after_failover.clone(), acquired_after.clone());
+        workers.push(thread::spawn(move || {
+            let mut errors = 0;
+            for _ in 0..100_000 {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let failover_done = after.load(Ordering::SeqCst);
+                match lock.try_lock(Duration::from_secs(5), None) {
+                    Ok(Some(guard)) => {
+                        thread::sleep(Duration::from_millis(5));
+                        let _ = guard.unlock();
+                        if failover_done {
+                            count.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(_) => {
+                        errors += 1;
+                        thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            }
+            errors
+        }));
+    }
+    thread::sleep(Duration::from_millis(500));
+    let new = setup.failover();
+    assert_ne!(new, old);
+    // Until Sentinel demotes it, the old master still takes writes; the clients ask the
+    // sentinels every second and move over.
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let _held = clients[1].lock("after").lock().unwrap();
+            has_lock(&setup, new, "after")
+        }),
+        "the client did not follow the master"
+    );
+    after_failover.store(true, Ordering::SeqCst);
+    assert!(
+        eventually(Duration::from_secs(20), || acquired_after
+            .load(Ordering::SeqCst)
+            >= 20),
+        "the waiters did not get the lock on the new master"
+    );
+    stop.store(true, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for worker in workers {
+        while !worker.is_finished() {
+            assert!(Instant::now() < deadline, "a worker hung");
+            thread::sleep(Duration::from_millis(20));
+        }
+        let errors = worker.join().unwrap();
+        eprintln!("worker saw {errors} errors during the failover");
+    }
+}
+
+#[test]
+fn a_lock_the_failover_lost_is_reported_and_wait_for_replicas_keeps_confirmed_ones() {
+    let mut setup = Sentinel::start();
+    let master = setup.master_port();
+    let replica = setup.servers()[1].port;
+    // Leases that outlast the failover (about 3 s after the crash), so that only the lock
+    // the new master never received is lost.
+    let lasting = |b: redlatch::ClientBuilder| b.watchdog_timeout(Duration::from_secs(10));
+    let plain = client(&setup, lasting);
+    let waiting = client(&setup, |b| {
+        lasting(b).wait_for_replicas(1, Duration::from_millis(300))
+    });
+
+    // Replicated before the failover, and confirmed so.
+    let kept = waiting.lock("kept").lock().unwrap();
+
+    // The replica loses its link to the master and cannot make a new one: it now presents
+    // a password the master refuses. (A SIGSTOP is not enough: the kernel keeps receiving the
+    // replication stream for the stopped process.)
+    let mut replica_con = setup.data_connection(replica).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "masterauth", "not-the-password"])
+        .query(&mut replica_con)
+        .unwrap();
+    let _: i64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "master"])
+        .query(&mut replica_con)
+        .unwrap();
+    let mut master_con = setup.data_connection(master).unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut master_con)
+                .unwrap();
+            info.contains("connected_slaves:0")
+        }),
+        "the replica stayed connected"
+    );
+    // What is written now exists on the master only.
+    let unreplicated = plain.lock("unreplicated").lock().unwrap();
+    let refused = waiting.lock("refused").lock();
+    match refused {
+        Err(Error::NotReplicated {
+            acknowledged: 0,
+            wanted: 1,
+            ..
+        }) => {}
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    assert!(
+        !has_lock(&setup, master, "refused"),
+        "a refused lock stayed held"
+    );
+    assert!(has_lock(&setup, master, "unreplicated"));
+    // ... and the master crashes.
+    setup.server_mut(master).kill();
+
+    let promoted = eventually(Duration::from_secs(30), || {
+        setup
+            .master_addr_from(0)
+            .is_ok_and(|(_, port)| port == replica)
+    });
+    assert!(promoted, "the sentinels did not promote the replica");
+    assert!(
+        eventually(Duration::from_secs(15), || unreplicated.is_lost()),
+        "the holder of a lock the failover lost was not told"
+    );
+    assert!(
+        has_lock(&setup, replica, "kept"),
+        "a confirmed lock was lost"
+    );
+    assert!(
+        !kept.is_lost(),
+        "a lock the new master has was reported lost"
+    );
+    assert!(matches!(unreplicated.unlock(), Err(Error::LockLost { .. })));
+    kept.unlock().unwrap();
+    // Life goes on on the new master.
+    let again = plain.lock("unreplicated").lock().unwrap();
+    assert!(has_lock(&setup, replica, "unreplicated"));
+    again.unlock().unwrap();
+    eprintln!(
+        "failover after a crash: without wait_for_replicas 1 of 1 unreplicated acquisitions \
+         returned and was lost; with it, 1 was refused and the confirmed one survived"
+    );
+}
+
+#[test]
+fn bad_sentinel_settings_are_refused_and_unreachable_sentinels_fail_fast() {
+    assert!(matches!(
+        Client::sentinel_builder(&[], "x").build(),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Client::sentinel_builder(&["redis://127.0.0.1:1"], "").build(),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Client::sentinel_builder(&["not a url"], "x").build(),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Client::builder("redis://127.0.0.1:1")
+            .master_credentials(None, "pw")
+            .build(),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Client::builder("redis://127.0.0.1:1")
+            .wait_for_replicas(0, Duration::from_millis(10))
+            .build(),
+        Err(Error::InvalidArgument(_))
+    ));
+
+    // Nobody listening, and a sentinel that does not know the name: a clear error, at once.
+    let setup = Sentinel::start();
+    let port = support::free_port();
+    let started = Instant::now();
+    let urls = [
+        format!("redis://127.0.0.1:{port}"),
+        setup.sentinel_urls()[0].clone(),
+    ];
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let err = Client::sentinel_builder(&urls, "no-such-master")
+        .build()
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let text = err.to_string();
+    assert!(
+        text.contains("no sentinel named a reachable master") && text.contains("no-such-master"),
+        "{text}"
+    );
+
+    // A stopped sentinel costs one response timeout, then the next one answers.
+    support::signal(setup.sentinel_pid(0), "-STOP");
+    let started = Instant::now();
+    let urls = setup.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = Client::sentinel_builder(&urls, Sentinel::NAME)
+        .response_timeout(Duration::from_millis(500))
+        .build();
+    support::signal(setup.sentinel_pid(0), "-CONT");
+    let client = client.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    client.lock("works").lock().unwrap().unlock().unwrap();
+}
