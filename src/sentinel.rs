@@ -211,9 +211,19 @@ impl Sentinels {
             .set_redis_settings(self.master_info.clone());
         let client = redis::Client::open(info)?;
         // The sentinel may not have seen a failover yet: the server itself must agree.
-        let mut master = client.get_connection_with_timeout(self.connect_timeout)?;
-        master.set_read_timeout(Some(self.response_timeout))?;
-        let role: Vec<Value> = redis::cmd("ROLE").query(&mut master)?;
+        let role = client
+            .get_connection_with_timeout(self.connect_timeout)
+            .and_then(|mut master| {
+                master.set_read_timeout(Some(self.response_timeout))?;
+                redis::cmd("ROLE").query::<Vec<Value>>(&mut master)
+            })
+            .map_err(|e| {
+                RedisError::from((
+                    e.kind(),
+                    "the master it names",
+                    format!("{host}:{port}: {e}"),
+                ))
+            })?;
         let is_master = matches!(role.first(),
             Some(Value::BulkString(r)) if r.as_slice() == b"master");
         if !is_master {

@@ -258,3 +258,31 @@ fn bad_sentinel_settings_are_refused_and_unreachable_sentinels_fail_fast() {
     );
     client.lock("works").lock().unwrap().unlock().unwrap();
 }
+
+#[test]
+fn sentinels_and_master_with_their_own_passwords() {
+    let setup = Sentinel::start_with(support::topology::SentinelAuth {
+        data_password: Some("data-secret".into()),
+        sentinel_password: Some("sentinel-secret".into()),
+    });
+    let urls = setup.sentinel_urls(); // carry the sentinels' password
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = Client::sentinel_builder(&urls, Sentinel::NAME)
+        .master_credentials(None, "data-secret")
+        .build()
+        .unwrap();
+    let guard = client.lock("guarded").lock().unwrap();
+    assert!(has_lock(&setup, setup.master_port(), "guarded"));
+    guard.unlock().unwrap();
+
+    // The wrong master password: said so, at once.
+    let err = Client::sentinel_builder(&urls, Sentinel::NAME)
+        .master_credentials(None, "wrong")
+        .build()
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("the master it names") && text.contains("authentication failed"),
+        "{text}"
+    );
+}
