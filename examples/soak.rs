@@ -12,7 +12,7 @@
 //! threads, memory, connections and channels came back to their baseline. Exits non-zero if
 //! anything failed. See `tests/support/soak.rs` for what exactly is checked.
 //!
-//! Knob: `SOAK_SECS` (default 60).
+//! Knobs: `SOAK_SECS` (default 60), `SOAK_SEED` (a number: which faults, when).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -29,9 +29,12 @@ fn main() -> ExitCode {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(60);
-    let soak = support::soak::Soak::new(Duration::from_secs(secs), || {
+    let mut soak = support::soak::Soak::new(Duration::from_secs(secs), || {
         Command::new(std::env::current_exe().unwrap())
     });
+    if let Some(seed) = std::env::var("SOAK_SEED").ok().and_then(|s| s.parse().ok()) {
+        soak.seed = seed;
+    }
     match soak.run() {
         Ok(_) => ExitCode::SUCCESS,
         Err(failed) => {

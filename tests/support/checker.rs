@@ -270,6 +270,16 @@ impl Checker {
         counts
     }
 
+    /// What the children recorded about each unreported section.
+    pub fn unreported(&self) -> Vec<String> {
+        redis::cmd("LRANGE")
+            .arg("checker:unreported")
+            .arg(0)
+            .arg(-1)
+            .query(&mut self.con())
+            .unwrap_or_default()
+    }
+
     /// The waits (µs) recorded since the last call (at most the last 100,000).
     pub fn take_waits(&self) -> Vec<u64> {
         let mut con = self.con();
@@ -416,6 +426,13 @@ pub fn run_child() -> bool {
     true
 }
 
+/// Wall-clock milliseconds, to line events of several processes up.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Resident memory of process `pid`, in kB.
 pub fn rss_kb(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -516,6 +533,7 @@ fn work(me: usize, client: &Client, config: &Config, resource_url: &str, shared:
         let which = (me + round as usize) % config.locks;
         let lock = client.lock(&format!("checked-{which}"));
         let asked = Instant::now();
+        let asked_at = unix_ms();
         let acquired = lock.try_lock(config.wait, None);
         let waited = asked.elapsed();
         if waited > config.late_after() {
@@ -560,6 +578,7 @@ fn work(me: usize, client: &Client, config: &Config, resource_url: &str, shared:
         let lost_at_end = guard.is_lost();
         let released = guard.unlock();
         let told = lost_at_end || matches!(released, Err(Error::LockLost { .. }));
+        let section = asked.elapsed().saturating_sub(waited);
         let overtaken = entries != entry;
         let out_of_order = out_of_order == 1;
         let rejected = accepted == 0;
@@ -569,11 +588,24 @@ fn work(me: usize, client: &Client, config: &Config, resource_url: &str, shared:
         counts.out_of_order += u64::from(out_of_order);
         counts.rejected += u64::from(rejected);
         counts.reported_lost += u64::from(told);
-        counts.unreported += u64::from((overtaken || out_of_order || rejected) && !told);
+        let unreported = (overtaken || out_of_order || rejected) && !told;
+        counts.unreported += u64::from(unreported);
         match released {
             Ok(()) | Err(Error::LockLost { .. }) => {}
             Err(Error::Redis(_)) => counts.errors += 1,
             Err(_) => counts.other_errors += 1,
+        }
+        drop(counts);
+        if unreported {
+            // What it takes to find out why, next to the faults' times (unix ms).
+            let detail = format!(
+                "lock {which} token {token} entry {entry} entries at exit {entries} \
+                 overtaken {overtaken} out_of_order {out_of_order} rejected {rejected} \
+                 asked at {asked_at} waited {waited:?} section {section:?} ended at {} lost_at_end \
+                 {lost_at_end} unlock {released:?}",
+                unix_ms()
+            );
+            let _ = resource.query::<()>(redis::cmd("RPUSH").arg("checker:unreported").arg(detail));
         }
     }
 }

@@ -37,6 +37,8 @@ pub struct Soak {
     pub config: Config,
     /// The command that runs [`checker::run_child`] in a new process.
     pub child: fn() -> Command,
+    /// Seeds the choice and timing of faults.
+    pub seed: u64,
 }
 
 impl Soak {
@@ -55,6 +57,7 @@ impl Soak {
                 response_timeout: Duration::from_secs(1),
             },
             child,
+            seed: 0x5eed_1234_abcd_ef01,
         }
     }
 
@@ -65,8 +68,9 @@ impl Soak {
         let resource = RedisServer::start();
         let proxy = Proxy::start(server.port);
         println!(
-            "soak: {} s, {config:?}, locks at {} through {}",
+            "soak: {} s, seed {:#x}, {config:?}, locks at {} through {}",
             self.duration.as_secs(),
+            self.seed,
             server.url(),
             proxy.url()
         );
@@ -77,15 +81,18 @@ impl Soak {
         let end = start + self.duration;
         let mut next_report = start + self.period;
         let mut next_fault = start + Duration::from_secs(2);
-        let mut rng = XorShift(0x5eed_1234_abcd_ef01);
+        let mut rng = XorShift(self.seed);
         let mut faults = [0u64; FAULTS.len()];
         let mut last_sections = 0;
         let mut rss_baseline: Option<Vec<u64>> = None;
+        let mut timeline = Vec::new();
         while Instant::now() < end {
             thread::sleep(Duration::from_millis(50));
             if Instant::now() >= next_fault {
                 let fault = (rng.next() % FAULTS.len() as u64) as usize;
+                let began = checker::unix_ms();
                 inject(fault, &mut server, &proxy, &checker, config.watchdog);
+                timeline.push(format!("{began}..{} {}", checker::unix_ms(), FAULTS[fault]));
                 faults[fault] += 1;
                 next_fault = Instant::now() + Duration::from_millis(1000 + rng.next() % 2000);
             }
@@ -123,6 +130,7 @@ impl Soak {
 
         let mut admin = server.admin();
         let within = config.wait + config.response_timeout * 4 + Duration::from_secs(10);
+        let unreported = checker.unreported();
         let (counts, leftovers, settled) = checker.finish(within, || {
             super::eventually(Duration::from_secs(10), || {
                 client_connections(&mut admin) == 0
@@ -143,6 +151,14 @@ impl Soak {
 
         let mut failures = Vec::new();
         if counts.unreported > 0 {
+            println!("unreported sections (times in unix ms):");
+            for detail in &unreported {
+                println!("  {detail}");
+            }
+            println!("faults (unix ms):");
+            for fault in &timeline {
+                println!("  {fault}");
+            }
             failures.push(format!(
                 "{} overlaps, out-of-order entries or rejected writes were never reported",
                 counts.unreported
