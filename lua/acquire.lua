@@ -34,7 +34,7 @@
 -- an earlier wait) gets a *new* token, so tokens are never handed out twice. Neither ever
 -- shortens the lease.
 -- Nothing is written before every check has passed, so an error leaves no partial change.
--- Each redis.call costs about as much as the script's dispatch: the free path makes four.
+-- Each redis.call costs about as much as the script's dispatch: the free path makes five.
 
 local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, holds, lease, held_token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -51,21 +51,34 @@ local function refused(failure, which)
   return failure
 end
 
--- The next fencing token, or nil and the error to answer. INCR refuses a non-integer or a
--- non-string without writing anything. A counter that did not exist (a new lock, or a
--- restart that lost it) starts from the server's clock, in thousandths of a millisecond, so
--- tokens keep increasing across such a restart too.
+-- The next fencing token, or nil and the error to answer: above the last one, and at least
+-- the server's clock in microseconds. The clock is what keeps tokens increasing when the
+-- counter went back: a restart without persistence lost it, or a failover promoted a replica
+-- that had not received its last tokens (provided the new master's clock is not behind the
+-- old one's by more than the time between). A release's hand-over only adds one to a
+-- counter this function set on the same master, since a hold exists there.
+-- One SET ... GET reads and writes the counter: a key of another type refuses it without
+-- writing anything, and a string that is not ours is put back as it was.
 local function next_token()
-  local token = redis.pcall('incr', fence)
-  if type(token) == 'table' then
-    return nil, refused(token, 'fence')
+  local now = redis.call('time')
+  local clock = now[1] * 1000000 + now[2]
+  local old = redis.pcall('set', fence, string.format('%d', clock), 'KEEPTTL', 'GET')
+  if type(old) == 'table' then
+    return nil, refused(old, 'fence') -- another type, a read-only replica...: nothing written
   end
-  if token == 1 then
-    local now = redis.call('time')
-    token = now[1] * 1000000 + now[2]
-    redis.call('set', fence, string.format('%d', token))
+  if not old then
+    return clock
   end
-  return token
+  if not string.match(old, '^%d+$') then
+    redis.call('set', fence, old, 'KEEPTTL') -- not ours: put it back as it was
+    return nil, redis.error_reply('WRONGTYPE fence')
+  end
+  local last = tonumber(old)
+  if last < clock then
+    return clock
+  end
+  redis.call('set', fence, string.format('%d', last + 1), 'KEEPTTL')
+  return last + 1
 end
 
 -- The caller got the lock: it no longer waits.

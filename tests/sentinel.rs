@@ -122,6 +122,18 @@ fn a_lock_the_failover_lost_is_reported_and_wait_for_replicas_keeps_confirmed_on
 
     // Replicated before the failover, and confirmed so.
     let kept = waiting.lock("kept").lock().unwrap();
+    // A lock whose fencing counter the replica has, but not its last increment (below).
+    plain.lock("unreplicated").lock().unwrap().unlock().unwrap();
+    let fence = |port: u16| -> Option<u64> {
+        let mut con = support::topology::connect(port, None).unwrap();
+        redis::cmd("GET")
+            .arg("redlatch:{unreplicated}:fence")
+            .query(&mut con)
+            .unwrap()
+    };
+    assert!(eventually(Duration::from_secs(5), || fence(replica)
+        .is_some()
+        && fence(replica) == fence(master)));
 
     // The replica loses its link to the master and cannot make a new one: it now presents
     // a password the master refuses. (A SIGSTOP is not enough: the kernel keeps receiving the
@@ -148,6 +160,7 @@ fn a_lock_the_failover_lost_is_reported_and_wait_for_replicas_keeps_confirmed_on
     );
     // What is written now exists on the master only.
     let unreplicated = plain.lock("unreplicated").lock().unwrap();
+    let lost_token = unreplicated.fencing_token();
     let refused = waiting.lock("refused").lock();
     match refused {
         Err(Error::NotReplicated {
@@ -188,6 +201,13 @@ fn a_lock_the_failover_lost_is_reported_and_wait_for_replicas_keeps_confirmed_on
     // Life goes on on the new master.
     let again = plain.lock("unreplicated").lock().unwrap();
     assert!(has_lock(&setup, replica, "unreplicated"));
+    // The new master's counter was behind; the token is not handed out twice.
+    assert!(fence(replica).is_some());
+    assert!(
+        again.fencing_token() > lost_token,
+        "token {} again after the failover lost {lost_token}",
+        again.fencing_token()
+    );
     again.unlock().unwrap();
     eprintln!(
         "failover after a crash: without wait_for_replicas 1 of 1 unreplicated acquisitions \
