@@ -14,7 +14,8 @@
 -- ARGV[5]  publish command   PUBLISH (or SPUBLISH on a sharded cluster)
 -- ARGV[6]  how the hold was taken, which says whether the owner's "granted <token>" terms
 --          are still in the waiters' hash:
---          "0" by an attempt of its own (which removed any terms): nothing to clean up;
+--          "0" by an attempt of its own (which removed any "granted" terms; a place left
+--              from an earlier wait that failed may remain, removed when others queue);
 --          "1" it was not: a hand-over nobody took up, given back. Act only while the
 --              owner's terms still say "granted <token>" (taking it up, by an attempt or a
 --              withdrawal, removes them; a thread that took it from the message holds it
@@ -82,7 +83,11 @@ end
 
 redis.call('set', latch, '1', 'px', latch_ttl)
 redis.call('del', lock)
-if granted then
+-- The owner's terms go: a hand-over's "granted" ones, and, when others queue, a place of its
+-- own left from an earlier wait that failed without withdrawing (its uncontended attempt did
+-- not leave the queue). Behind an older waiter, such a place would outlive this release, and
+-- a later one would hand the lock to a thread that no longer waits.
+if granted or head then
   redis.pcall('hdel', waiters, owner)
 end
 if not head then

@@ -190,7 +190,8 @@ pub(crate) enum Release {
 /// How a hold was taken, which says what its final release must clean up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TakenBy {
-    /// An attempt of the owner's own, which removed any terms of its wait.
+    /// An attempt of the owner's own, which removed any "granted" terms (a place left from an
+    /// earlier wait that failed may remain; the release removes it when others queue).
     Attempt,
     /// A hand-over's message, without a round trip: the owner's "granted" terms are still in
     /// the waiters' hash.

@@ -624,3 +624,147 @@ fn a_hand_over_whose_release_never_arrived_is_not_reused_or_freed_late() {
     assert!(!again.is_lost());
     again.unlock().unwrap();
 }
+
+/// Subscribers of lock `name`'s channel (PUBSUB NUMSUB).
+fn subscribers(admin: &mut redis::Connection, name: &str) -> i64 {
+    let (_, n): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(support::channel_of(name))
+        .query(admin)
+        .unwrap();
+    n
+}
+
+/// A thread whose wait failed keeps its place in the queue (nothing withdrew it). If that
+/// thread then takes the lock by an attempt of its own while an older waiter is held up, its
+/// release hands the lock to that waiter and must leave its own place void: otherwise a later
+/// release hands the lock to a thread that no longer waits, and the waiters behind it sleep
+/// through that hand-over's lease.
+#[test]
+fn a_release_voids_its_owners_leftover_place_in_the_queue() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("leftover-place");
+    let lock_key = format!("redlatch:{{{name}}}");
+    let waiters_key = format!("redlatch:{{{name}}}:waiters");
+    let holder = Client::open(&server.url()).unwrap();
+    let held = holder
+        .lock(&name)
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(30)))
+        .unwrap()
+        .unwrap();
+
+    // A, the oldest waiter, reaches Redis through a proxy that can hold its requests back.
+    let proxy_a = Proxy::start(server.port);
+    let a_client = Client::open(&proxy_a.url()).unwrap();
+    warm_up(&a_client);
+    let a_lock = a_client.lock(&name);
+    let (a_got_tx, a_got) = crossbeam_channel::bounded::<()>(1);
+    let (a_go_tx, a_go) = crossbeam_channel::bounded::<()>(1);
+    let a = thread::spawn(move || {
+        let guard = a_lock.try_lock(Duration::from_secs(30), None).unwrap();
+        assert!(guard.is_some(), "A never got the lock");
+        a_got_tx.send(()).unwrap();
+        let _ = a_go.recv_timeout(Duration::from_secs(30));
+        drop(guard);
+    });
+    await_waiting(&mut admin, &name);
+
+    // T queues behind A; its wait fails (its attempt after the force-unlock below never
+    // reaches Redis), which leaves its place, valid for its whole wait. The same thread then
+    // takes the free lock with one attempt, and lets go when told.
+    let proxy_t = Proxy::start(server.port);
+    let t_client = impatient_client(&proxy_t);
+    let t_lock = t_client.lock(&name);
+    let (t_tx, t_rx) = crossbeam_channel::bounded::<&'static str>(1);
+    let (t_go_tx, t_go) = crossbeam_channel::bounded::<()>(1);
+    let t = thread::spawn(move || {
+        let waited = t_lock.try_lock(Duration::from_secs(20), Some(Duration::from_secs(5)));
+        assert!(matches!(waited, Err(Error::Redis(_))), "{waited:?}");
+        t_tx.send("failed").unwrap();
+        t_go.recv_timeout(Duration::from_secs(30)).unwrap();
+        let guard = t_lock.try_lock(Duration::ZERO, None).unwrap();
+        assert!(guard.is_some(), "the lock was free");
+        t_tx.send("holds").unwrap();
+        t_go.recv_timeout(Duration::from_secs(30)).unwrap();
+        drop(guard);
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || subscribers(&mut admin, &name)
+            == 2),
+        "T did not start waiting"
+    );
+
+    // The lock comes free while A's requests are held back and T's vanish.
+    proxy_a.stall_everything();
+    proxy_t.blackhole(true);
+    assert!(holder.lock(&name).force_unlock().unwrap());
+    let _ = held.unlock(); // lost to the force-unlock
+    assert_eq!(
+        t_rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+        "failed"
+    );
+    proxy_t.blackhole(false);
+    t_go_tx.send(()).unwrap();
+    assert_eq!(t_rx.recv_timeout(Duration::from_secs(10)).unwrap(), "holds");
+    let owners: Vec<String> = redis::cmd("HKEYS")
+        .arg(&lock_key)
+        .query(&mut admin)
+        .unwrap();
+    let t_owner = owners[0].clone();
+
+    // A's attempt arrives, finds T holding the lock, and keeps A's place, ahead of T's.
+    let terms = |admin: &mut redis::Connection| -> Vec<(String, String)> {
+        redis::cmd("HGETALL")
+            .arg(&waiters_key)
+            .query(admin)
+            .unwrap()
+    };
+    let before = terms(&mut admin);
+    proxy_a.pass_new_connections();
+    proxy_a.deliver_held();
+    assert!(
+        eventually(Duration::from_secs(5), || terms(&mut admin) != before),
+        "A's attempt never arrived"
+    );
+
+    // T lets go: the lock goes to A. T is done with the lock, and with its client.
+    t_go_tx.send(()).unwrap();
+    t.join().unwrap();
+    a_got
+        .recv_timeout(Duration::from_secs(10))
+        .expect("A was handed the lock");
+    drop(t_client);
+    let t_terms: Option<String> = redis::cmd("HGET")
+        .arg(&waiters_key)
+        .arg(&t_owner)
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(t_terms, None, "T's release left its place valid");
+
+    // W queues; when A lets go, W gets the lock at once, not after a hand-over to T's old
+    // place has run out.
+    let w_client = Client::open(&server.url()).unwrap();
+    let w = spawn_waiter(w_client.lock(&name), Duration::from_secs(30));
+    let queue_key = format!("redlatch:{{{name}}}:queue");
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            // T's old place and W's.
+            redis::cmd("ZCARD")
+                .arg(&queue_key)
+                .query::<usize>(&mut admin)
+                .unwrap()
+                == 2
+        }),
+        "W did not queue"
+    );
+    let released = Instant::now();
+    a_go_tx.send(()).unwrap();
+    a.join().unwrap();
+    assert!(w.join().unwrap(), "W never got the lock");
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "W waited {:?}: the lock went to a thread that no longer waited",
+        released.elapsed()
+    );
+}
