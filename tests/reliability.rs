@@ -14,8 +14,8 @@ mod support;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::checker::{Checker, Config, Counts};
-use support::{Proxy, RedisServer};
+use support::checker::{Checker, Config, Counts, Resource};
+use support::{Proxy, RedisServer, eventually};
 
 /// Entry point of the checker's child processes; does nothing unless started by a checker.
 #[test]
@@ -266,4 +266,69 @@ fn a_holder_paused_past_its_lease_finds_out_and_is_fenced() {
     assert!(outcome.contains("unlock_lost=true"), "{outcome}");
     let _ = child.wait();
     drop(guard);
+}
+
+/// The checker blames an overlap on its stale holder, the one with the older token, whichever
+/// of the two entered first: a holder stopped (SIGSTOP, the soak's "pause holder") after its
+/// lock was granted and before it entered comes back past its lease and enters while the
+/// current holder is inside. The stale one is told; the current one did nothing wrong.
+#[test]
+fn the_checker_blames_an_overlap_on_its_stale_holder_whichever_entered_first() {
+    let server = RedisServer::start();
+    let resource = RedisServer::start();
+    let mut res = Resource::open(&resource.url());
+    let stale_client = redlatch::Client::open(&server.url()).unwrap();
+    let current_client = redlatch::Client::open(&server.url()).unwrap();
+    let lease = Duration::from_millis(300);
+    let take = |client: &redlatch::Client| {
+        client
+            .lock("checked-0")
+            .try_lock(Duration::from_secs(5), Some(Duration::from_secs(30)))
+            .unwrap()
+            .expect("the stale holder's lease ran out")
+    };
+
+    // The stale holder enters late, inside the current holder's section.
+    let stale = stale_client
+        .lock("checked-0")
+        .lock_with_lease(lease)
+        .unwrap();
+    assert!(eventually(Duration::from_secs(5), || stale.is_lost()));
+    let current = take(&current_client);
+    let current_in = res.enter(0, current.fencing_token());
+    let stale_in = res.enter(0, stale.fencing_token());
+    let (stale_section, _) = res.leave(stale_in, stale);
+    let (current_section, released) = res.leave(current_in, current);
+    released.unwrap();
+    assert!(
+        stale_section.out_of_order && stale_section.told,
+        "{stale_section:?}"
+    );
+    assert!(!stale_section.unreported(), "{stale_section:?}");
+    assert!(current_section.overtaken && !current_section.told);
+    assert!(
+        !current_section.unreported(),
+        "the current holder was blamed for the stale one's entry: {current_section:?}"
+    );
+
+    // Kleppmann's order: the stale holder is inside when the current one enters. Told, it is
+    // fine; not told, it would be caught.
+    let stale = stale_client
+        .lock("checked-0")
+        .lock_with_lease(lease)
+        .unwrap();
+    let stale_in = res.enter(0, stale.fencing_token());
+    assert!(eventually(Duration::from_secs(5), || stale.is_lost()));
+    let current = take(&current_client);
+    let current_in = res.enter(0, current.fencing_token());
+    let (current_section, released) = res.leave(current_in, current);
+    released.unwrap();
+    let (stale_section, _) = res.leave(stale_in, stale);
+    assert!(!current_section.unreported(), "{current_section:?}");
+    assert!(stale_section.overtaken && stale_section.told && !stale_section.unreported());
+    let untold = support::checker::Section {
+        told: false,
+        ..stale_section
+    };
+    assert!(untold.unreported(), "an untold stale holder went unnoticed");
 }

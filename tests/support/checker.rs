@@ -7,15 +7,18 @@
 //!   it enters and reads it again as it leaves: if it moved, another holder entered while it
 //!   was inside (an overlap, detected directly and across processes).
 //! - `last:<k>` is the largest token that entered: a holder entering with a token not above
-//!   it entered out of order (a stale holder, e.g. one that was paused).
+//!   it entered out of order (a stale holder, e.g. one that was paused), and a holder that
+//!   finds it above its own token as it leaves was overtaken by a newer holder (its lock was
+//!   lost under it). Of two holders that overlap, the older token is to blame either way.
 //! - `resource:<k>` is the fenced resource ([`FENCED_WRITE`]): it rejects a write whose token
 //!   is older than the last accepted one, so accepted tokens strictly increase.
 //! - `checker:counts:<child>` holds each child's counts, `checker:waits` recent waits (µs),
 //!   `checker:stop` tells the children to stop and `checker:exit` to exit.
 //!
-//! A section is *unreported* when it was overtaken, entered out of order or had its write
-//! rejected, and its holder was never told its lock was lost (`is_lost()` at the end of the
-//! section, or `unlock()` answering `LockLost`). That count must stay 0 under every fault.
+//! A section is *unreported* when it was overtaken by a newer token, entered out of order or
+//! had its write rejected, and its holder was never told its lock was lost (`is_lost()` at
+//! the end of the section, or `unlock()` answering `LockLost`). That count must stay 0 under
+//! every fault.
 //!
 //! The parent ([`Checker`]) starts the children, sums their counts, stops them and notices a
 //! child that does not finish in time. A child runs [`run_child`]: the test binary (an
@@ -476,13 +479,13 @@ impl Shared {
 
 /// A connection to the resource server, which no fault touches; a call that fails anyway is
 /// retried on a new connection a few times.
-struct Resource {
+pub struct Resource {
     client: redis::Client,
     con: redis::Connection,
 }
 
 impl Resource {
-    fn open(url: &str) -> Resource {
+    pub fn open(url: &str) -> Resource {
         let client = redis::Client::open(url).unwrap();
         let con = Resource::connect(&client);
         Resource { client, con }
@@ -525,7 +528,6 @@ impl Resource {
 
 fn work(me: usize, client: &Client, config: &Config, resource_url: &str, shared: &Shared) {
     let mut resource = Resource::open(resource_url);
-    let (enter, write) = (redis::Script::new(ENTER), redis::Script::new(FENCED_WRITE));
     for round in 0..u64::MAX {
         if shared.stop.load(Ordering::SeqCst) {
             return;
@@ -563,50 +565,119 @@ fn work(me: usize, client: &Client, config: &Config, resource_url: &str, shared:
             }
         }
         let token = guard.fencing_token();
-        let (entry, out_of_order): (u64, u64) = resource.invoke(
-            enter
-                .key(format!("entries:{which}"))
-                .key(format!("last:{which}"))
-                .arg(token),
-        );
+        let entered = resource.enter(which, token);
         thread::sleep(config.hold);
-        // The same token again is harmless, so a write whose reply was cut off is retried.
-        let accepted: i64 = resource.invoke(write.key(format!("resource:{which}")).arg(token));
-        let entries: u64 = resource
-            .query(redis::cmd("GET").arg(format!("entries:{which}")))
-            .unwrap_or(entry);
-        let lost_at_end = guard.is_lost();
-        let released = guard.unlock();
-        let told = lost_at_end || matches!(released, Err(Error::LockLost { .. }));
-        let section = asked.elapsed().saturating_sub(waited);
-        let overtaken = entries != entry;
-        let out_of_order = out_of_order == 1;
-        let rejected = accepted == 0;
+        let (section, released) = resource.leave(entered, guard);
+        let took = asked.elapsed().saturating_sub(waited);
         let mut counts = shared.counts.lock();
         counts.sections += 1;
-        counts.overtaken += u64::from(overtaken);
-        counts.out_of_order += u64::from(out_of_order);
-        counts.rejected += u64::from(rejected);
-        counts.reported_lost += u64::from(told);
-        let unreported = (overtaken || out_of_order || rejected) && !told;
-        counts.unreported += u64::from(unreported);
+        counts.overtaken += u64::from(section.overtaken);
+        counts.out_of_order += u64::from(section.out_of_order);
+        counts.rejected += u64::from(section.rejected);
+        counts.reported_lost += u64::from(section.told);
+        counts.unreported += u64::from(section.unreported());
         match released {
             Ok(()) | Err(Error::LockLost { .. }) => {}
             Err(Error::Redis(_)) => counts.errors += 1,
             Err(_) => counts.other_errors += 1,
         }
         drop(counts);
-        if unreported {
+        if section.unreported() {
             // What it takes to find out why, next to the faults' times (unix ms).
             let detail = format!(
-                "lock {which} token {token} entry {entry} entries at exit {entries} \
-                 overtaken {overtaken} out_of_order {out_of_order} rejected {rejected} \
-                 asked at {asked_at} waited {waited:?} section {section:?} ended at {} lost_at_end \
-                 {lost_at_end} unlock {released:?}",
+                "lock {which} token {token} {section:?} asked at {asked_at} waited {waited:?} \
+                 took {took:?} ended at {} unlock {released:?}",
                 unix_ms()
             );
             let _ = resource.query::<()>(redis::cmd("RPUSH").arg("checker:unreported").arg(detail));
         }
+    }
+}
+
+/// A holder inside lock `which`'s critical section, as [`Resource::enter`] noted it.
+pub struct Entered {
+    which: usize,
+    token: u64,
+    /// The entry's number.
+    entry: u64,
+    /// Its token was not above every token that entered before.
+    out_of_order: bool,
+}
+
+/// What one critical section showed, once its holder left.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Section {
+    /// Another holder entered while this one was inside.
+    pub overtaken: bool,
+    /// A holder with a newer token entered while this one was inside: this one's lock had
+    /// been lost. (An older token entering is that holder's fault: it is `out_of_order`.)
+    pub overtaken_by_newer: bool,
+    /// It entered with a token not above one that entered before it.
+    pub out_of_order: bool,
+    /// Its fenced write was rejected.
+    pub rejected: bool,
+    /// Its holder was told the lock was lost: `is_lost()` at the end, or `unlock()` answered
+    /// `LockLost`.
+    pub told: bool,
+}
+
+impl Section {
+    /// Whether this section broke the lock's promise without its holder being told. Of two
+    /// holders that overlap, the one with the older token is the stale one and must have been
+    /// told: it finds a newer token entered while it was inside (`overtaken_by_newer`) or,
+    /// entering late, one above its own (`out_of_order`). The other did nothing wrong.
+    pub fn unreported(&self) -> bool {
+        (self.overtaken_by_newer || self.out_of_order || self.rejected) && !self.told
+    }
+}
+
+impl Resource {
+    /// Enters lock `which`'s critical section with `token`.
+    pub fn enter(&mut self, which: usize, token: u64) -> Entered {
+        let (entry, out_of_order): (u64, u64) = self.invoke(
+            redis::Script::new(ENTER)
+                .key(format!("entries:{which}"))
+                .key(format!("last:{which}"))
+                .arg(token),
+        );
+        Entered {
+            which,
+            token,
+            entry,
+            out_of_order: out_of_order == 1,
+        }
+    }
+
+    /// Writes with the section's token, checks who entered meanwhile, and releases `guard`.
+    pub fn leave(
+        &mut self,
+        entered: Entered,
+        guard: redlatch::LockGuard,
+    ) -> (Section, redlatch::Result<()>) {
+        let which = entered.which;
+        // The same token again is harmless, so a write whose reply was cut off is retried.
+        let accepted: i64 = self.invoke(
+            redis::Script::new(FENCED_WRITE)
+                .key(format!("resource:{which}"))
+                .arg(entered.token),
+        );
+        let (entries, last): (u64, u64) = self
+            .query(
+                redis::cmd("MGET")
+                    .arg(format!("entries:{which}"))
+                    .arg(format!("last:{which}")),
+            )
+            .unwrap_or((entered.entry, entered.token));
+        let lost_at_end = guard.is_lost();
+        let released = guard.unlock();
+        let section = Section {
+            overtaken: entries != entered.entry,
+            overtaken_by_newer: last > entered.token,
+            out_of_order: entered.out_of_order,
+            rejected: accepted == 0,
+            told: lost_at_end || matches!(released, Err(Error::LockLost { .. })),
+        };
+        (section, released)
     }
 }
 
