@@ -332,3 +332,92 @@ fn the_checker_blames_an_overlap_on_its_stale_holder_whichever_entered_first() {
     };
     assert!(untold.unreported(), "an untold stale holder went unnoticed");
 }
+
+/// Entry point of the middle process in `checker_children_end_when_their_parent_is_killed`:
+/// starts a checker and waits to be killed. Does nothing unless started by that test.
+#[test]
+#[ignore = "run as a child process by another test"]
+fn child_runs_a_checker_until_killed() {
+    let Some([url, resource_url]) =
+        support::child_env(["REDLATCH_CHILD_URL", "REDLATCH_CHILD_RESOURCE"])
+    else {
+        return;
+    };
+    let config = Config {
+        processes: 2,
+        threads: 1,
+        locks: 1,
+        hold: Duration::from_millis(1),
+        wait: Duration::from_secs(1),
+        watchdog: Duration::from_secs(2),
+        response_timeout: Duration::from_secs(1),
+    };
+    let checker = Checker::start(&url, &resource_url, &config, || {
+        support::child_test_command("checker_child")
+    });
+    let pids: Vec<String> = checker.pids().iter().map(u32::to_string).collect();
+    println!("PIDS {}", pids.join(","));
+    // Killed long before; if not, dropping the checker ends the children.
+    thread::sleep(Duration::from_secs(60));
+}
+
+/// Whether process `pid` runs (exists and is not a zombie).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .next()?
+                .to_string();
+            Some(state != "Z")
+        })
+        .unwrap_or(false)
+}
+
+/// A test killed with SIGKILL runs no destructor: its checker's children must notice on their
+/// own that their parent is gone, and end, instead of taking turns on the locks forever.
+#[test]
+fn checker_children_end_when_their_parent_is_killed() {
+    let server = RedisServer::start();
+    let resource = RedisServer::start();
+    let mut middle = support::spawn_child_test(
+        "child_runs_a_checker_until_killed",
+        &[
+            ("REDLATCH_CHILD_URL", server.url()),
+            ("REDLATCH_CHILD_RESOURCE", resource.url()),
+        ],
+    );
+    let pids: Vec<u32> = support::read_reported(&mut middle, "PIDS", Duration::from_secs(30))
+        .split(',')
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2);
+    let mut res = resource.admin();
+    let working = eventually(Duration::from_secs(20), || {
+        redis::cmd("HGET")
+            .arg("checker:counts:0")
+            .arg("sections")
+            .query::<Option<u64>>(&mut res)
+            .unwrap()
+            .unwrap_or(0)
+            > 0
+    });
+    let _ = middle.kill();
+    let _ = middle.wait();
+    let ended = eventually(Duration::from_secs(20), || {
+        !pids.iter().any(|&p| running(p))
+    });
+    // Clean up what this test started, whatever happened.
+    for &pid in &pids {
+        if running(pid) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+    assert!(working, "the checker's children never got going");
+    assert!(ended, "the checker's children outlived their killed parent");
+}

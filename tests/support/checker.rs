@@ -373,6 +373,10 @@ pub fn run_child() -> bool {
     ) else {
         return false;
     };
+    // A parent killed outright (SIGKILL, an OOM kill) runs no destructor to kill us: notice
+    // that we were handed to another parent, and stop.
+    let parent = std::os::unix::process::parent_id();
+    let orphaned = || std::os::unix::process::parent_id() != parent;
     let threads_before = super::thread_count();
     let client = Client::builder(&lock_url)
         .watchdog_timeout(config.watchdog)
@@ -402,7 +406,9 @@ pub fn run_child() -> bool {
         if shared.stop.load(Ordering::SeqCst) {
             break;
         }
-        if resource.query::<bool>(redis::cmd("EXISTS").arg("checker:stop")) == Some(true) {
+        if orphaned()
+            || resource.query::<bool>(redis::cmd("EXISTS").arg("checker:stop")) == Some(true)
+        {
             shared.stop.store(true, Ordering::SeqCst);
         }
     }
@@ -424,6 +430,9 @@ pub fn run_child() -> bool {
             .arg(rss_kb(std::process::id())),
     );
     super::eventually(Duration::from_secs(60), || {
+        if orphaned() {
+            return true;
+        }
         resource.query::<bool>(redis::cmd("EXISTS").arg("checker:exit")) == Some(true)
     });
     true
