@@ -16,8 +16,8 @@
 //! waiter owns a [`Slot`] in the entry's FIFO queue and parks on it; a slot holds a
 //! hand-over, or at most one *permit* (a wake-up to try again). Together the slots form a
 //! fair counting semaphore for the cases a hand-over does not cover:
-//! - an `unlock` message (a release that found nobody queued) grants one permit, to the
-//!   oldest waiter that has none (one release wakes one local waiter: no herd);
+//! - an `unlock` message (a release that found only stale places queued) grants one permit,
+//!   to the oldest waiter that has none (one release wakes one local waiter: no herd);
 //! - a `force` message (force-unlock), a confirmed subscription and a reconnect grant a permit
 //!   to every waiter, so each retries once;
 //! - a permit granted while its waiter is busy stays set, so a message that arrives between a
@@ -59,7 +59,7 @@ use redis::{Connection, PushKind, RedisResult, Value};
 use crate::connection::Backend;
 use crate::keys::LockKeys;
 
-/// Payload of a release that found nobody queued: wake one waiter.
+/// Payload of a release that found only stale places queued: wake one waiter.
 const UNLOCK: &[u8] = b"unlock";
 /// Payload of a force-unlock's message: wake every waiter.
 const FORCE: &[u8] = b"force";
@@ -125,7 +125,8 @@ struct Arriving {
 
 impl Shared {
     /// A message on a lock's channel. A hand-off wakes exactly the thread it names (if it is
-    /// one of ours); a release that found nobody queued wakes one waiter; a force-unlock all.
+    /// one of ours); a release that found only stale places queued wakes one waiter; a
+    /// force-unlock all.
     fn deliver(&self, channel: &[u8], payload: &[u8]) {
         let entry = std::str::from_utf8(channel)
             .ok()
