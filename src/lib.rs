@@ -40,6 +40,7 @@ mod error;
 mod hold;
 mod keys;
 mod lock;
+mod multi;
 mod renewal;
 mod scripts;
 mod sentinel;
@@ -48,6 +49,7 @@ mod subscriber;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};
 pub use lock::{Lock, LockGuard};
+pub use multi::{MultiLock, MultiLockGuard};
 
 /// Measurement hooks for the crate's own benchmarks. Not part of the API: no stability promise.
 #[doc(hidden)]

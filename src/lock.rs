@@ -86,6 +86,11 @@ struct Busy {
 }
 
 impl Lock {
+    /// The lock's keys.
+    pub(crate) fn keys(&self) -> &LockKeys {
+        &self.keys
+    }
+
     pub(crate) fn new(client: Client, name: &str) -> Lock {
         let keys = Arc::new(LockKeys::new(&client.core().prefix, name));
         Lock { client, keys }
@@ -169,11 +174,11 @@ impl Lock {
             .map_err(|e| keys.resolve(e))
     }
 
-    fn core(&self) -> &Arc<Core> {
+    pub(crate) fn core(&self) -> &Arc<Core> {
         self.client.core()
     }
 
-    fn validate_name(&self) -> Result<()> {
+    pub(crate) fn validate_name(&self) -> Result<()> {
         if self.keys.name.is_empty() {
             return Err(Error::invalid("lock name must not be empty"));
         }
@@ -188,7 +193,7 @@ impl Lock {
     /// needs no attempt of its own, nobody else is woken to race for it, and a thread that
     /// releases and asks again queues behind those already waiting. Attempts after a sleep
     /// remain the fallback for every message lost and every holder that died.
-    fn acquire(
+    pub(crate) fn acquire(
         &self,
         wait: Option<Duration>,
         lease: Option<Duration>,
@@ -319,7 +324,7 @@ impl Lock {
     }
 
     /// Registers a first hold (for renewal, before its guard exists) and returns its guard.
-    fn new_hold(
+    pub(crate) fn new_hold(
         &self,
         thread: u64,
         owner: Arc<str>,
@@ -353,7 +358,7 @@ impl Lock {
     }
 
     /// The lease an acquisition sets, in whole milliseconds as Redis keeps it.
-    fn lease_set(&self, lease: Option<Duration>) -> Duration {
+    pub(crate) fn lease_set(&self, lease: Option<Duration>) -> Duration {
         Duration::from_millis(lease.unwrap_or(self.core().watchdog_timeout).as_millis() as u64)
     }
 
@@ -517,6 +522,10 @@ impl LockGuard {
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.lock.keys.name
+    }
+
+    pub(crate) fn hold(&self) -> &Arc<Hold> {
+        &self.hold
     }
 
     /// Whether the lock is known to be lost: renewal found it gone, or the last lease Redis

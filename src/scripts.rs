@@ -19,6 +19,8 @@ static FORCE_UNLOCK: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../lua/force_unlock.lua")));
 static WITHDRAW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../lua/withdraw.lua")));
 static INSPECT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../lua/inspect.lua")));
+static ACQUIRE_MANY: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../lua/acquire_many.lua")));
 
 /// One script of `lua/`: EVALSHA, then EVAL on `NOSCRIPT`.
 ///
@@ -156,6 +158,62 @@ pub(crate) fn acquire(
             fence: rest.first().map_or(0, |f| (*f).max(0) as u64),
         },
         _ => Acquire::Lost,
+    })
+}
+
+/// What `acquire_many.lua` answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AcquireMany {
+    /// All of them ours, with these fencing tokens (in the order asked).
+    Acquired(Vec<u64>),
+    /// Lock `index` (from 0) is held, for at most `ttl` more; nothing was taken.
+    Busy { index: usize, ttl: Duration },
+    /// Lock `index`'s hash (or, with `fence`, its fencing counter) holds data that is not a
+    /// lock of ours; nothing was taken.
+    Foreign { index: usize, fence: bool },
+}
+
+/// Takes every lock of `locks` that is free for `owner`, or none of them.
+pub(crate) fn acquire_many(
+    con: &mut Connection,
+    locks: &[&LockKeys],
+    owner: &str,
+    lease: Duration,
+) -> RedisResult<AcquireMany> {
+    let mut invocation = ACQUIRE_MANY.prepare_invoke();
+    for keys in locks {
+        invocation.key(&keys.lock).key(&keys.fence);
+    }
+    let reply: RedisResult<Vec<i64>> = invocation.arg(owner).arg(millis(lease)).invoke(con);
+    let reply = match reply {
+        Ok(reply) => reply,
+        Err(e) if e.code() == Some("WRONGTYPE") => {
+            let mut words = e.detail().unwrap_or("").split_whitespace();
+            let fence = words.next() == Some("fence");
+            let index = words.next().and_then(|i| i.parse::<usize>().ok());
+            return match index {
+                Some(i) if i >= 1 => Ok(AcquireMany::Foreign {
+                    index: i - 1,
+                    fence,
+                }),
+                _ => Err(e),
+            };
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(match reply.as_slice() {
+        [0, index, pttl] => AcquireMany::Busy {
+            index: (*index as usize).saturating_sub(1),
+            ttl: Duration::from_millis((*pttl).max(0) as u64),
+        },
+        [1, tokens @ ..] => AcquireMany::Acquired(tokens.iter().map(|t| *t as u64).collect()),
+        _ => {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "acquire_many.lua answered something else",
+                format!("{reply:?}"),
+            )));
+        }
     })
 }
 

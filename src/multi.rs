@@ -1,0 +1,225 @@
+//! [`MultiLock`]: several named locks taken all or none, with one wait and one lease.
+
+use std::time::{Duration, Instant};
+
+use crate::client::{Client, thread_number};
+use crate::error::{Error, Result};
+use crate::lock::{Lock, LockGuard, validate_duration};
+use crate::scripts::{self, AcquireMany, Renewal, TakenBy};
+
+/// Several locks taken together, made by [`Client::multi_lock`].
+///
+/// A [`MultiLockGuard`] holds every one of them, or the call returns without holding any.
+/// Each member is an ordinary lock: single-lock users of the same names wait for it and are
+/// waited for, members are renewed by the watchdog like any lock, and each has its own
+/// fencing token.
+///
+/// # How it waits, and why it cannot deadlock
+/// An attempt takes every free member in one script call, or none. When a member is busy, the
+/// thread waits for that member as a [`Lock`] would (queued, handed over on release) and then
+/// tries the rest again, keeping only the members that come *before* the one it waits for in
+/// name order. Every thread waits for locks in that one order, so two multi-locks over
+/// overlapping names, asked for in whatever order, cannot wait for each other.
+///
+/// ```no_run
+/// # fn main() -> redlatch::Result<()> {
+/// use std::time::Duration;
+/// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+/// let transfer = client.multi_lock(&["account:17", "account:4"]);
+/// if let Some(guard) = transfer.try_lock(Duration::from_secs(2), None)? {
+///     println!("both held, tokens {:?}", guard.fencing_tokens());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct MultiLock {
+    /// In name order, each name once.
+    locks: Vec<Lock>,
+}
+
+impl Client {
+    /// A handle on the locks called `names`, to take all at once. No I/O; the names are
+    /// checked when it is used. Repeated names count once.
+    pub fn multi_lock(&self, names: &[&str]) -> MultiLock {
+        let mut names = names.to_vec();
+        names.sort_unstable();
+        names.dedup();
+        MultiLock {
+            locks: names.into_iter().map(|name| self.lock(name)).collect(),
+        }
+    }
+}
+
+impl MultiLock {
+    /// The members' names, in the order they are taken.
+    pub fn names(&self) -> Vec<&str> {
+        self.locks.iter().map(Lock::name).collect()
+    }
+
+    /// Waits as long as it takes, then holds every member with the watchdog.
+    pub fn lock(&self) -> Result<MultiLockGuard> {
+        self.acquire(None, None)
+            .map(|g| g.expect("an unbounded wait only ends with the locks"))
+    }
+
+    /// Waits at most `wait` for all the members; `Ok(None)` if they were not all free in time,
+    /// and then none is held. `lease` as for [`Lock::try_lock`], for every member.
+    pub fn try_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<MultiLockGuard>> {
+        validate_duration("wait", wait, Duration::ZERO)?;
+        self.acquire(Some(wait), lease)
+    }
+
+    fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<MultiLockGuard>> {
+        let Some(first) = self.locks.first() else {
+            return Err(Error::invalid("a multi-lock needs at least one lock name"));
+        };
+        for lock in &self.locks {
+            lock.validate_name()?;
+        }
+        if let Some(lease) = lease {
+            validate_duration("lease", lease, Duration::from_millis(1))?;
+        }
+        let core = first.core();
+        let thread = thread_number();
+        // Not re-entrant: a thread that holds a member would wait for itself.
+        if let Some(held) = self
+            .locks
+            .iter()
+            .find(|l| core.holds.get(&l.keys().lock, thread).is_some())
+        {
+            return Err(Error::invalid(format!(
+                "this thread already holds lock {:?}; a multi-lock cannot re-enter it",
+                held.name()
+            )));
+        }
+        let deadline = wait.and_then(|w| Instant::now().checked_add(w));
+        let owner: std::sync::Arc<str> = core.owner(thread).into();
+        let mut held: Vec<Option<LockGuard>> = self.locks.iter().map(|_| None).collect();
+        loop {
+            let missing: Vec<usize> = (0..held.len()).filter(|&i| held[i].is_none()).collect();
+            let keys: Vec<_> = missing.iter().map(|&i| self.locks[i].keys()).collect();
+            let lease_set = first.lease_set(lease);
+            let sent = Instant::now();
+            let reply = core
+                .backend
+                .run(|con| scripts::acquire_many(con, &keys, &owner, lease_set))?;
+            let busy = match reply {
+                AcquireMany::Acquired(tokens) => {
+                    // With a fixed lease, the members taken while the others were awaited get
+                    // theirs again from now, so that all of them end together.
+                    if lease.is_some() && missing.len() < held.len() {
+                        let earlier: Vec<_> = held.iter().flatten().map(LockGuard::hold).collect();
+                        let renewals: Vec<Renewal<'_>> = earlier
+                            .iter()
+                            .map(|h| Renewal {
+                                keys: &h.keys,
+                                owner: &h.owner,
+                                token: h.token,
+                            })
+                            .collect();
+                        let ours = core
+                            .backend
+                            .run(|con| scripts::renew(con, &renewals, lease_set))?;
+                        for (hold, ours) in earlier.iter().zip(ours) {
+                            if ours {
+                                hold.extend(sent, lease_set, None);
+                            } else {
+                                hold.mark_lost();
+                            }
+                        }
+                    }
+                    for (&i, token) in missing.iter().zip(tokens) {
+                        let lock = &self.locks[i];
+                        let guard = lock.new_hold(
+                            thread,
+                            owner.clone(),
+                            token,
+                            TakenBy::Attempt,
+                            sent,
+                            lease,
+                        );
+                        held[i] = Some(guard);
+                    }
+                    return Ok(Some(MultiLockGuard {
+                        guards: held.into_iter().flatten().collect(),
+                    }));
+                }
+                AcquireMany::Foreign { index, fence } => {
+                    let keys = self.locks[missing[index]].keys();
+                    let key = if fence { &keys.fence } else { &keys.lock };
+                    return Err(Error::WrongType { key: key.clone() }); // `held` is released
+                }
+                AcquireMany::Busy { index, .. } => missing[index],
+            };
+            // Keep only what comes before the lock we wait for: the order that prevents
+            // deadlocks. Dropping a guard releases it.
+            for guard in &mut held[busy + 1..] {
+                drop(guard.take());
+            }
+            let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if remaining.is_some_and(|r| r.is_zero()) {
+                return Ok(None);
+            }
+            match self.locks[busy].acquire(remaining, lease)? {
+                Some(guard) => held[busy] = Some(guard),
+                None => return Ok(None), // out of time; `held` is released
+            }
+        }
+    }
+}
+
+/// Proof of holding every lock of a [`MultiLock`]; dropping it releases them all.
+///
+/// Not `Send`, like [`LockGuard`]: the locks belong to the thread that took them.
+#[derive(Debug)]
+#[must_use = "dropping the guard releases the locks at once"]
+pub struct MultiLockGuard {
+    /// In name order.
+    guards: Vec<LockGuard>,
+}
+
+impl MultiLockGuard {
+    /// Releases every lock. `Err(Error::LockLost)` if any of them was no longer ours (the
+    /// others are released all the same); the first other error otherwise.
+    pub fn unlock(self) -> Result<()> {
+        let mut outcome = Ok(());
+        for guard in self.guards {
+            let released = guard.unlock();
+            outcome = match (outcome, released) {
+                (Err(e @ Error::LockLost { .. }), _) => Err(e),
+                (_, Err(e @ Error::LockLost { .. })) => Err(e),
+                (Err(e), _) | (Ok(()), Err(e)) => Err(e),
+                (Ok(()), Ok(())) => Ok(()),
+            };
+        }
+        outcome
+    }
+
+    /// Whether any of the locks is known to be lost (see [`LockGuard::is_lost`]).
+    pub fn is_lost(&self) -> bool {
+        self.guards.iter().any(LockGuard::is_lost)
+    }
+
+    /// `Err(Error::LockLost)` naming the first lock lost, if any.
+    pub fn check(&self) -> Result<()> {
+        self.guards.iter().try_for_each(LockGuard::check)
+    }
+
+    /// The fencing token of each lock, in name order ([`MultiLock::names`]).
+    pub fn fencing_tokens(&self) -> Vec<u64> {
+        self.guards.iter().map(LockGuard::fencing_token).collect()
+    }
+
+    /// The guards of the single locks, in name order.
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+}
