@@ -41,6 +41,7 @@ mod hold;
 mod keys;
 mod lock;
 mod multi;
+mod redlock;
 mod renewal;
 mod scripts;
 mod sentinel;
@@ -50,6 +51,7 @@ pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};
 pub use lock::{Lock, LockGuard};
 pub use multi::{MultiLock, MultiLockGuard};
+pub use redlock::{RedLock, RedLockGuard, Redlock};
 
 /// Measurement hooks for the crate's own benchmarks. Not part of the API: no stability promise.
 #[doc(hidden)]

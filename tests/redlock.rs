@@ -1,0 +1,193 @@
+//! Redlock over five independent masters (real redis-server processes): a majority is enough,
+//! less is an error, a lock is lost only when the majority is, and waiters are woken.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlatch::{Client, Error, Redlock};
+use support::topology::Masters;
+use support::{eventually, unique};
+
+fn redlock(masters: &Masters, watchdog: Duration) -> Redlock {
+    let clients = masters
+        .urls()
+        .iter()
+        .map(|url| {
+            Client::builder(url)
+                .watchdog_timeout(watchdog)
+                .response_timeout(Duration::from_millis(500))
+                .connect_timeout(Duration::from_millis(500))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    Redlock::new(clients).unwrap()
+}
+
+fn held_on(masters: &Masters, i: usize, name: &str) -> bool {
+    let mut con = masters.server(i).admin();
+    redis::cmd("EXISTS")
+        .arg(format!("redlatch:{{{name}}}"))
+        .query(&mut con)
+        .unwrap()
+}
+
+#[test]
+fn a_majority_is_enough_and_less_is_an_error() {
+    let mut masters = Masters::start(5);
+    let rl = redlock(&masters, Duration::from_secs(10));
+    let other = redlock(&masters, Duration::from_secs(10));
+    assert_eq!(rl.majority(), 3);
+    masters.server_mut(1).kill();
+    masters.server_mut(3).kill();
+
+    let name = unique("majority");
+    let guard = rl
+        .lock(&name)
+        .try_lock(Duration::from_secs(2), None)
+        .unwrap()
+        .expect("three of five masters are up");
+    assert_eq!(guard.held_on(), 3);
+    assert!(!guard.is_lost());
+    for i in [0, 2, 4] {
+        assert!(held_on(&masters, i, &name), "not on master {i}");
+    }
+    let tokens = guard.fencing_tokens();
+    assert_eq!(tokens.iter().flatten().count(), 3);
+    assert!(tokens[1].is_none() && tokens[3].is_none());
+    // Another client finds it taken.
+    assert!(
+        other
+            .lock(&name)
+            .try_lock(Duration::ZERO, None)
+            .unwrap()
+            .is_none()
+    );
+    guard.unlock().unwrap();
+    for i in [0, 2, 4] {
+        assert!(!held_on(&masters, i, &name), "still on master {i}");
+    }
+
+    // A third master down: no majority can answer. A clear error, at once, nothing left.
+    masters.server_mut(0).kill();
+    let started = Instant::now();
+    let failed = rl.lock(&name).try_lock(Duration::from_secs(5), None);
+    match failed {
+        Err(Error::Redis(e)) => assert!(e.to_string().contains("majority"), "{e}"),
+        other => panic!("expected a Redis error, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(3));
+    for i in [2, 4] {
+        assert!(!held_on(&masters, i, &name), "left on master {i}");
+    }
+}
+
+#[test]
+fn the_lock_is_lost_only_when_the_majority_is() {
+    let mut masters = Masters::start(5);
+    let watchdog = Duration::from_millis(600);
+    let rl = redlock(&masters, watchdog);
+    let guard = rl.lock(&unique("held")).lock().unwrap();
+    assert_eq!(guard.held_on(), 5);
+    masters.server_mut(0).kill();
+    masters.server_mut(1).kill();
+    // Past the lease on the dead masters: two of five lost, three still renewed.
+    thread::sleep(watchdog * 2);
+    assert_eq!(guard.held_on(), 3);
+    assert!(!guard.is_lost());
+    guard.check().unwrap();
+    masters.server_mut(2).kill();
+    assert!(
+        eventually(Duration::from_secs(5), || guard.is_lost()),
+        "three of five masters gone and the guard says held"
+    );
+    assert!(matches!(guard.check(), Err(Error::LockLost { .. })));
+    assert!(matches!(guard.unlock(), Err(Error::LockLost { .. })));
+}
+
+#[test]
+fn a_waiter_is_woken_by_the_release_and_holders_never_overlap() {
+    let masters = Masters::start(3);
+    let name = unique("shared");
+    let holder = redlock(&masters, Duration::from_secs(5));
+    let guard = holder.lock(&name).lock().unwrap();
+    let waiter_lock = redlock(&masters, Duration::from_secs(5)).lock(&name);
+    let waiter = thread::spawn(move || {
+        waiter_lock
+            .try_lock(Duration::from_secs(10), None)
+            .unwrap()
+            .map(|g| g.unlock().unwrap())
+            .is_some()
+    });
+    let mut admin = masters.server(0).admin();
+    support::await_waiting(&mut admin, &name);
+    let released = Instant::now();
+    guard.unlock().unwrap();
+    assert!(waiter.join().unwrap());
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "not woken: {:?}",
+        released.elapsed()
+    );
+
+    // Four threads, each with its own clients, take turns.
+    let inside = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let lock = redlock(&masters, Duration::from_secs(5)).lock(&name);
+            let (inside, overlaps) = (inside.clone(), overlaps.clone());
+            thread::spawn(move || {
+                let mut rounds = 0;
+                let end = Instant::now() + Duration::from_secs(2);
+                while Instant::now() < end && rounds < 10_000 {
+                    let guard = lock
+                        .try_lock(Duration::from_secs(10), None)
+                        .unwrap()
+                        .expect("a 10 s wait ran out: deadlocked?");
+                    if inside.swap(true, Ordering::SeqCst) {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    thread::sleep(Duration::from_micros(300));
+                    inside.store(false, Ordering::SeqCst);
+                    guard.unlock().unwrap();
+                    rounds += 1;
+                }
+                rounds
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut total = 0;
+    for t in threads {
+        assert!(
+            eventually(deadline.saturating_duration_since(Instant::now()), || t
+                .is_finished()),
+            "a thread hung"
+        );
+        total += t.join().unwrap();
+    }
+    assert!(total > 20, "too little happened: {total}");
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
+}
+
+#[test]
+fn a_lease_too_short_for_the_round_trips_never_counts_as_held() {
+    let masters = Masters::start(3);
+    let rl = redlock(&masters, Duration::from_secs(5));
+    let name = unique("short");
+    // 1 ms minus the drift allowance (2 ms) leaves no validity, however fast the masters.
+    let got = rl
+        .lock(&name)
+        .try_lock(Duration::from_millis(200), Some(Duration::from_millis(1)))
+        .unwrap();
+    assert!(got.is_none());
+    assert!(matches!(
+        Redlock::new(Vec::new()),
+        Err(Error::InvalidArgument(_))
+    ));
+}
