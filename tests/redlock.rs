@@ -191,3 +191,64 @@ fn a_lease_too_short_for_the_round_trips_never_counts_as_held() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// Entry point of the checker's child processes; does nothing unless started by a checker.
+#[test]
+#[ignore = "run as a child process by the checker"]
+fn checker_child() {
+    support::checker::run_child();
+}
+
+#[test]
+fn the_checker_over_redlock_sees_no_overlap_when_one_master_at_a_time_fails() {
+    let mut masters = Masters::start(3);
+    let resource = support::RedisServer::start();
+    let config = support::checker::Config {
+        processes: 3,
+        threads: 2,
+        locks: 1,
+        hold: Duration::from_millis(5),
+        wait: Duration::from_secs(5),
+        watchdog: Duration::from_millis(900),
+        response_timeout: Duration::from_millis(500),
+    };
+    let checker = support::checker::Checker::start(
+        &masters.urls().join(","),
+        &resource.url(),
+        &config,
+        || support::child_test_command("checker_child"),
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || checker.counts().sections > 20),
+        "the children did not start"
+    );
+    // One master at a time loses everything (kill -9, restart without persistence) or stops
+    // past the watchdog timeout: the other two still make a majority.
+    for fault in 0..6 {
+        thread::sleep(Duration::from_millis(700));
+        let i = fault % 3;
+        if fault % 2 == 0 {
+            masters.server_mut(i).restart();
+        } else {
+            let pid = masters.server(i).pid();
+            support::signal(pid, "-STOP");
+            thread::sleep(config.watchdog + Duration::from_millis(300));
+            support::signal(pid, "-CONT");
+        }
+    }
+    thread::sleep(Duration::from_millis(700));
+    let within = config.wait + Duration::from_secs(15);
+    let (counts, leftovers, ()) = checker.finish(within, || ());
+    eprintln!("{counts:?}");
+    assert_eq!(counts.hung, 0, "a child did not finish");
+    assert!(counts.sections > 100, "too little happened: {counts:?}");
+    assert_eq!(
+        counts.overtaken, 0,
+        "two Redlock holders at once: {counts:?}"
+    );
+    assert_eq!(counts.out_of_order, 0, "{counts:?}");
+    assert_eq!(counts.rejected, 0, "{counts:?}");
+    assert_eq!(counts.unreported, 0, "{counts:?}");
+    assert_eq!(counts.other_errors, 0, "{counts:?}");
+    assert!(leftovers.iter().all(|l| l.threads <= 0), "{leftovers:?}");
+}

@@ -49,17 +49,40 @@ redis.call('set', KEYS[1], token)
 return 1
 ";
 
-/// Entering a critical section: the entry's number, and 1 if its token is not above every
-/// token that entered before it.
+/// Entering a critical section: the entry's number, and 1 if a token is not above every
+/// token that entered before it. KEYS[1] counts entries; KEYS[1 + i] is the last token that
+/// entered from master i, ARGV[i] the holder's token from that master (a Redlock holder has
+/// one per master it holds; a single lock's holder has one).
 const ENTER: &str = r"
 local entry = redis.call('incr', KEYS[1])
-local last = tonumber(redis.call('get', KEYS[2]) or '0')
-local token = tonumber(ARGV[1])
-if token > last then
-  redis.call('set', KEYS[2], ARGV[1])
-  return {entry, 0}
+local out_of_order = 0
+for i = 1, #ARGV do
+  local last = tonumber(redis.call('get', KEYS[i + 1]) or '0')
+  local token = tonumber(ARGV[i])
+  if token > last then
+    redis.call('set', KEYS[i + 1], ARGV[i])
+  else
+    out_of_order = 1
+  end
 end
-return {entry, 1}
+return {entry, out_of_order}
+";
+
+/// The protected resource for holders with several tokens (Redlock: one per master held):
+/// KEYS[i] is the last accepted token from master i, ARGV[i] the writer's. Rejected if any
+/// token is older than the last accepted from its master.
+const FENCED_WRITE_MANY: &str = r"
+for i = 1, #ARGV do
+  if tonumber(ARGV[i]) < tonumber(redis.call('get', KEYS[i]) or '0') then
+    return 0
+  end
+end
+for i = 1, #ARGV do
+  if tonumber(ARGV[i]) > tonumber(redis.call('get', KEYS[i]) or '0') then
+    redis.call('set', KEYS[i], ARGV[i])
+  end
+end
+return 1
 ";
 
 /// What to run.
@@ -378,26 +401,37 @@ pub fn run_child() -> bool {
     let parent = std::os::unix::process::parent_id();
     let orphaned = || std::os::unix::process::parent_id() != parent;
     let threads_before = super::thread_count();
-    let client = Client::builder(&lock_url)
-        .watchdog_timeout(config.watchdog)
-        .response_timeout(config.response_timeout)
-        .build()
-        .unwrap();
+    // Several URLs, comma-separated: a Redlock over those masters.
+    let clients: Vec<Client> = lock_url
+        .split(',')
+        .map(|url| {
+            Client::builder(url)
+                .watchdog_timeout(config.watchdog)
+                .response_timeout(config.response_timeout)
+                .build()
+                .unwrap()
+        })
+        .collect();
     let mut resource = Resource::open(&resource_url);
     let _ = resource.query::<()>(
         redis::cmd("SET")
             .arg(format!("checker:client:{me}"))
-            .arg(client.id()),
+            .arg(clients[0].id()),
     );
+    let locker = match clients.len() {
+        1 => Locker::Single(clients[0].clone()),
+        _ => Locker::Red(redlatch::Redlock::new(clients.clone()).unwrap()),
+    };
+    drop(clients);
     let shared = Arc::new(Shared::default());
     let workers: Vec<_> = (0..config.threads)
         .map(|t| {
-            let (client, shared, config) = (client.clone(), shared.clone(), config.clone());
+            let (locker, shared, config) = (locker.clone(), shared.clone(), config.clone());
             let resource_url = resource_url.clone();
-            thread::spawn(move || work(t, &client, &config, &resource_url, &shared))
+            thread::spawn(move || work(t, &locker, &config, &resource_url, &shared))
         })
         .collect();
-    drop(client);
+    drop(locker);
 
     let key = format!("checker:counts:{me}");
     loop {
@@ -535,17 +569,32 @@ impl Resource {
     }
 }
 
-fn work(me: usize, client: &Client, config: &Config, resource_url: &str, shared: &Shared) {
+/// What a child's workers take their locks from.
+#[derive(Clone)]
+enum Locker {
+    Single(Client),
+    Red(redlatch::Redlock),
+}
+
+impl Locker {
+    fn try_lock(&self, name: &str, wait: Duration) -> redlatch::Result<Option<Held>> {
+        Ok(match self {
+            Locker::Single(client) => client.lock(name).try_lock(wait, None)?.map(Held::Single),
+            Locker::Red(redlock) => redlock.lock(name).try_lock(wait, None)?.map(Held::Red),
+        })
+    }
+}
+
+fn work(me: usize, locker: &Locker, config: &Config, resource_url: &str, shared: &Shared) {
     let mut resource = Resource::open(resource_url);
     for round in 0..u64::MAX {
         if shared.stop.load(Ordering::SeqCst) {
             return;
         }
         let which = (me + round as usize) % config.locks;
-        let lock = client.lock(&format!("checked-{which}"));
         let asked = Instant::now();
         let asked_at = unix_ms();
-        let acquired = lock.try_lock(config.wait, None);
+        let acquired = locker.try_lock(&format!("checked-{which}"), config.wait);
         let waited = asked.elapsed();
         if waited > config.late_after() {
             shared.counts.lock().late += 1;
@@ -573,10 +622,10 @@ fn work(me: usize, client: &Client, config: &Config, resource_url: &str, shared:
                 waits.push(waited.as_micros() as u64);
             }
         }
-        let token = guard.fencing_token();
-        let entered = resource.enter(which, token);
+        let token = guard.tokens();
+        let entered = resource.enter_with(which, token.clone());
         thread::sleep(config.hold);
-        let (section, released) = resource.leave(entered, guard);
+        let (section, released) = resource.leave_held(entered, guard);
         let took = asked.elapsed().saturating_sub(waited);
         let mut counts = shared.counts.lock();
         counts.sections += 1;
@@ -594,7 +643,7 @@ fn work(me: usize, client: &Client, config: &Config, resource_url: &str, shared:
         if section.unreported() {
             // What it takes to find out why, next to the faults' times (unix ms).
             let detail = format!(
-                "lock {which} token {token} {section:?} asked at {asked_at} waited {waited:?} \
+                "lock {which} tokens {token:?} {section:?} asked at {asked_at} waited {waited:?} \
                  took {took:?} ended at {} unlock {released:?}",
                 unix_ms()
             );
@@ -606,7 +655,8 @@ fn work(me: usize, client: &Client, config: &Config, resource_url: &str, shared:
 /// A holder inside lock `which`'s critical section, as [`Resource::enter`] noted it.
 pub struct Entered {
     which: usize,
-    token: u64,
+    /// (master, token) for each master the holder holds.
+    tokens: Vec<(usize, u64)>,
     /// The entry's number.
     entry: u64,
     /// Its token was not above every token that entered before.
@@ -640,18 +690,58 @@ impl Section {
     }
 }
 
+/// What a worker holds: a lock, or a Redlock over several masters.
+pub enum Held {
+    Single(redlatch::LockGuard),
+    Red(redlatch::RedLockGuard),
+}
+
+impl Held {
+    /// (master, token) for each master held.
+    pub fn tokens(&self) -> Vec<(usize, u64)> {
+        match self {
+            Held::Single(g) => vec![(0, g.fencing_token())],
+            Held::Red(g) => g
+                .fencing_tokens()
+                .into_iter()
+                .enumerate()
+                .filter_map(|(m, t)| Some((m, t?)))
+                .collect(),
+        }
+    }
+
+    fn is_lost(&self) -> bool {
+        match self {
+            Held::Single(g) => g.is_lost(),
+            Held::Red(g) => g.is_lost(),
+        }
+    }
+
+    fn unlock(self) -> redlatch::Result<()> {
+        match self {
+            Held::Single(g) => g.unlock(),
+            Held::Red(g) => g.unlock(),
+        }
+    }
+}
+
 impl Resource {
     /// Enters lock `which`'s critical section with `token`.
     pub fn enter(&mut self, which: usize, token: u64) -> Entered {
-        let (entry, out_of_order): (u64, u64) = self.invoke(
-            redis::Script::new(ENTER)
-                .key(format!("entries:{which}"))
-                .key(format!("last:{which}"))
-                .arg(token),
-        );
+        self.enter_with(which, vec![(0, token)])
+    }
+
+    /// Enters lock `which`'s critical section with a token per master.
+    pub fn enter_with(&mut self, which: usize, tokens: Vec<(usize, u64)>) -> Entered {
+        let script = redis::Script::new(ENTER);
+        let mut invocation = script.key(format!("entries:{which}"));
+        for (m, token) in &tokens {
+            invocation.key(format!("last:{which}:{m}")).arg(*token);
+        }
+        let (entry, out_of_order): (u64, u64) = self.invoke(&invocation);
         Entered {
             which,
-            token,
+            tokens,
             entry,
             out_of_order: out_of_order == 1,
         }
@@ -663,25 +753,34 @@ impl Resource {
         entered: Entered,
         guard: redlatch::LockGuard,
     ) -> (Section, redlatch::Result<()>) {
+        self.leave_held(entered, Held::Single(guard))
+    }
+
+    /// Writes with the section's tokens, checks who entered meanwhile, and releases `held`.
+    pub fn leave_held(&mut self, entered: Entered, held: Held) -> (Section, redlatch::Result<()>) {
         let which = entered.which;
         // The same token again is harmless, so a write whose reply was cut off is retried.
-        let accepted: i64 = self.invoke(
-            redis::Script::new(FENCED_WRITE)
-                .key(format!("resource:{which}"))
-                .arg(entered.token),
-        );
-        let (entries, last): (u64, u64) = self
-            .query(
-                redis::cmd("MGET")
-                    .arg(format!("entries:{which}"))
-                    .arg(format!("last:{which}")),
-            )
-            .unwrap_or((entered.entry, entered.token));
-        let lost_at_end = guard.is_lost();
-        let released = guard.unlock();
+        let script = redis::Script::new(FENCED_WRITE_MANY);
+        let mut write = script.prepare_invoke();
+        let mut read = redis::cmd("MGET");
+        read.arg(format!("entries:{which}"));
+        for (m, token) in &entered.tokens {
+            write.key(format!("resource:{which}:{m}")).arg(*token);
+            read.arg(format!("last:{which}:{m}"));
+        }
+        let accepted: i64 = self.invoke(&write);
+        let seen: Vec<u64> = self.query(&read).unwrap_or_default();
+        let lost_at_end = held.is_lost();
+        let released = held.unlock();
+        let entries = seen.first().copied().unwrap_or(entered.entry);
+        let overtaken_by_newer = entered
+            .tokens
+            .iter()
+            .zip(seen.iter().skip(1))
+            .any(|((_, mine), last)| last > mine);
         let section = Section {
             overtaken: entries != entered.entry,
-            overtaken_by_newer: last > entered.token,
+            overtaken_by_newer,
             out_of_order: entered.out_of_order,
             rejected: accepted == 0,
             told: lost_at_end || matches!(released, Err(Error::LockLost { .. })),
