@@ -189,7 +189,10 @@ fn direct_client(url: &str, tcp: TcpSettings) -> Result<redis::Client> {
 impl Backend {
     /// Runs `op` on a pooled connection, retrying on a fresh one when the connection fails.
     /// `op` must be idempotent: it may run more than once if a reply was lost.
-    pub fn run<T>(&self, mut op: impl FnMut(&mut Connection) -> RedisResult<T>) -> Result<T> {
+    pub fn run<T>(
+        &self,
+        mut op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
+    ) -> Result<T> {
         let mut attempt = 0;
         loop {
             match self.run_once(&mut op) {
@@ -206,7 +209,7 @@ impl Backend {
     /// Runs `op` once, without retries: for best-effort notifications.
     pub fn run_once_only<T>(
         &self,
-        mut op: impl FnMut(&mut Connection) -> RedisResult<T>,
+        mut op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
     ) -> Result<T> {
         self.run_once(&mut op).map_err(Error::from)
     }
@@ -221,7 +224,7 @@ impl Backend {
 
     fn run_once<T>(
         &self,
-        op: &mut impl FnMut(&mut Connection) -> RedisResult<T>,
+        op: &mut impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
     ) -> RedisResult<T> {
         let (mut con, epoch) = match self
             .pool
@@ -236,7 +239,7 @@ impl Backend {
                 }
             },
         };
-        let result = op(&mut con);
+        let result = op(&mut *con);
         match &result {
             Err(e) if is_transport_error(e) || self.master_moved(e) => {
                 // The server may have restarted, or a failover moved the master: every idle
@@ -253,13 +256,13 @@ impl Backend {
         result
     }
 
-    fn connect_for_commands(&self) -> RedisResult<Connection> {
+    fn connect_for_commands(&self) -> RedisResult<PooledConnection> {
         let con = self.connect()?;
         // A command that gets no answer must fail, not hang its thread: the retry policy and
         // the idempotent scripts make failing safe.
         con.set_read_timeout(Some(self.settings.response_timeout))?;
         con.set_write_timeout(Some(self.settings.response_timeout))?;
-        Ok(con)
+        Ok(Box::new(con))
     }
 }
 
@@ -288,6 +291,10 @@ fn is_transport_error(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
 }
 
+/// A command connection: the scripts and the closures given to [`Backend::run`] see only
+/// `ConnectionLike`, so they run unchanged on whatever kind of connection the target makes.
+type PooledConnection = Box<dyn ConnectionLike + Send>;
+
 /// Idle connections plus a count of connections in existence, capped at `max`.
 struct Pool {
     state: Mutex<PoolState>,
@@ -297,7 +304,7 @@ struct Pool {
 }
 
 struct PoolState {
-    idle: Vec<(Connection, u64)>,
+    idle: Vec<(PooledConnection, u64)>,
     open: u32,
 }
 
@@ -323,7 +330,7 @@ impl Pool {
     }
 
     /// An idle connection of the current epoch, or `None` with a slot reserved for a new one.
-    fn take(&self, deadline: Instant) -> RedisResult<Option<(Connection, u64)>> {
+    fn take(&self, deadline: Instant) -> RedisResult<Option<(PooledConnection, u64)>> {
         let mut state = self.state.lock();
         loop {
             let epoch = self.epoch();
@@ -346,7 +353,7 @@ impl Pool {
         }
     }
 
-    fn give_back(&self, con: Connection, epoch: u64) {
+    fn give_back(&self, con: PooledConnection, epoch: u64) {
         self.state.lock().idle.push((con, epoch));
         self.returned.notify_one();
     }

@@ -8,7 +8,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{Cmd, Connection, FromRedisValue, RedisResult, Script, ToRedisArgs};
+use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult, Script, ToRedisArgs};
 
 use crate::keys::LockKeys;
 
@@ -74,7 +74,7 @@ impl Invocation<'_> {
         self
     }
 
-    fn invoke<T: FromRedisValue>(&self, con: &mut Connection) -> RedisResult<T> {
+    fn invoke<T: FromRedisValue>(&self, con: &mut dyn ConnectionLike) -> RedisResult<T> {
         match self.command("EVALSHA", &self.lua.hash).query(con) {
             Err(e) if e.code() == Some("NOSCRIPT") => {
                 self.command("EVAL", self.lua.code).query(con)
@@ -128,7 +128,7 @@ impl Queueing {
 }
 
 pub(crate) fn acquire(
-    con: &mut Connection,
+    con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     owner: &str,
     hold: Option<(u32, u64)>,
@@ -175,7 +175,7 @@ pub(crate) enum AcquireMany {
 
 /// Takes every lock of `locks` that is free for `owner`, or none of them.
 pub(crate) fn acquire_many(
-    con: &mut Connection,
+    con: &mut dyn ConnectionLike,
     locks: &[&LockKeys],
     owner: &str,
     lease: Duration,
@@ -220,7 +220,7 @@ pub(crate) fn acquire_many(
 /// Takes the caller out of the queue; `Some(token)` if the lock had been handed to it, which
 /// then holds it with at least `lease` and the hand-over's token.
 pub(crate) fn withdraw(
-    con: &mut Connection,
+    con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     owner: &str,
     lease: Duration,
@@ -257,7 +257,7 @@ pub(crate) enum TakenBy {
 }
 
 pub(crate) fn release(
-    con: &mut Connection,
+    con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     owner: &str,
     holds: u32,
@@ -275,7 +275,7 @@ pub(crate) fn release(
 /// Gives back a hand-over to `owner` with `token` that nobody took up; changes nothing if it
 /// was taken up (by an attempt, a withdrawal, or from the message).
 pub(crate) fn give_back(
-    con: &mut Connection,
+    con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     owner: &str,
     token: u64,
@@ -285,7 +285,7 @@ pub(crate) fn give_back(
 }
 
 fn run_release(
-    con: &mut Connection,
+    con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     owner: &str,
     holds: u32,
@@ -324,7 +324,7 @@ pub(crate) struct Renewal<'a> {
 
 /// Renews every hold in `batch` in one script call; `true` where the lock is still ours.
 pub(crate) fn renew(
-    con: &mut Connection,
+    con: &mut dyn ConnectionLike,
     batch: &[Renewal<'_>],
     lease: Duration,
 ) -> RedisResult<Vec<bool>> {
@@ -343,7 +343,7 @@ pub(crate) fn renew(
 
 /// Deletes the lock whoever holds it; `request` names this call so a retry answers the same.
 pub(crate) fn force_unlock(
-    con: &mut Connection,
+    con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     request: &str,
     latch_ttl: Duration,
@@ -366,7 +366,7 @@ pub(crate) struct Inspection {
 }
 
 pub(crate) fn inspect(
-    con: &mut Connection,
+    con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     owner: &str,
 ) -> RedisResult<Inspection> {

@@ -539,7 +539,7 @@ impl Subscriber {
     /// Publishes `what` on the control channel; the number of receivers.
     fn publish_control(&self, what: &str, retry: bool) -> crate::Result<i64> {
         let channel = &self.shared.control_channel;
-        let publish = |con: &mut Connection| {
+        let publish = |con: &mut dyn redis::ConnectionLike| {
             redis::cmd("PUBLISH")
                 .arg(channel)
                 .arg(what)
