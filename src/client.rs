@@ -135,6 +135,37 @@ impl Client {
         }))
     }
 
+    /// A builder for a client of a Redis Cluster, found through `seed_urls`
+    /// (`redis://[user:password@]host:port`, one or more nodes of the cluster, masters or
+    /// replicas; the same credentials for all).
+    ///
+    /// Each lock lives in the slot of its name (all its keys share the hash tag `{name}`), so
+    /// every script runs on the one master that owns it; commands follow `MOVED` and `ASK`
+    /// through a resharding, and pooled connections are made anew when a node fails. Wake-ups
+    /// use classic pub/sub, which Redis Cluster broadcasts to every node: the subscriber
+    /// listens on one node. [`ClientBuilder::wait_for_replicas`] is not available on a
+    /// Cluster (yet), and a lock name there must not begin with `}` (its keys would fall
+    /// into different slots).
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::cluster_builder(
+    ///     &["redis://10.0.0.1:7000", "redis://10.0.0.2:7000", "redis://10.0.0.3:7000"],
+    /// )
+    /// .build()?;
+    /// let guard = client.lock("invoice:42").lock()?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// What a failover does to a lock is what it does on Sentinel: replication is
+    /// asynchronous, so the replica that takes over may not have a lock its old master
+    /// confirmed; the holder's guard reports it lost at its next renewal.
+    pub fn cluster_builder(seed_urls: &[&str]) -> ClientBuilder {
+        ClientBuilder::new(Deployment::Cluster(
+            seed_urls.iter().map(|s| s.to_string()).collect(),
+        ))
+    }
+
     /// A handle on the lock called `name`. No I/O; the name is checked when the lock is used.
     pub fn lock(&self, name: &str) -> Lock {
         Lock::new(self.clone(), name)
@@ -254,7 +285,7 @@ impl ClientBuilder {
                 spec.username = username.map(str::to_string);
                 spec.password = Some(password.to_string());
             }
-            Deployment::Url(_) => self.misused_master_credentials = true,
+            Deployment::Url(_) | Deployment::Cluster(_) => self.misused_master_credentials = true,
         }
         self
     }
@@ -302,6 +333,13 @@ impl ClientBuilder {
         if self.misused_master_credentials {
             return Err(Error::invalid(
                 "master_credentials is for Sentinel clients; put credentials in the URL",
+            ));
+        }
+        if self.replicas.is_some() && matches!(self.deployment, Deployment::Cluster(_)) {
+            // WAIT has no key: a ClusterConnection would send it to any node, not to the
+            // master that took the lock.
+            return Err(Error::invalid(
+                "wait_for_replicas is not supported on a Redis Cluster client",
             ));
         }
         if let Some(replicas) = self.replicas {

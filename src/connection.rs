@@ -22,10 +22,11 @@
 //! overloaded), and another full timeout would only make the caller wait longer. So every
 //! call waits at most one response timeout for an unresponsive server, plus connect time.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::io::tcp::{TcpSettings, socket2::TcpKeepalive};
 use redis::{
     Connection, ConnectionInfo, ConnectionLike, IntoConnectionInfo, RedisError, RedisResult,
@@ -55,13 +56,35 @@ pub(crate) enum Deployment {
     Url(String),
     /// The master a set of sentinels names.
     Sentinel(SentinelSpec),
+    /// A Redis Cluster, found through these seed nodes.
+    Cluster(Vec<String>),
 }
 
 /// How connections find their server.
 enum Target {
     Direct(redis::Client),
     Sentinel(Box<Sentinels>),
+    Cluster(Box<ClusterTarget>),
 }
+
+/// A Redis Cluster: command connections are `redis::cluster::ClusterConnection`s (they route
+/// each command by its first key and follow MOVED and ASK); the pub/sub connection is a plain
+/// connection to one node, since classic PUBLISH reaches every node of a cluster.
+struct ClusterTarget {
+    client: ClusterClient,
+    /// One client per seed node, for the pub/sub connection.
+    nodes: Vec<redis::Client>,
+    /// The seed node to try first for the next pub/sub connection: the last one that worked.
+    next_node: AtomicUsize,
+}
+
+/// Retries inside `ClusterConnection` for one command: redirects (MOVED, ASK) count too.
+/// Kept low so that our own policy ([`ATTEMPTS`], [`BACKOFF`]) stays in charge: with the
+/// crate's defaults, a script refused with TRYAGAIN during a slot migration was measured to
+/// block for 154-219 s, and a timed-out command is retried at once by the crate.
+const CLUSTER_RETRIES: u32 = 2;
+/// The crate's waits between its retries, in milliseconds.
+const CLUSTER_RETRY_WAIT_MS: (u64, u64) = (10, 100);
 
 /// How the crate reaches Redis: connection parameters, the command pool, the retry policy.
 pub(crate) struct Backend {
@@ -84,6 +107,9 @@ impl Backend {
                 settings.connect_timeout,
                 settings.response_timeout,
             )?)),
+            Deployment::Cluster(seeds) => {
+                Target::Cluster(Box::new(ClusterTarget::new(seeds, tcp, &settings)?))
+            }
         };
         Ok(Backend {
             target,
@@ -96,7 +122,7 @@ impl Backend {
     /// Counts the changes of server (a Sentinel failover) so far; always 0 for one server.
     pub fn generation(&self) -> u64 {
         match &self.target {
-            Target::Direct(_) => 0,
+            Target::Direct(_) | Target::Cluster(_) => 0,
             Target::Sentinel(sentinels) => sentinels.generation(),
         }
     }
@@ -122,7 +148,7 @@ impl Backend {
     /// How often [`Backend::follow_master`] should run, if at all.
     pub fn follow_interval(&self) -> Option<Duration> {
         match &self.target {
-            Target::Direct(_) => None,
+            Target::Direct(_) | Target::Cluster(_) => None,
             Target::Sentinel(_) => Some(crate::sentinel::FOLLOW_INTERVAL),
         }
     }
@@ -134,12 +160,19 @@ impl Backend {
         }
     }
 
-    /// A new connection, authenticated and on the right database. Used for the pub/sub
-    /// connection, which the subscriber owns outright.
+    /// Whether this is a Redis Cluster: a script may only touch keys of one slot.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.target, Target::Cluster(_))
+    }
+
+    /// A new connection to one server, authenticated and on the right database. Used for the
+    /// pub/sub connection, which the subscriber owns outright. On a Cluster, a connection to
+    /// one node: the seed that worked last, else the next one that answers.
     pub fn connect(&self) -> RedisResult<Connection> {
         let timeout = self.settings.connect_timeout;
         match &self.target {
             Target::Direct(client) => client.get_connection_with_timeout(timeout),
+            Target::Cluster(cluster) => cluster.connect_node(timeout),
             Target::Sentinel(sentinels) => {
                 let master = sentinels.master()?;
                 self.drop_stale_connections();
@@ -165,6 +198,57 @@ fn tcp_settings() -> TcpSettings {
                 .with_retries(3),
         )
         .set_user_timeout(Duration::from_secs(30))
+}
+
+impl ClusterTarget {
+    fn new(seeds: &[String], tcp: TcpSettings, settings: &Settings) -> Result<ClusterTarget> {
+        if seeds.is_empty() {
+            return Err(Error::invalid(
+                "a Cluster client needs at least one seed node",
+            ));
+        }
+        let nodes = seeds
+            .iter()
+            .map(|url| direct_client(url, tcp.clone()))
+            .collect::<Result<Vec<_>>>()?;
+        let infos: Vec<ConnectionInfo> = nodes
+            .iter()
+            .map(|c| c.get_connection_info().clone())
+            .collect();
+        let (min_wait, max_wait) = CLUSTER_RETRY_WAIT_MS;
+        let client = ClusterClientBuilder::new(infos)
+            .retries(CLUSTER_RETRIES)
+            .min_retry_wait(min_wait)
+            .max_retry_wait(max_wait)
+            .connection_timeout(settings.connect_timeout)
+            .response_timeout(settings.response_timeout)
+            .tcp_settings(tcp)
+            .build()
+            .map_err(|e| Error::invalid(format!("cluster seeds: {e}")))?;
+        Ok(ClusterTarget {
+            client,
+            nodes,
+            next_node: AtomicUsize::new(0),
+        })
+    }
+
+    /// A plain connection to the first seed node that answers, starting with the one that
+    /// worked last.
+    fn connect_node(&self, timeout: Duration) -> RedisResult<Connection> {
+        let first = self.next_node.load(Ordering::Relaxed);
+        let mut failure = None;
+        for i in 0..self.nodes.len() {
+            let n = (first + i) % self.nodes.len();
+            match self.nodes[n].get_connection_with_timeout(timeout) {
+                Ok(con) => {
+                    self.next_node.store(n, Ordering::Relaxed);
+                    return Ok(con);
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+        Err(failure.expect("at least one seed node"))
+    }
 }
 
 /// A client for the server at `url`.
@@ -257,6 +341,10 @@ impl Backend {
     }
 
     fn connect_for_commands(&self) -> RedisResult<PooledConnection> {
+        if let Target::Cluster(cluster) = &self.target {
+            // Timeouts are set by the builder (ClusterTarget::new), for every node.
+            return Ok(Box::new(cluster.client.get_connection()?));
+        }
         let con = self.connect()?;
         // A command that gets no answer must fail, not hang its thread: the retry policy and
         // the idempotent scripts make failing safe.
@@ -276,7 +364,15 @@ impl Backend {
     /// Failures worth a retry on a new connection: those that fail fast. A timeout (or a
     /// pool that stayed exhausted) would cost the caller another full timeout.
     fn is_retryable(&self, e: &RedisError) -> bool {
-        (is_transport_error(e) && !e.is_timeout()) || self.master_moved(e)
+        (is_transport_error(e) && !e.is_timeout()) || self.master_moved(e) || self.slot_moving(e)
+    }
+
+    /// A Cluster refusal that means the command did not run and may well run after a pause:
+    /// the slot is migrating (TRYAGAIN: its keys are split between two nodes; ASK or MOVED
+    /// left over after the connection's own redirects), or the cluster is between a master's
+    /// failure and its replica's promotion (CLUSTERDOWN).
+    fn slot_moving(&self, e: &RedisError) -> bool {
+        self.is_cluster() && matches!(e.code(), Some("TRYAGAIN" | "CLUSTERDOWN" | "ASK" | "MOVED"))
     }
 }
 
