@@ -43,6 +43,12 @@ impl LockKeys {
         }
     }
 
+    /// The Redis Cluster slot of every key of this lock: CRC16 (XMODEM) of the hash tag, mod
+    /// 16384, as the server computes it.
+    pub fn slot(&self) -> u16 {
+        key_slot(self.lock.as_bytes())
+    }
+
     /// The latch that records the final release of the hold `owner` took with `token`.
     pub fn release_latch(&self, owner: &str, token: u64) -> String {
         format!("{}:released:{owner}:{token}", self.lock)
@@ -74,4 +80,55 @@ impl LockKeys {
 /// The channel a client's requesters publish on to wake its subscriber thread.
 pub(crate) fn control_channel(prefix: &str, client_id: &str) -> String {
     format!("{prefix}:control:{client_id}")
+}
+
+/// The Redis Cluster slot of `key`: CRC16/XMODEM of its hash tag (the text between the first
+/// `{` and the next `}`, if not empty), else of the whole key, mod 16384.
+pub(crate) fn key_slot(key: &[u8]) -> u16 {
+    let hashed = key
+        .iter()
+        .position(|b| *b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|b| *b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for byte in hashed {
+        crc ^= u16::from(*byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_computed_as_the_server_does() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(key_slot(b"123456789"), 0x31C3); // the CRC16 check value
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"bar"), 5061);
+        assert_eq!(key_slot(b"{foo}foo3"), 12182);
+        assert_eq!(key_slot(b"{}foo"), key_slot(b"{}foo")); // empty tag: whole key
+        assert_ne!(key_slot(b"{}foo"), key_slot(b""));
+        let keys = LockKeys::new("p", "foo");
+        assert_eq!(keys.slot(), 12182);
+        for key in [&keys.fence, &keys.queue, &keys.waiters, &keys.channel] {
+            assert_eq!(key_slot(key.as_bytes()), keys.slot());
+        }
+        assert_eq!(
+            key_slot(keys.release_latch("o:1", 7).as_bytes()),
+            keys.slot()
+        );
+    }
 }

@@ -4,8 +4,9 @@ use std::time::{Duration, Instant};
 
 use crate::client::{Client, thread_number};
 use crate::error::{Error, Result};
+use crate::hold::Hold;
 use crate::lock::{Lock, LockGuard, validate_duration};
-use crate::scripts::{self, AcquireMany, Renewal, TakenBy};
+use crate::scripts::{self, AcquireMany, TakenBy};
 
 /// Several locks taken together, made by [`Client::multi_lock`].
 ///
@@ -103,61 +104,71 @@ impl MultiLock {
         let deadline = wait.and_then(|w| Instant::now().checked_add(w));
         let owner: std::sync::Arc<str> = core.owner(thread).into();
         let mut held: Vec<Option<LockGuard>> = self.locks.iter().map(|_| None).collect();
+        let lease_set = first.lease_set(lease);
         loop {
             let missing: Vec<usize> = (0..held.len()).filter(|&i| held[i].is_none()).collect();
-            let keys: Vec<_> = missing.iter().map(|&i| self.locks[i].keys()).collect();
-            let lease_set = first.lease_set(lease);
-            let sent = Instant::now();
-            let reply = core
-                .backend
-                .run(|con| scripts::acquire_many(con, &keys, &owner, lease_set))?;
-            let busy = match reply {
-                AcquireMany::Acquired(tokens) => {
-                    // With a fixed lease, the members taken while the others were awaited get
-                    // theirs again from now, so that all of them end together.
-                    if lease.is_some() && missing.len() < held.len() {
-                        let earlier: Vec<_> = held.iter().flatten().map(LockGuard::hold).collect();
-                        let renewals: Vec<Renewal<'_>> = earlier
-                            .iter()
-                            .map(|h| Renewal {
-                                keys: &h.keys,
-                                owner: &h.owner,
-                                token: h.token,
-                            })
-                            .collect();
-                        let ours = core
-                            .backend
-                            .run(|con| scripts::renew(con, &renewals, lease_set))?;
-                        for (hold, ours) in earlier.iter().zip(ours) {
+            let mut busy = None;
+            let mut last: (&[usize], Instant) = (&[], Instant::now());
+            let groups = self.groups(&missing, core.backend.is_cluster());
+            for group in &groups {
+                let keys: Vec<_> = group.iter().map(|&i| self.locks[i].keys()).collect();
+                let sent = Instant::now();
+                let reply = core
+                    .backend
+                    .run(|con| scripts::acquire_many(con, &keys, &owner, lease_set))?;
+                match reply {
+                    AcquireMany::Acquired(tokens) => {
+                        for (&i, token) in group.iter().zip(tokens) {
+                            let lock = &self.locks[i];
+                            let guard = lock.new_hold(
+                                thread,
+                                owner.clone(),
+                                token,
+                                TakenBy::Attempt,
+                                sent,
+                                lease,
+                            );
+                            held[i] = Some(guard);
+                        }
+                        last = (group, sent);
+                    }
+                    AcquireMany::Foreign { index, fence } => {
+                        let keys = self.locks[group[index]].keys();
+                        let key = if fence { &keys.fence } else { &keys.lock };
+                        return Err(Error::WrongType { key: key.clone() }); // `held` is released
+                    }
+                    AcquireMany::Busy { index, .. } => {
+                        busy = Some(group[index]);
+                        break;
+                    }
+                }
+            }
+            let Some(busy) = busy else {
+                // With a fixed lease, the members taken before the last call (while others
+                // were awaited, or in an earlier slot's call) get theirs again from then, so
+                // that all of them end together.
+                let (last_group, last_sent) = last;
+                if lease.is_some() {
+                    let holds: Vec<&Hold> = held
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| !last_group.contains(i))
+                        .filter_map(|(_, g)| g.as_ref().map(|g| &**g.hold()))
+                        .collect();
+                    if !holds.is_empty() {
+                        let ours = crate::renewal::renew_now(core, &holds, lease_set)?;
+                        for (hold, ours) in holds.iter().zip(ours) {
                             if ours {
-                                hold.extend(sent, lease_set, None);
+                                hold.extend(last_sent, lease_set, None);
                             } else {
                                 hold.mark_lost();
                             }
                         }
                     }
-                    for (&i, token) in missing.iter().zip(tokens) {
-                        let lock = &self.locks[i];
-                        let guard = lock.new_hold(
-                            thread,
-                            owner.clone(),
-                            token,
-                            TakenBy::Attempt,
-                            sent,
-                            lease,
-                        );
-                        held[i] = Some(guard);
-                    }
-                    return Ok(Some(MultiLockGuard {
-                        guards: held.into_iter().flatten().collect(),
-                    }));
                 }
-                AcquireMany::Foreign { index, fence } => {
-                    let keys = self.locks[missing[index]].keys();
-                    let key = if fence { &keys.fence } else { &keys.lock };
-                    return Err(Error::WrongType { key: key.clone() }); // `held` is released
-                }
-                AcquireMany::Busy { index, .. } => missing[index],
+                return Ok(Some(MultiLockGuard {
+                    guards: held.into_iter().flatten().collect(),
+                }));
             };
             // Keep only what comes before the lock we wait for: the order that prevents
             // deadlocks. Dropping a guard releases it.
@@ -173,6 +184,26 @@ impl MultiLock {
                 None => return Ok(None), // out of time; `held` is released
             }
         }
+    }
+}
+
+impl MultiLock {
+    /// The script calls one attempt at `missing` (indices into `locks`, ascending) makes:
+    /// one for all of them, or on a Cluster, where a script must stay in one slot, one per
+    /// slot, in the order of each slot's first member.
+    fn groups(&self, missing: &[usize], cluster: bool) -> Vec<Vec<usize>> {
+        if !cluster {
+            return vec![missing.to_vec()];
+        }
+        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+        for &i in missing {
+            let slot = self.locks[i].keys().slot();
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, group)) => group.push(i),
+                None => groups.push((slot, vec![i])),
+            }
+        }
+        groups.into_iter().map(|(_, group)| group).collect()
     }
 }
 

@@ -103,6 +103,54 @@ fn give_back(core: &Core, keys: &LockKeys, thread: u64, token: u64) {
     }
 }
 
+/// Splits `due` into script calls of at most [`BATCH`] locks. On a Cluster, a script may only
+/// touch keys of one slot (else CROSSSLOT), so each call renews locks of one slot only: one
+/// call per slot that has locks due, whatever the batch size.
+fn batches(due: &mut [(u64, Arc<Hold>)], cluster: bool) -> Vec<&[(u64, Arc<Hold>)]> {
+    if !cluster {
+        return due.chunks(BATCH).collect();
+    }
+    due.sort_by_key(|(_, hold)| hold.keys.slot());
+    due.chunk_by(|(_, a), (_, b)| a.keys.slot() == b.keys.slot())
+        .flat_map(|same_slot| same_slot.chunks(BATCH))
+        .collect()
+}
+
+/// Renews `holds` with `lease`, in as few script calls as the deployment allows (one, or one
+/// per slot on a Cluster); `true` where the lock is still ours, in the order given.
+pub(crate) fn renew_now(core: &Core, holds: &[&Hold], lease: Duration) -> crate::Result<Vec<bool>> {
+    let mut order: Vec<usize> = (0..holds.len()).collect();
+    let cluster = core.backend.is_cluster();
+    if cluster {
+        order.sort_by_key(|&i| holds[i].keys.slot());
+    }
+    let mut ours = vec![false; holds.len()];
+    let groups: Vec<&[usize]> = if cluster {
+        order
+            .chunk_by(|&a, &b| holds[a].keys.slot() == holds[b].keys.slot())
+            .collect()
+    } else {
+        vec![&order[..]]
+    };
+    for group in groups {
+        let renewals: Vec<Renewal<'_>> = group
+            .iter()
+            .map(|&i| Renewal {
+                keys: &holds[i].keys,
+                owner: &holds[i].owner,
+                token: holds[i].token,
+            })
+            .collect();
+        let replies = core
+            .backend
+            .run(|con| scripts::renew(con, &renewals, lease))?;
+        for (&i, reply) in group.iter().zip(replies) {
+            ours[i] = reply;
+        }
+    }
+    Ok(ours)
+}
+
 /// Renews what is due; returns when the next round should start. Checks `stop` between
 /// batches, so a closing client waits for one round trip at most.
 fn round(core: &Core, lease: Duration, period: Duration, stop: &Receiver<()>) -> Instant {
@@ -121,7 +169,7 @@ fn round(core: &Core, lease: Duration, period: Duration, stop: &Receiver<()>) ->
             next = next.min(renew_at);
         }
     }
-    for batch in due.chunks(BATCH) {
+    for batch in batches(&mut due, core.backend.is_cluster()) {
         if !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) {
             break;
         }
