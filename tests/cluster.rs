@@ -1,0 +1,475 @@
+//! Redis Cluster: three masters with a replica each, real processes on free ports
+//! (`tests/support/topology.rs`). Locks live on the master that owns their slot, waiters in
+//! other clients are woken by a release on any master, renewal keeps locks over many slots
+//! alive, and a slot move, a `CLUSTER FAILOVER` and a killed master hang nobody.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlatch::{Client, Error};
+use support::topology::{Cluster, ClusterNode, connect, key_slot, wait_for};
+
+fn client(c: &Cluster, watchdog: Duration) -> Client {
+    let urls = c.seed_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    Client::cluster_builder(&urls)
+        .watchdog_timeout(watchdog)
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap()
+}
+
+fn lock_key(name: &str) -> String {
+    format!("redlatch:{{{name}}}")
+}
+
+fn slot_of(name: &str) -> u16 {
+    key_slot(lock_key(name).as_bytes())
+}
+
+/// The master serving `slot` in `view`.
+fn owner_in(view: &[ClusterNode], slot: u16) -> u16 {
+    view.iter()
+        .find(|n| n.master && n.serves(slot))
+        .expect("every slot is served")
+        .port
+}
+
+/// A lock name starting with `stem` whose slot the master on `port` serves.
+fn name_on(c: &Cluster, port: u16, stem: &str) -> String {
+    let view = c.view();
+    (0..100_000)
+        .map(|i| format!("{stem}-{i}"))
+        .find(|name| owner_in(&view, slot_of(name)) == port)
+        .expect("a name on every master")
+}
+
+/// `count` lock names starting with `stem` that all hash to one slot.
+fn names_in_one_slot(stem: &str, count: usize) -> Vec<String> {
+    let slot = slot_of(&format!("{stem}-0"));
+    let names: Vec<String> = (0..10_000_000)
+        .map(|i| format!("{stem}-{i}"))
+        .filter(|name| slot_of(name) == slot)
+        .take(count)
+        .collect();
+    assert_eq!(names.len(), count);
+    names
+}
+
+/// Whether the node on `port` has lock `name`'s hash (false if it refuses: not its slot).
+fn has_lock(port: u16, name: &str) -> bool {
+    let mut con = connect(port, None).unwrap();
+    redis::cmd("EXISTS")
+        .arg(lock_key(name))
+        .query(&mut con)
+        .unwrap_or(false)
+}
+
+/// Subscribers of lock `name`'s channel, over every live node of the cluster.
+fn subscribers(c: &Cluster, name: &str) -> i64 {
+    let channel = format!("{}:unlocked", lock_key(name));
+    c.view()
+        .iter()
+        .filter_map(|n| connect(n.port, None).ok())
+        .map(|mut con| {
+            let reply: (String, i64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query(&mut con)
+                .unwrap_or_default();
+            reply.1
+        })
+        .sum()
+}
+
+/// Joins every handle, panicking if one has not returned within `within`.
+fn join_all<T>(handles: Vec<thread::JoinHandle<T>>, within: Duration) -> Vec<T> {
+    let deadline = Instant::now() + within;
+    for h in &handles {
+        while !h.is_finished() {
+            assert!(Instant::now() < deadline, "a thread hangs");
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+/// What the contending threads did.
+#[derive(Default)]
+struct Tally {
+    acquired: AtomicU64,
+    acquired_after: AtomicU64,
+    errors: AtomicU64,
+    failed_unlocks: AtomicU64,
+}
+
+/// Threads of `clients` contending on lock `name` (hold 5 ms, wait at most 2 s each time)
+/// until `stop`; counted in `tally`, after `after` is set in `acquired_after`.
+fn contend(
+    clients: &[Client],
+    name: &str,
+    threads: usize,
+    stop: &Arc<AtomicBool>,
+    after: &Arc<AtomicBool>,
+    tally: &Arc<Tally>,
+) -> Vec<thread::JoinHandle<()>> {
+    (0..threads)
+        .map(|i| {
+            let lock = clients[i % clients.len()].lock(name);
+            let (stop, after, tally) = (stop.clone(), after.clone(), tally.clone());
+            thread::spawn(move || {
+                for _ in 0..100_000 {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let later = after.load(Ordering::SeqCst);
+                    match lock.try_lock(Duration::from_secs(2), None) {
+                        Ok(Some(guard)) => {
+                            thread::sleep(Duration::from_millis(5));
+                            if guard.unlock().is_err() {
+                                tally.failed_unlocks.fetch_add(1, Ordering::SeqCst);
+                            }
+                            tally.acquired.fetch_add(1, Ordering::SeqCst);
+                            if later {
+                                tally.acquired_after.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(_) => {
+                            tally.errors.fetch_add(1, Ordering::SeqCst);
+                            thread::sleep(Duration::from_millis(50));
+                        }
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// Waits (bounded) until the contending threads acquired `more` times more than now.
+fn await_progress(tally: &Tally, more: u64, what: &str) {
+    let start = tally.acquired.load(Ordering::SeqCst);
+    wait_for(what, Duration::from_secs(20), || {
+        (tally.acquired.load(Ordering::SeqCst) >= start + more).then_some(())
+    });
+}
+
+#[test]
+fn locks_live_on_the_master_of_their_slot_and_a_release_on_each_master_wakes_a_waiter() {
+    let t = Instant::now();
+    let c = Cluster::start();
+    let started = t.elapsed();
+    let holder = client(&c, Duration::from_secs(10));
+    let waiter_client = client(&c, Duration::from_secs(10));
+    let mut wakes = Vec::new();
+    for master in c.master_ports() {
+        let name = name_on(&c, master, "spread");
+        let guard = holder.lock(&name).lock().unwrap();
+        assert!(has_lock(master, &name), "lock {name} not on {master}");
+        for other in c.master_ports().into_iter().filter(|p| *p != master) {
+            assert!(!has_lock(other, &name));
+        }
+        let lock = waiter_client.lock(&name);
+        let waiting = thread::spawn(move || {
+            let guard = lock.try_lock(Duration::from_secs(8), None).unwrap();
+            (Instant::now(), guard.map(|g| g.fencing_token()))
+        });
+        wait_for("the waiter subscribed", Duration::from_secs(5), || {
+            (subscribers(&c, &name) >= 1).then_some(())
+        });
+        let first_token = guard.fencing_token();
+        let released = Instant::now();
+        guard.unlock().unwrap();
+        let (woken, token) = join_all(vec![waiting], Duration::from_secs(10)).remove(0);
+        assert!(token.is_some_and(|t| t > first_token), "the waiter got it");
+        let after = woken - released;
+        // Without a message it would have slept until the lease (10 s) ran out.
+        assert!(
+            after < Duration::from_secs(1),
+            "woken {after:?} after the release"
+        );
+        wakes.push(after);
+    }
+    eprintln!("cluster: started in {started:?}; waiters woken {wakes:?} after the release");
+}
+
+#[test]
+fn renewal_keeps_200_locks_over_many_slots_alive() {
+    let c = Cluster::start();
+    let watchdog = Duration::from_millis(600);
+    let client = client(&c, watchdog);
+    let names: Vec<String> = (0..200).map(|i| format!("renewed-{i}")).collect();
+    let mut slots: Vec<u16> = names.iter().map(|n| slot_of(n)).collect();
+    slots.sort_unstable();
+    slots.dedup();
+    assert!(slots.len() > 150, "spread over {} slots only", slots.len());
+    let view = c.view();
+    for master in c.master_ports() {
+        assert!(slots.iter().any(|s| owner_in(&view, *s) == master));
+    }
+    let guards: Vec<_> = names
+        .iter()
+        .map(|n| client.lock(n).lock().unwrap())
+        .collect();
+    thread::sleep(watchdog * 5);
+    let observer = self::client(&c, watchdog);
+    for (name, guard) in names.iter().zip(&guards) {
+        assert!(!guard.is_lost(), "{name} lost");
+        assert!(observer.lock(name).is_locked().unwrap(), "{name} expired");
+    }
+    for guard in guards {
+        guard.unlock().unwrap();
+    }
+}
+
+#[test]
+fn a_slot_move_under_contention_hangs_nobody_and_the_lock_follows_its_slot() {
+    let c = Cluster::start();
+    let masters = c.master_ports();
+    let from = masters[0];
+    let to = masters[1];
+    let name = name_on(&c, from, "moving");
+    let slot = slot_of(&name);
+    let clients = [
+        client(&c, Duration::from_secs(1)),
+        client(&c, Duration::from_secs(1)),
+    ];
+    let stop = Arc::new(AtomicBool::new(false));
+    let moved = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
+    let workers = contend(&clients, &name, 4, &stop, &moved, &tally);
+    await_progress(&tally, 20, "contention before the move");
+
+    // Step by step, with contention in each state: MIGRATING/IMPORTING with the keys on the
+    // source, then on the target, then the slot handed over.
+    let t = Instant::now();
+    let before = tally.acquired.load(Ordering::SeqCst);
+    let mut step = c.begin_slot_move(slot, to);
+    thread::sleep(Duration::from_millis(500));
+    step.migrate_keys();
+    thread::sleep(Duration::from_millis(500));
+    step.finish();
+    let took = t.elapsed();
+    let during = tally.acquired.load(Ordering::SeqCst) - before;
+    moved.store(true, Ordering::SeqCst);
+    await_progress(&tally, 20, "contention after the move");
+    stop.store(true, Ordering::SeqCst);
+    join_all(workers, Duration::from_secs(10));
+    assert!(tally.acquired_after.load(Ordering::SeqCst) >= 20);
+
+    let guard = clients[0].lock(&name).lock().unwrap();
+    assert!(has_lock(to, &name), "the lock lives on the new owner");
+    assert!(!has_lock(from, &name));
+
+    // Moved back step by step while held: the key moves with its slot, and the holder keeps
+    // it (renewed on the new owner) or is told it lost it.
+    let mut step = c.begin_slot_move(slot, from);
+    thread::sleep(Duration::from_millis(300)); // a renewal (every 333 ms) meets the migration
+    step.migrate_keys();
+    step.finish();
+    thread::sleep(Duration::from_millis(1500)); // more than the watchdog timeout
+    let kept = !guard.is_lost();
+    if !kept {
+        assert!(matches!(guard.unlock(), Err(Error::LockLost { .. })));
+    } else {
+        assert!(has_lock(from, &name), "held, so on the new owner");
+        guard.unlock().unwrap();
+    }
+    assert!(!clients[1].lock(&name).is_locked().unwrap());
+    eprintln!(
+        "cluster slot move: {took:?}; {} acquisitions ({} during the move), {} errors; \
+         {} failed unlocks; held lock kept: {kept}",
+        tally.acquired.load(Ordering::SeqCst),
+        during,
+        tally.errors.load(Ordering::SeqCst),
+        tally.failed_unlocks.load(Ordering::SeqCst)
+    );
+}
+
+#[test]
+fn a_cluster_failover_under_contention_hangs_nobody() {
+    let c = Cluster::start();
+    let master = c.master_ports()[2];
+    let replica = c.replica_of(master);
+    let name = name_on(&c, master, "failover");
+    let clients = [
+        client(&c, Duration::from_secs(1)),
+        client(&c, Duration::from_secs(1)),
+    ];
+    let stop = Arc::new(AtomicBool::new(false));
+    let failed_over = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
+    let workers = contend(&clients, &name, 4, &stop, &failed_over, &tally);
+    await_progress(&tally, 20, "contention before the failover");
+
+    let t = Instant::now();
+    assert_eq!(c.failover(replica), master);
+    let took = t.elapsed();
+    failed_over.store(true, Ordering::SeqCst);
+    await_progress(&tally, 20, "contention after the failover");
+    stop.store(true, Ordering::SeqCst);
+    join_all(workers, Duration::from_secs(10));
+
+    let guard = clients[0].lock(&name).lock().unwrap();
+    assert!(
+        has_lock(replica, &name),
+        "the lock lives on the promoted replica"
+    );
+    guard.unlock().unwrap();
+    eprintln!(
+        "cluster failover: {took:?}; {} acquisitions, {} errors",
+        tally.acquired.load(Ordering::SeqCst),
+        tally.errors.load(Ordering::SeqCst)
+    );
+}
+
+#[test]
+fn a_killed_master_is_replaced_new_locks_work_and_its_holders_are_told() {
+    let mut c = Cluster::start();
+    let masters = c.master_ports();
+    let (dead, alive) = (masters[0], masters[1]);
+    let replica = c.replica_of(dead);
+    let client = client(&c, Duration::from_secs(2));
+    let doomed_name = name_on(&c, dead, "doomed");
+    let safe_name = name_on(&c, alive, "safe");
+    let doomed = client.lock(&doomed_name).lock().unwrap();
+    let safe = client.lock(&safe_name).lock().unwrap();
+
+    let t = Instant::now();
+    c.kill(dead);
+    wait_for("the replica takes over", Duration::from_secs(30), || {
+        (c.owner_of_slot(slot_of(&doomed_name)) == replica).then_some(())
+    });
+    let taken_over = t.elapsed();
+
+    // New locks work on every master, the promoted replica included (bounded retries: the
+    // first calls may still meet the old map).
+    for master in c.master_ports() {
+        let name = name_on(&c, master, "after");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let guard = loop {
+            match client.lock(&name).try_lock(Duration::from_secs(1), None) {
+                Ok(Some(guard)) => break guard,
+                Ok(None) => panic!("{name} is free"),
+                Err(e) => {
+                    assert!(Instant::now() < deadline, "no lock on {master}: {e}");
+                    thread::sleep(Duration::from_millis(100));
+                }
+            }
+        };
+        assert!(has_lock(master, &name));
+        guard.unlock().unwrap();
+    }
+
+    // The holder on the dead master: the outage outlasted its 2 s lease, so it is lost, and
+    // says so; the holder elsewhere kept renewing.
+    assert!(doomed.is_lost(), "the outage outlasted the lease");
+    let t = Instant::now();
+    assert!(matches!(doomed.unlock(), Err(Error::LockLost { .. })));
+    assert!(t.elapsed() < Duration::from_secs(3));
+    assert!(!safe.is_lost());
+    safe.unlock().unwrap();
+    eprintln!("cluster: a killed master's replica took over in {taken_over:?}");
+}
+
+#[test]
+fn a_multi_lock_in_one_slot_and_across_slots_is_all_or_nothing() {
+    let c = Cluster::start();
+    let a = client(&c, Duration::from_secs(5));
+    let b = client(&c, Duration::from_secs(5));
+
+    // One slot: one script call takes all three.
+    let same = names_in_one_slot("together", 3);
+    let owner = c.owner_of_slot(slot_of(&same[0]));
+    let refs: Vec<&str> = same.iter().map(String::as_str).collect();
+    let guard = a
+        .multi_lock(&refs)
+        .try_lock(Duration::ZERO, None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(guard.fencing_tokens().len(), 3);
+    assert!(same.iter().all(|n| has_lock(owner, n)));
+    guard.unlock().unwrap();
+
+    // Across slots: one name per master, the last one busy.
+    let names: Vec<String> = c
+        .master_ports()
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| name_on(&c, p, &format!("across{i}")))
+        .collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let busy = b.lock(&names[2]).lock().unwrap();
+    let multi = a.multi_lock(&refs);
+    assert!(
+        multi
+            .try_lock(Duration::from_millis(300), None)
+            .unwrap()
+            .is_none()
+    );
+    for name in &names[..2] {
+        assert!(!b.lock(name).is_locked().unwrap(), "{name} kept");
+    }
+    // Released while it waits: all of them, each on its master.
+    let waiting = thread::spawn(move || {
+        let guard = multi.try_lock(Duration::from_secs(5), None).unwrap();
+        guard.map(|g| g.fencing_tokens().len())
+    });
+    thread::sleep(Duration::from_millis(200));
+    busy.unlock().unwrap();
+    assert_eq!(
+        join_all(vec![waiting], Duration::from_secs(10)).remove(0),
+        Some(3)
+    );
+
+    // Two clients taking overlapping sets across slots in opposite orders: no deadlock.
+    let mut set1 = vec![names[0].clone(), names[1].clone(), same[0].clone()];
+    let set2: Vec<String> = set1.iter().rev().cloned().collect();
+    set1.push(names[2].clone());
+    let workers: Vec<_> = [(a, set1), (b, set2)]
+        .into_iter()
+        .map(|(client, set)| {
+            thread::spawn(move || {
+                let refs: Vec<&str> = set.iter().map(String::as_str).collect();
+                let multi = client.multi_lock(&refs);
+                let mut got = 0;
+                for _ in 0..20 {
+                    if let Some(g) = multi.try_lock(Duration::from_secs(5), None).unwrap() {
+                        got += 1;
+                        thread::sleep(Duration::from_millis(2));
+                        g.unlock().unwrap();
+                    }
+                }
+                got
+            })
+        })
+        .collect();
+    assert_eq!(join_all(workers, Duration::from_secs(30)), vec![20, 20]);
+}
+
+#[test]
+fn cluster_only_refusals() {
+    let c = Cluster::start();
+    let client = client(&c, Duration::from_secs(5));
+    assert!(matches!(
+        client.lock("}odd").try_lock(Duration::ZERO, None),
+        Err(Error::InvalidArgument(_))
+    ));
+    let urls = c.seed_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    assert!(matches!(
+        Client::cluster_builder(&urls)
+            .wait_for_replicas(1, Duration::from_millis(100))
+            .build(),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Client::cluster_builder(&[]).build(),
+        Err(Error::InvalidArgument(_))
+    ));
+}
