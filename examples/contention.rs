@@ -7,7 +7,14 @@
 //! ```
 //!
 //! Without `REDIS_URL` it starts a private `redis-server` (from `PATH`) on a free loopback
-//! port and stops it at the end. `CLIENTS` clients (default 4), each with `THREADS` threads
+//! port and stops it at the end. `TOPOLOGY=cluster` starts a private Redis Cluster instead
+//! (three masters, one replica each, on free ports) and runs the same contention on it, with
+//! the locks spread over its masters:
+//!
+//! ```text
+//! TOPOLOGY=cluster LOCKS=6 cargo run --release --example contention
+//! ```
+//! `CLIENTS` clients (default 4), each with `THREADS` threads
 //! (default 4), take turns on `LOCKS` locks (default 2) for `RUN_SECS` seconds (default 10),
 //! holding each lock `HOLD_MS` milliseconds (default 1). Every second it prints the
 //! acquisitions, the wait in `try_lock` and the *handoff* latency: from the moment a holder
@@ -25,6 +32,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use redlatch::{Client, Lock};
+
+// The test support starts the private Cluster for TOPOLOGY=cluster.
+#[path = "../tests/support/mod.rs"]
+#[allow(dead_code)]
+mod support;
 
 /// How long one `try_lock` may wait before it counts as a timeout.
 const MAX_WAIT: Duration = Duration::from_secs(5);
@@ -69,17 +81,37 @@ fn run() -> Result<ExitCode, Box<dyn Error>> {
     let seconds = knob("RUN_SECS", 10, 1)?;
     let hold = Duration::from_millis(knob("HOLD_MS", 1, 0)?);
 
-    // `_server` is declared before the clients, so it is dropped (killed) after them.
+    // `_server` and `_cluster` are declared before the clients, so they are dropped (killed)
+    // after them.
+    let cluster = std::env::var("TOPOLOGY").is_ok_and(|t| t == "cluster");
     let (url, _server) = match std::env::var("REDIS_URL") {
+        _ if cluster => (String::new(), None),
         Ok(url) => (url, None),
         Err(_) => {
             let server = RedisServer::start()?;
             (format!("redis://127.0.0.1:{}/", server.port), Some(server))
         }
     };
-    let clients: Vec<Client> = (0..clients)
-        .map(|_| Client::open(&url))
-        .collect::<Result<_, _>>()?;
+    let _cluster = cluster.then(|| {
+        println!("starting a private Redis Cluster (3 masters, 3 replicas)...");
+        support::topology::Cluster::start()
+    });
+    let (url, clients): (String, Vec<Client>) = match &_cluster {
+        Some(cluster) => {
+            let seeds = cluster.seed_urls();
+            let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+            let clients = (0..clients)
+                .map(|_| Client::cluster_builder(&seeds).build())
+                .collect::<Result<_, _>>()?;
+            (format!("a cluster seeded at {}", seeds[0]), clients)
+        }
+        None => {
+            let clients = (0..clients)
+                .map(|_| Client::open(&url))
+                .collect::<Result<_, _>>()?;
+            (url, clients)
+        }
+    };
     let slots: Vec<Mutex<Slot>> = (0..locks).map(|_| Mutex::default()).collect();
     println!(
         "{} clients x {threads} threads, {locks} locks, {seconds} s, holding {hold:?}, at {url}",
