@@ -35,7 +35,6 @@ use redlatch::{Client, Lock};
 
 // The test support starts the private Cluster for TOPOLOGY=cluster.
 #[path = "../tests/support/mod.rs"]
-#[allow(dead_code)]
 mod support;
 
 /// How long one `try_lock` may wait before it counts as a timeout.
