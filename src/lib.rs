@@ -26,6 +26,14 @@
 //!   is no longer ours.
 //! - Every acquisition carries a [fencing token](LockGuard::fencing_token).
 //!
+//! # Deployments and kinds of lock
+//! - One server: [`Client::open`] or [`Client::builder`].
+//! - Sentinel: [`Client::sentinel_builder`]; the client follows the master through failovers,
+//!   and [`ClientBuilder::wait_for_replicas`] narrows what a failover can lose.
+//! - Cluster: [`Client::cluster_builder`]; each lock lives in one slot.
+//! - Several locks at once, all or none: [`Client::multi_lock`] ([`MultiLock`]).
+//! - Independent masters, by majority: [`Redlock`].
+//!
 //! # What a lock on Redis cannot promise
 //! Redis replication is asynchronous: a failover can lose a lock that was acquired just
 //! before it. A holder paused (GC, SIGSTOP, VM freeze) past its lease can resume believing it
