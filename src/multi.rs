@@ -106,6 +106,13 @@ impl MultiLock {
         let mut held: Vec<Option<LockGuard>> = self.locks.iter().map(|_| None).collect();
         let lease_set = first.lease_set(lease);
         loop {
+            // A member kept while waiting for a later one may have been lost meanwhile (its
+            // fixed lease ran out, or it was taken): it is not held, so take it again, in order.
+            for guard in &mut held {
+                if guard.as_ref().is_some_and(LockGuard::is_lost) {
+                    drop(guard.take());
+                }
+            }
             let missing: Vec<usize> = (0..held.len()).filter(|&i| held[i].is_none()).collect();
             let mut busy = None;
             let mut last: (&[usize], Instant) = (&[], Instant::now());
@@ -113,11 +120,23 @@ impl MultiLock {
             for group in &groups {
                 let keys: Vec<_> = group.iter().map(|&i| self.locks[i].keys()).collect();
                 let sent = Instant::now();
-                let reply = core
-                    .backend
-                    .run(|con| scripts::acquire_many(con, &keys, &owner, lease_set))?;
+                let (reply, acknowledged) = core.backend.run(|con| {
+                    let reply = scripts::acquire_many(con, &keys, &owner, lease_set)?;
+                    // On the same connection, so that WAIT counts this call's writes.
+                    let acknowledged = match (&reply, core.replicas) {
+                        (AcquireMany::Acquired(_), Some(replicas)) => Some(
+                            redis::cmd("WAIT")
+                                .arg(replicas.count)
+                                .arg(replicas.timeout.as_millis() as u64)
+                                .query::<u32>(con)?,
+                        ),
+                        _ => None,
+                    };
+                    Ok((reply, acknowledged))
+                })?;
                 match reply {
                     AcquireMany::Acquired(tokens) => {
+                        // Guards first: any failure below releases what was just taken.
                         for (&i, token) in group.iter().zip(tokens) {
                             let lock = &self.locks[i];
                             let guard = lock.new_hold(
@@ -129,6 +148,18 @@ impl MultiLock {
                                 lease,
                             );
                             held[i] = Some(guard);
+                        }
+                        if let (Some(acknowledged), Some(replicas)) = (acknowledged, core.replicas)
+                            && acknowledged < replicas.count
+                        {
+                            // Not safe against a failover, as asked: give everything back.
+                            let name = self.locks[group[0]].name().to_string();
+                            drop(held);
+                            return Err(Error::NotReplicated {
+                                name,
+                                acknowledged,
+                                wanted: replicas.count,
+                            });
                         }
                         last = (group, sent);
                     }
@@ -157,12 +188,19 @@ impl MultiLock {
                         .collect();
                     if !holds.is_empty() {
                         let ours = crate::renewal::renew_now(core, &holds, lease_set)?;
+                        let mut all_ours = true;
                         for (hold, ours) in holds.iter().zip(ours) {
                             if ours {
                                 hold.extend(last_sent, lease_set, None);
                             } else {
                                 hold.mark_lost();
+                                all_ours = false;
                             }
+                        }
+                        if !all_ours {
+                            // Its lease ran out while we waited for the others: we do not
+                            // hold them all. The top of the loop takes the lost ones again.
+                            continue;
                         }
                     }
                 }

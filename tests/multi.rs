@@ -263,3 +263,82 @@ fn a_multi_lock_waiting_for_a_member_holds_none_that_comes_after_it() {
     drop(held_a);
     assert!(waiter.join().unwrap().is_some());
 }
+
+#[test]
+fn wait_for_replicas_applies_to_a_multi_lock_too() {
+    // A master with no replica: every acquisition must be refused with NotReplicated and
+    // leave nothing held, whether one lock is taken or several at once.
+    let server = RedisServer::start();
+    let client = Client::builder(&server.url())
+        .response_timeout(Duration::from_secs(1))
+        .wait_for_replicas(1, Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let other = Client::open(&server.url()).unwrap();
+    let (a, b) = (unique("r-a"), unique("r-b"));
+    assert!(matches!(
+        client.lock(&a).try_lock(Duration::ZERO, None),
+        Err(Error::NotReplicated { .. })
+    ));
+    let multi = client.multi_lock(&[&a, &b]);
+    match multi.try_lock(Duration::ZERO, None) {
+        Err(Error::NotReplicated {
+            acknowledged: 0,
+            wanted: 1,
+            ..
+        }) => {}
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    for name in [&a, &b] {
+        assert!(!other.lock(name).is_locked().unwrap(), "{name} stayed held");
+    }
+}
+
+#[test]
+fn a_fixed_lease_member_that_ran_out_while_waiting_is_never_returned_as_held() {
+    // The multi-lock waits for `a`, gets it, then waits for `b` longer than its fixed lease:
+    // `a` runs out meanwhile and somebody else takes it. What the multi-lock returns must
+    // hold every member.
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let holder = Client::open(&server.url()).unwrap();
+    let (a, b) = (unique("f-a"), unique("f-b"));
+    let held_a = holder.lock(&a).lock().unwrap();
+    let held_b = holder.lock(&b).lock().unwrap();
+    let multi = client.multi_lock(&[&a, &b]);
+    let waiter = thread::spawn(move || {
+        let guard = multi
+            .try_lock(Duration::from_secs(10), Some(Duration::from_millis(300)))
+            .unwrap();
+        guard.map(|g| (g.is_lost(), g.fencing_tokens()))
+    });
+    thread::sleep(Duration::from_millis(200));
+    drop(held_a); // hands `a` to the multi-lock, which then waits for `b` keeping `a`
+    let thief = Client::open(&server.url()).unwrap();
+    let a2 = a.clone();
+    let stolen = thread::spawn(move || {
+        let lock = thief.lock(&a2);
+        // `a` is the multi-lock's now; once its lease ran out, this client takes it.
+        let guard = loop {
+            if let Some(g) = lock
+                .try_lock(Duration::from_millis(50), Some(Duration::from_secs(5)))
+                .unwrap()
+            {
+                break g;
+            }
+        };
+        thread::sleep(Duration::from_secs(2));
+        guard.unlock()
+    });
+    thread::sleep(Duration::from_millis(1000));
+    drop(held_b); // hands `b` to the multi-lock
+    let (lost, tokens) = waiter
+        .join()
+        .unwrap()
+        .expect("both members came free within the wait");
+    assert!(
+        !lost,
+        "returned holding a member it had lost: tokens {tokens:?}"
+    );
+    stolen.join().unwrap().unwrap();
+}
