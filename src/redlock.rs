@@ -124,6 +124,14 @@ impl RedLock {
         let n = self.locks.len();
         let mut held: Vec<Option<LockGuard>> = (0..n).map(|_| None).collect();
         loop {
+            // A master kept while waiting on a later one may have lost our lock meanwhile
+            // (taken from us, or its lease ran out there): it no longer counts, and the round
+            // below asks it again.
+            for guard in &mut held {
+                if guard.as_ref().is_some_and(LockGuard::is_lost) {
+                    drop(guard.take());
+                }
+            }
             let started = Instant::now();
             let mut busy = Vec::new();
             let mut failures = Vec::new();
@@ -137,7 +145,7 @@ impl RedLock {
                     Err(e) => failures.push(e),
                 }
             }
-            let have = held.iter().flatten().count();
+            let have = held.iter().flatten().filter(|g| !g.is_lost()).count();
             let valid = lease.is_none_or(|l| started.elapsed() + drift(l) < l);
             if have >= self.majority && valid {
                 return Ok(Some(RedLockGuard {

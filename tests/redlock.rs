@@ -252,3 +252,47 @@ fn the_checker_over_redlock_sees_no_overlap_when_one_master_at_a_time_fails() {
     assert_eq!(counts.other_errors, 0, "{counts:?}");
     assert!(leftovers.iter().all(|l| l.threads <= 0), "{leftovers:?}");
 }
+
+#[test]
+fn a_member_lost_while_waiting_does_not_count_towards_the_majority() {
+    // Three masters. `rl` takes master 0 and waits on master 1 (held by B), keeping master 0.
+    // Master 0's lock is then taken from it (force-unlocked and taken by C), and renewal
+    // marks that member lost. When B hands over master 1, `rl` has 1 and a lost 0 while 2 is
+    // busy: that is not a majority, and must not be returned as one.
+    let masters = Masters::start(3);
+    let rl = redlock(&masters, Duration::from_millis(600));
+    let plain = |i: usize| Client::open(&masters.urls()[i]).unwrap();
+    let name = unique("lost-member");
+    let (b1, d2, c0) = (plain(1), plain(2), plain(0));
+    let held_1 = b1.lock(&name).lock().unwrap();
+    let held_2 = d2.lock(&name).lock().unwrap();
+    let lock = rl.lock(&name);
+    let waiter = thread::spawn(move || {
+        lock.try_lock(Duration::from_secs(10), None)
+            .unwrap()
+            .map(|g| (g.is_lost(), g.held_on()))
+    });
+    assert!(eventually(Duration::from_secs(5), || held_on(
+        &masters, 0, &name
+    )));
+    thread::sleep(Duration::from_millis(300)); // waiting on master 1 now
+    let thief = c0.lock(&name);
+    assert!(thief.force_unlock().unwrap());
+    let stolen = thief
+        .try_lock(Duration::ZERO, None)
+        .unwrap()
+        .expect("free after force");
+    thread::sleep(Duration::from_millis(1000)); // renewal finds master 0's member gone
+    drop(held_1); // hands master 1 to the waiter
+    thread::sleep(Duration::from_millis(300));
+    drop(stolen); // master 0 is free again: the waiter can now have a real majority
+    let (lost, held) = waiter
+        .join()
+        .unwrap()
+        .expect("masters 0 and 1 came free in time");
+    assert!(
+        !lost,
+        "returned a Redlock guard held on {held} of 3 masters, already lost"
+    );
+    drop(held_2);
+}
