@@ -378,11 +378,22 @@ impl ClientBuilder {
         });
 
         let (stop_renewal, renewal_stopped) = crossbeam_channel::bounded(0);
+        let renewal_stopped_for_follow = renewal_stopped.clone();
         let renewal_core = core.clone();
         let renewal = std::thread::Builder::new()
             .name("redlatch-renewal".into())
             .spawn(move || crate::renewal::run(renewal_core, renewal_stopped, errands_received))
             .map_err(Error::Thread)?;
+        // Sentinel only: following the master is slow when the sentinels do not answer, so
+        // it runs beside renewal rather than in its way. Not joined on drop, like the
+        // subscriber: it leaves within a second, or when the discovery in progress ends.
+        if let Some(every) = core.backend.follow_interval() {
+            let (follow_core, follow_stop) = (core.clone(), renewal_stopped_for_follow);
+            std::thread::Builder::new()
+                .name("redlatch-sentinel".into())
+                .spawn(move || crate::renewal::follow(follow_core, follow_stop, every))
+                .map_err(Error::Thread)?;
+        }
         let subscriber = std::thread::Builder::new()
             .name("redlatch-subscriber".into())
             .spawn(move || subscriber_task.run())

@@ -10,9 +10,9 @@
 //! - Redis cannot be reached: the thread retries every [`RETRY`] and a hold becomes lost once
 //!   its last confirmed lease has run out (the holder's `is_lost()` sees that on its own too).
 //!
-//! With Sentinel, it also asks the sentinels every second whether the master moved: a master
-//! that lost a failover stays writable until Sentinel demotes it, and renewals that kept going
-//! there would keep locks alive that the new master does not have.
+//! With Sentinel, a third thread ([`follow`]) asks the sentinels every second whether the
+//! master moved: a master that lost a failover stays writable until Sentinel demotes it, and
+//! renewals that kept going there would keep locks alive that the new master does not have.
 //!
 //! It also runs the subscriber's [errands](Errand), so that no waiter and not the subscriber
 //! thread spends a round trip on them: when the last waiter of a lock leaves (it got the lock,
@@ -40,20 +40,9 @@ pub(crate) fn run(core: Arc<Core>, stop: Receiver<()>, errands: Receiver<Errand>
     let lease = core.watchdog_timeout;
     let period = lease / 3;
     let mut next = Instant::now();
-    let follow = core.backend.follow_interval();
     loop {
         if Instant::now() >= next {
-            if follow.is_some() {
-                // Before renewing: renewals after a failover must go to the new master, and
-                // find there which of our locks the failover lost.
-                if core.backend.follow_master() {
-                    core.subscriber.ring(false); // so that it sees the change now
-                }
-            }
             next = round(&core, lease, period, &stop);
-            if let Some(follow) = follow {
-                next = next.min(Instant::now() + follow);
-            }
         }
         select! {
             recv(stop) -> _ => return,
@@ -64,6 +53,29 @@ pub(crate) fn run(core: Arc<Core>, stop: Receiver<()>, errands: Receiver<Errand>
                 Err(_) => {}
             },
             default(next.saturating_duration_since(Instant::now())) => {}
+        }
+    }
+}
+
+/// The Sentinel follower's body: asks the sentinels every [`Backend::follow_interval`]
+/// whether the master moved, until `stop` is disconnected.
+///
+/// Its own thread, not a step of the renewal loop: asking costs up to a connect and a
+/// response timeout per sentinel when they do not answer, and renewals of a healthy master
+/// must not wait for that (with three stopped sentinels and a 1 s response timeout, a 2 s
+/// watchdog lost every lock). Renewal keeps using the master last found meanwhile.
+///
+/// [`Backend::follow_interval`]: crate::connection::Backend::follow_interval
+pub(crate) fn follow(core: Arc<Core>, stop: Receiver<()>, every: Duration) {
+    loop {
+        if core.backend.follow_master() {
+            // Renewals now go to the new master and find there which locks the failover
+            // lost; the subscriber reconnects when it sees the change.
+            core.subscriber.ring(false);
+        }
+        match stop.recv_timeout(every) {
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            _ => return,
         }
     }
 }

@@ -14,7 +14,7 @@
 //! Reasons to doubt it, and what follows:
 //! - a connection to the master fails, or a write is refused with `READONLY` (the old master
 //!   was demoted): the next connection asks again ([`Sentinels::suspect`]);
-//! - the renewal thread asks again every [`FOLLOW_INTERVAL`] while the client lives
+//! - a thread of its own asks again every [`FOLLOW_INTERVAL`] while the client lives
 //!   ([`Sentinels::follow`]), because a master that lost a failover stays writable until
 //!   Sentinel demotes it, and a client that kept writing there would hold locks nobody else
 //!   can see.

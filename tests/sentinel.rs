@@ -306,3 +306,25 @@ fn sentinels_and_master_with_their_own_passwords() {
         "{text}"
     );
 }
+
+#[test]
+fn unresponsive_sentinels_do_not_starve_renewal_on_a_healthy_master() {
+    // The master is fine; only the sentinels stop answering. Renewal must go on: asking
+    // the sentinels (a response timeout each) must not delay it past the lease.
+    let setup = Sentinel::start();
+    let client = client(&setup, |b| b);
+    let guard = client.lock("renewed").lock().unwrap();
+    for i in 0..3 {
+        support::signal(setup.sentinel_pid(i), "-STOP");
+    }
+    thread::sleep(Duration::from_secs(6)); // three leases of 2 s
+    let lost = guard.is_lost();
+    for i in 0..3 {
+        support::signal(setup.sentinel_pid(i), "-CONT");
+    }
+    assert!(
+        !lost,
+        "a healthy master's lock was lost while the sentinels were stopped"
+    );
+    guard.unlock().unwrap();
+}
