@@ -169,16 +169,23 @@ impl Backend {
     /// pub/sub connection, which the subscriber owns outright. On a Cluster, a connection to
     /// one node: the seed that worked last, else the next one that answers.
     pub fn connect(&self) -> RedisResult<Connection> {
+        self.connect_in_generation().map(|(con, _)| con)
+    }
+
+    /// [`Backend::connect`], and the [generation](Backend::generation) of the server it
+    /// reached: the subscriber reconnects when the generation moves on.
+    pub fn connect_in_generation(&self) -> RedisResult<(Connection, u64)> {
         let timeout = self.settings.connect_timeout;
         match &self.target {
-            Target::Direct(client) => client.get_connection_with_timeout(timeout),
-            Target::Cluster(cluster) => cluster.connect_node(timeout),
+            Target::Direct(client) => Ok((client.get_connection_with_timeout(timeout)?, 0)),
+            Target::Cluster(cluster) => Ok((cluster.connect_node(timeout)?, 0)),
             Target::Sentinel(sentinels) => {
-                let master = sentinels.master()?;
+                let (master, generation) = sentinels.master()?;
                 self.drop_stale_connections();
-                master
+                let con = master
                     .get_connection_with_timeout(timeout)
-                    .inspect_err(|_| sentinels.suspect())
+                    .inspect_err(|_| sentinels.suspect())?;
+                Ok((con, generation))
             }
         }
     }
@@ -315,9 +322,11 @@ impl Backend {
             .take(Instant::now() + self.settings.connect_timeout)?
         {
             Some(idle) => idle,
-            None => match self.connect_for_commands() {
-                Ok(con) => (con, self.pool.epoch()),
-                Err(e) => {
+            // The epoch from before connecting: a failover noticed meanwhile must not adopt a
+            // connection that may have gone to the old master.
+            None => match (self.pool.epoch(), self.connect_for_commands()) {
+                (epoch, Ok(con)) => (con, epoch),
+                (_, Err(e)) => {
                     self.pool.release_slot();
                     return Err(e);
                 }

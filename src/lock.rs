@@ -401,12 +401,9 @@ impl Lock {
                 let reply = scripts::acquire(con, keys, &owner, held, lease_set, queueing)?;
                 // On the same connection, so that WAIT counts this acquisition's write.
                 let acknowledged = match (&reply, core.replicas) {
-                    (Acquire::Acquired { .. }, Some(replicas)) => Some(
-                        redis::cmd("WAIT")
-                            .arg(replicas.count)
-                            .arg(replicas.timeout.as_millis() as u64)
-                            .query::<u32>(con)?,
-                    ),
+                    (Acquire::Acquired { .. }, Some(replicas)) => {
+                        Some(replicas_acknowledging(con, replicas)?)
+                    }
                     _ => None,
                 };
                 Ok((reply, acknowledged))
@@ -453,6 +450,27 @@ impl Lock {
 
 /// Checks a duration the caller gave: at least `min`, and small enough for the crate's
 /// millisecond arithmetic.
+/// `WAIT` for `replicas` on the connection that just wrote. A refusal (an ACL without WAIT,
+/// say) counts as no replica, so that the caller gives the lock back instead of leaving it
+/// held without a guard; a failed connection is an error, retried with the acquisition.
+pub(crate) fn replicas_acknowledging(
+    con: &mut dyn redis::ConnectionLike,
+    replicas: crate::client::Replicas,
+) -> redis::RedisResult<u32> {
+    let reply = redis::cmd("WAIT")
+        .arg(replicas.count)
+        .arg(replicas.timeout.as_millis() as u64)
+        .query::<u32>(con);
+    match reply {
+        Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() => Err(e),
+        Err(e) => {
+            log::warn!("WAIT refused ({e}): the acquisition counts as not replicated");
+            Ok(0)
+        }
+        ok => ok,
+    }
+}
+
 pub(crate) fn validate_duration(what: &str, d: Duration, min: Duration) -> Result<()> {
     if d > MAX_DURATION {
         return Err(Error::invalid(format!(

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use crate::client::{Client, thread_number};
 use crate::error::{Error, Result};
 use crate::hold::Hold;
-use crate::lock::{Lock, LockGuard, validate_duration};
+use crate::lock::{Lock, LockGuard, replicas_acknowledging, validate_duration};
 use crate::scripts::{self, AcquireMany, TakenBy};
 
 /// Several locks taken together, made by [`Client::multi_lock`].
@@ -124,12 +124,9 @@ impl MultiLock {
                     let reply = scripts::acquire_many(con, &keys, &owner, lease_set)?;
                     // On the same connection, so that WAIT counts this call's writes.
                     let acknowledged = match (&reply, core.replicas) {
-                        (AcquireMany::Acquired(_), Some(replicas)) => Some(
-                            redis::cmd("WAIT")
-                                .arg(replicas.count)
-                                .arg(replicas.timeout.as_millis() as u64)
-                                .query::<u32>(con)?,
-                        ),
+                        (AcquireMany::Acquired(_), Some(replicas)) => {
+                            Some(replicas_acknowledging(con, replicas)?)
+                        }
                         _ => None,
                     };
                     Ok((reply, acknowledged))

@@ -22,7 +22,7 @@
 //! A change of master bumps [`Sentinels::generation`]: the pool drops its connections and the
 //! subscriber reconnects and wakes its waiters.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -58,6 +58,8 @@ pub(crate) struct Sentinels {
     connect_timeout: Duration,
     response_timeout: Duration,
     current: Mutex<Option<Master>>,
+    /// `current` may be out of date: ask before using it again.
+    stale: AtomicBool,
     generation: AtomicU64,
 }
 
@@ -118,6 +120,7 @@ impl Sentinels {
             connect_timeout,
             response_timeout,
             current: Mutex::new(None),
+            stale: AtomicBool::new(false),
             generation: AtomicU64::new(0),
         })
     }
@@ -128,21 +131,36 @@ impl Sentinels {
     }
 
     /// A client for the master: the one last found, or a new discovery.
-    pub fn master(&self) -> RedisResult<redis::Client> {
-        if let Some(master) = &*self.current.lock() {
-            return Ok(master.client.clone());
+    /// A client for the master, and the [generation](Sentinels::generation) it belongs to
+    /// (read together, so that a connection is never filed under a newer master than its own).
+    pub fn master(&self) -> RedisResult<(redis::Client, u64)> {
+        if let Some(known) = self.known() {
+            return Ok(known);
         }
         let mut sentinels = self.sentinels.lock();
         // Another thread may have found it while this one waited for the lock.
-        if let Some(master) = &*self.current.lock() {
-            return Ok(master.client.clone());
+        if let Some(known) = self.known() {
+            return Ok(known);
         }
-        Ok(self.discover(&mut sentinels)?.client)
+        self.discover(&mut sentinels)?;
+        self.known().ok_or_else(|| {
+            RedisError::from((ErrorKind::Io, "the master was suspected again at once"))
+        })
     }
 
-    /// The master may have changed: the next connection asks the sentinels again.
+    /// The master last found, unless suspected since.
+    fn known(&self) -> Option<(redis::Client, u64)> {
+        let current = self.current.lock();
+        let master = current
+            .as_ref()
+            .filter(|_| !self.stale.load(Ordering::Acquire))?;
+        Some((master.client.clone(), self.generation()))
+    }
+
+    /// The master may have changed: the next connection asks the sentinels again. The
+    /// generation changes only if they name another server.
     pub fn suspect(&self) {
-        *self.current.lock() = None;
+        self.stale.store(true, Ordering::Release);
     }
 
     /// Asks the sentinels now; whether the master changed.
@@ -178,6 +196,7 @@ impl Sentinels {
                         self.generation.fetch_add(1, Ordering::AcqRel);
                     }
                     *current = Some(master.clone());
+                    self.stale.store(false, Ordering::Release);
                     return Ok(master);
                 }
                 Err(e) => failures.push(format!("{}: {e}", sentinels[i].addr())),

@@ -695,8 +695,8 @@ impl SubscriberTask {
             // Rings that came while we served or slept are answered by connecting now.
             while self.rung.try_recv().is_ok() {}
             let started = Instant::now();
-            let failure = match self.backend.connect() {
-                Ok(con) => self.serve(con).err(),
+            let failure = match self.backend.connect_in_generation() {
+                Ok((con, generation)) => self.serve(con, generation).err(),
                 Err(e) => Some(e),
             };
             self.disconnected();
@@ -735,14 +735,13 @@ impl SubscriberTask {
 
     /// Reads the connection until it fails, falls idle, or the client stops. `Ok` when it
     /// ended on purpose.
-    fn serve(&self, mut con: Connection) -> RedisResult<()> {
+    fn serve(&self, mut con: Connection, generation: u64) -> RedisResult<()> {
         // Idle, the thread sleeps in the kernel. The long timeout bounds how long it outlives a
         // stopped client whose stop message could not be sent, and lets it give the connection
         // up when nobody has waited for a while; TCP keepalive finds a dead peer sooner.
         con.set_read_timeout(Some(IDLE_TIMEOUT))?;
-        // A failover moved the master: messages are published there now. Reconnecting wakes
-        // every waiter, to try again on the new master.
-        let generation = self.backend.generation();
+        // Once a failover moved the master past `generation`, messages are published there:
+        // reconnecting wakes every waiter, to try again on the new master.
         let control = self.shared.control_channel.clone();
         let mut channels: HashMap<String, ChannelState> = HashMap::new();
         con.send_packed_command(&redis::cmd("SUBSCRIBE").arg(&control).get_packed_command())?;

@@ -328,3 +328,32 @@ fn unresponsive_sentinels_do_not_starve_renewal_on_a_healthy_master() {
     );
     guard.unlock().unwrap();
 }
+
+#[test]
+fn a_refused_wait_gives_the_lock_back() {
+    // A user allowed everything but WAIT: the acquisition itself succeeds, its WAIT does not.
+    let server = support::RedisServer::start();
+    let mut admin = server.admin();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "nowait", "on", ">pw", "~*", "&*", "+@all", "-wait",
+        ])
+        .query(&mut admin)
+        .unwrap();
+    let url = format!("redis://nowait:pw@127.0.0.1:{}/", server.port);
+    let client = Client::builder(&url)
+        .wait_for_replicas(1, Duration::from_millis(100))
+        .build()
+        .unwrap();
+    match client.lock("refused-wait").lock() {
+        Err(Error::NotReplicated {
+            acknowledged: 0, ..
+        }) => {}
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    let held: bool = redis::cmd("EXISTS")
+        .arg("redlatch:{refused-wait}")
+        .query(&mut admin)
+        .unwrap();
+    assert!(!held, "the lock stayed held without a guard");
+}
