@@ -50,7 +50,7 @@ struct ClientInner {
     subscriber: Option<JoinHandle<()>>,
 }
 
-/// State shared by the client's handles and its two threads.
+/// State shared by the client's handles and its threads (two; three with Sentinel).
 pub(crate) struct Core {
     /// The client id: a random UUID v4, the first half of every owner id.
     pub id: String,

@@ -39,7 +39,7 @@ pub enum Error {
         /// Replicas asked for.
         wanted: u32,
     },
-    /// The operating system refused to start one of the client's two threads.
+    /// The operating system refused to start one of the client's threads.
     Thread(std::io::Error),
 }
 
