@@ -165,6 +165,21 @@ impl Backend {
         matches!(self.target, Target::Cluster(_))
     }
 
+    /// How long a server may take to answer one command.
+    pub fn response_timeout(&self) -> Duration {
+        self.settings.response_timeout
+    }
+
+    /// The pub/sub connection made by [`Backend::connect`] failed or never answered: on a
+    /// Cluster, the next one starts with the following seed node. A node stopped with SIGSTOP
+    /// still accepts TCP connections (the kernel completes the handshake), so starting with
+    /// "the last one that worked" would go back to it for as long as it stays stopped.
+    pub fn pubsub_failed(&self) {
+        if let Target::Cluster(cluster) = &self.target {
+            cluster.skip_node();
+        }
+    }
+
     /// A new connection to one server, authenticated and on the right database. Used for the
     /// pub/sub connection, which the subscriber owns outright. On a Cluster, a connection to
     /// one node: the seed that worked last, else the next one that answers.
@@ -255,6 +270,16 @@ impl ClusterTarget {
             }
         }
         Err(failure.expect("at least one seed node"))
+    }
+
+    /// The next pub/sub connection starts with the seed after the one that worked last.
+    fn skip_node(&self) {
+        let len = self.nodes.len();
+        let _ = self
+            .next_node
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some((n + 1) % len)
+            });
     }
 }
 

@@ -696,7 +696,10 @@ impl SubscriberTask {
             while self.rung.try_recv().is_ok() {}
             let started = Instant::now();
             let failure = match self.backend.connect_in_generation() {
-                Ok((con, generation)) => self.serve(con, generation).err(),
+                Ok((con, generation)) => self
+                    .serve(con, generation)
+                    .err()
+                    .inspect(|_| self.backend.pubsub_failed()),
                 Err(e) => Some(e),
             };
             self.disconnected();
@@ -739,7 +742,17 @@ impl SubscriberTask {
         // Idle, the thread sleeps in the kernel. The long timeout bounds how long it outlives a
         // stopped client whose stop message could not be sent, and lets it give the connection
         // up when nobody has waited for a while; TCP keepalive finds a dead peer sooner.
-        con.set_read_timeout(Some(IDLE_TIMEOUT))?;
+        //
+        // On a Cluster, though, the node must first confirm the control channel within the
+        // response timeout: a node stopped with SIGSTOP accepts the connection and then says
+        // nothing, and any other node would do (PUBLISH reaches every node). Failing here
+        // makes `run` try the next one instead of staying deaf on that node.
+        let awaiting_first = self.backend.is_cluster();
+        con.set_read_timeout(Some(if awaiting_first {
+            self.backend.response_timeout()
+        } else {
+            IDLE_TIMEOUT
+        }))?;
         // Once a failover moved the master past `generation`, messages are published there:
         // reconnecting wakes every waiter, to try again on the new master.
         let control = self.shared.control_channel.clone();
@@ -750,7 +763,12 @@ impl SubscriberTask {
                 Ok(value) => value,
                 // Quiet for IDLE_TIMEOUT: give the connection up (a timed-out read leaves it
                 // out of step anyway). `run` makes a new one if threads still wait.
-                Err(e) if e.is_timeout() => return Ok(()),
+                Err(e) if e.is_timeout() => {
+                    if awaiting_first && !self.shared.connected.load(Ordering::SeqCst) {
+                        return Err(e); // never confirmed: `run` tries another node
+                    }
+                    return Ok(());
+                }
                 Err(e) => return Err(e),
             };
             if let Value::ServerError(e) = value {
@@ -768,6 +786,9 @@ impl SubscriberTask {
                 }
                 b"message" => self.shared.deliver(&channel, &payload),
                 b"subscribe" if channel == control.as_bytes() => {
+                    if awaiting_first && !self.shared.connected.load(Ordering::SeqCst) {
+                        con.set_read_timeout(Some(IDLE_TIMEOUT))?;
+                    }
                     self.shared.connected.store(true, Ordering::SeqCst);
                     self.shared.ring_in_flight.store(false, Ordering::SeqCst);
                     self.reconcile(&mut con, &mut channels)?;
