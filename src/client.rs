@@ -360,7 +360,7 @@ impl ClientBuilder {
             }
         }
         let backend = Arc::new(Backend::new(&self.deployment, self.settings)?);
-        backend.run(|con| redis::cmd("PING").query::<()>(con))?;
+        backend.check()?;
 
         let id = uuid::Uuid::new_v4().to_string();
         let (errands, errands_received) = crossbeam_channel::unbounded();

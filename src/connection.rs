@@ -160,6 +160,33 @@ impl Backend {
         }
     }
 
+    /// Checks that the deployment answers and takes our credentials: one PING. On a Cluster,
+    /// to one node only: the cluster connection would send it to every master, and a client
+    /// must be able to start while a master is down (the locks of the other slots work).
+    pub fn check(&self) -> Result<()> {
+        match &self.target {
+            Target::Cluster(cluster) => {
+                let mut failure = None;
+                // A stopped node accepts the connection and never answers: try the next.
+                for _ in 0..cluster.nodes.len() {
+                    let pinged = cluster
+                        .connect_node(self.settings.connect_timeout)
+                        .and_then(|mut con| {
+                            con.set_read_timeout(Some(self.settings.response_timeout))?;
+                            redis::cmd("PING").query::<()>(&mut con)
+                        });
+                    match pinged {
+                        Ok(()) => return Ok(()),
+                        Err(e) => failure = Some(e),
+                    }
+                    cluster.skip_node();
+                }
+                Err(failure.expect("at least one seed node").into())
+            }
+            _ => self.run(|con| redis::cmd("PING").query::<()>(con)),
+        }
+    }
+
     /// Whether this is a Redis Cluster: a script may only touch keys of one slot.
     pub fn is_cluster(&self) -> bool {
         matches!(self.target, Target::Cluster(_))
@@ -334,7 +361,11 @@ impl Backend {
     /// slowest retry can arrive (every attempt waiting for a pooled connection, connecting and
     /// timing out, plus the pauses).
     pub fn latch_ttl(&self) -> Duration {
-        let attempt = self.settings.connect_timeout * 2 + self.settings.response_timeout;
+        let mut attempt = self.settings.connect_timeout * 2 + self.settings.response_timeout;
+        if self.is_cluster() {
+            // The cluster connection tries each command up to CLUSTER_RETRIES more times.
+            attempt *= CLUSTER_RETRIES + 1;
+        }
         attempt * ATTEMPTS as u32 + BACKOFF.iter().sum::<Duration>() + Duration::from_secs(1)
     }
 

@@ -527,3 +527,30 @@ fn a_stopped_node_does_not_keep_the_subscriber_deaf() {
         "waiters woken {wakes:?} after the release"
     );
 }
+
+#[test]
+fn a_client_starts_while_a_master_is_down_and_the_other_slots_work() {
+    let mut c = Cluster::start();
+    let masters = c.master_ports();
+    let (dead, alive) = (masters[0], masters[1]);
+    let safe_name = name_on(&c, alive, "starts");
+    c.kill(dead);
+    // The dead master first among the seeds.
+    let mut urls = vec![format!("redis://127.0.0.1:{dead}/")];
+    urls.extend(c.seed_urls());
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let client = Client::cluster_builder(&urls)
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1))
+        .build()
+        .expect("a client must start while one master is down");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let guard = client.lock(&safe_name).lock().unwrap();
+    assert!(has_lock(alive, &safe_name));
+    guard.unlock().unwrap();
+}
