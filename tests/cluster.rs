@@ -11,8 +11,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlatch::{Client, Error};
-use support::signal;
 use support::topology::{Cluster, ClusterNode, connect, key_slot, wait_for};
+use support::{join_all, signal};
 
 fn client(c: &Cluster, watchdog: Duration) -> Client {
     let urls = c.seed_urls();
@@ -86,18 +86,6 @@ fn subscribers(c: &Cluster, name: &str) -> i64 {
             reply.1
         })
         .sum()
-}
-
-/// Joins every handle, panicking if one has not returned within `within`.
-fn join_all<T>(handles: Vec<thread::JoinHandle<T>>, within: Duration) -> Vec<T> {
-    let deadline = Instant::now() + within;
-    for h in &handles {
-        while !h.is_finished() {
-            assert!(Instant::now() < deadline, "a thread hangs");
-            thread::sleep(Duration::from_millis(10));
-        }
-    }
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
 /// What the contending threads did.
@@ -186,7 +174,7 @@ fn locks_live_on_the_master_of_their_slot_and_a_release_on_each_master_wakes_a_w
         let first_token = guard.fencing_token();
         let released = Instant::now();
         guard.unlock().unwrap();
-        let (woken, token) = join_all(vec![waiting], Duration::from_secs(10)).remove(0);
+        let (woken, token) = join_all(vec![waiting], Duration::from_secs(10), "a thread").remove(0);
         assert!(token.is_some_and(|t| t > first_token), "the waiter got it");
         let after = woken - released;
         // Without a message it would have slept until the lease (10 s) ran out.
@@ -260,7 +248,7 @@ fn a_slot_move_under_contention_hangs_nobody_and_the_lock_follows_its_slot() {
     moved.store(true, Ordering::SeqCst);
     await_progress(&tally, 20, "contention after the move");
     stop.store(true, Ordering::SeqCst);
-    join_all(workers, Duration::from_secs(10));
+    join_all(workers, Duration::from_secs(10), "a thread");
     assert!(tally.acquired_after.load(Ordering::SeqCst) >= 20);
 
     let guard = clients[0].lock(&name).lock().unwrap();
@@ -314,7 +302,7 @@ fn a_cluster_failover_under_contention_hangs_nobody() {
     failed_over.store(true, Ordering::SeqCst);
     await_progress(&tally, 20, "contention after the failover");
     stop.store(true, Ordering::SeqCst);
-    join_all(workers, Duration::from_secs(10));
+    join_all(workers, Duration::from_secs(10), "a thread");
 
     let guard = clients[0].lock(&name).lock().unwrap();
     assert!(
@@ -424,7 +412,7 @@ fn a_multi_lock_in_one_slot_and_across_slots_is_all_or_nothing() {
     thread::sleep(Duration::from_millis(200));
     busy.unlock().unwrap();
     assert_eq!(
-        join_all(vec![waiting], Duration::from_secs(10)).remove(0),
+        join_all(vec![waiting], Duration::from_secs(10), "a thread").remove(0),
         Some(3)
     );
 
@@ -450,7 +438,10 @@ fn a_multi_lock_in_one_slot_and_across_slots_is_all_or_nothing() {
             })
         })
         .collect();
-    assert_eq!(join_all(workers, Duration::from_secs(30)), vec![20, 20]);
+    assert_eq!(
+        join_all(workers, Duration::from_secs(30), "a thread"),
+        vec![20, 20]
+    );
 }
 
 #[test]
@@ -516,7 +507,7 @@ fn a_stopped_node_does_not_keep_the_subscriber_deaf() {
         thread::sleep(Duration::from_millis(3000));
         let released = Instant::now();
         guard.unlock().unwrap();
-        let (woken, got) = join_all(vec![waiting], Duration::from_secs(25)).remove(0);
+        let (woken, got) = join_all(vec![waiting], Duration::from_secs(25), "a thread").remove(0);
         assert!(got, "the waiter got the lock");
         wakes.push(woken - released);
     }

@@ -190,16 +190,9 @@ fn overlapping_multi_locks_in_opposite_orders_never_deadlock_or_overlap() {
             rounds
         }));
     }
-    let deadline = Instant::now() + Duration::from_secs(40);
-    let mut total = 0;
-    for t in threads {
-        assert!(
-            eventually(deadline.saturating_duration_since(Instant::now()), || t
-                .is_finished()),
-            "a thread hung: deadlock"
-        );
-        total += t.join().unwrap();
-    }
+    let total: u64 = support::join_all(threads, Duration::from_secs(40), "a thread (deadlock?)")
+        .into_iter()
+        .sum();
     assert!(total > 100, "too little happened: {total}");
     assert_eq!(
         overlaps.load(Ordering::SeqCst),

@@ -161,16 +161,9 @@ fn a_waiter_is_woken_by_the_release_and_holders_never_overlap() {
             })
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut total = 0;
-    for t in threads {
-        assert!(
-            eventually(deadline.saturating_duration_since(Instant::now()), || t
-                .is_finished()),
-            "a thread hung"
-        );
-        total += t.join().unwrap();
-    }
+    let total: u64 = support::join_all(threads, Duration::from_secs(30), "a thread")
+        .into_iter()
+        .sum();
     assert!(total > 20, "too little happened: {total}");
     assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
 }

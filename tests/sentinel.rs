@@ -96,13 +96,7 @@ fn a_failover_under_contention_hangs_nobody_and_the_new_master_serves_the_waiter
         "the waiters did not get the lock on the new master"
     );
     stop.store(true, Ordering::SeqCst);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for worker in workers {
-        while !worker.is_finished() {
-            assert!(Instant::now() < deadline, "a worker hung");
-            thread::sleep(Duration::from_millis(20));
-        }
-        let errors = worker.join().unwrap();
+    for errors in support::join_all(workers, Duration::from_secs(20), "a worker") {
         eprintln!("worker saw {errors} errors during the failover");
     }
 }

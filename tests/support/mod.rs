@@ -188,6 +188,16 @@ pub fn await_waiting(admin: &mut redis::Connection, name: &str) {
     );
 }
 
+/// Joins every handle, panicking (with `what` hung) if one has not returned within `within`.
+pub fn join_all<T>(handles: Vec<thread::JoinHandle<T>>, within: Duration, what: &str) -> Vec<T> {
+    let deadline = Instant::now() + within;
+    for h in &handles {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(eventually(left, || h.is_finished()), "{what} hung");
+    }
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
 /// Starts a thread that waits up to `wait` for `lock`; joins to whether it got it.
 pub fn spawn_waiter(lock: redlatch::Lock, wait: Duration) -> thread::JoinHandle<bool> {
     thread::spawn(move || lock.try_lock(wait, None).unwrap().is_some())
