@@ -210,7 +210,7 @@ impl Lock {
             validate_duration("lease", lease, Duration::from_millis(1))?;
         }
         // A wait too long to represent is a wait without end.
-        let deadline = wait.and_then(|w| Instant::now().checked_add(w));
+        let deadline = deadline_after(wait);
         let core = self.core();
         let thread = thread_number();
         let existing = core.holds.get(&self.keys.lock, thread);
@@ -450,6 +450,52 @@ impl Lock {
 
 /// Checks a duration the caller gave: at least `min`, and small enough for the crate's
 /// millisecond arithmetic.
+/// When a wait that starts now ends; `None` for no end (none given, or too long to represent).
+pub(crate) fn deadline_after(wait: Option<Duration>) -> Option<Instant> {
+    wait.and_then(|w| Instant::now().checked_add(w))
+}
+
+/// The checks an acquisition over several locks (a [`MultiLock`](crate::MultiLock), a
+/// [`RedLock`](crate::RedLock)) starts with: every name and the lease are valid, and the
+/// calling thread holds none of the locks, since `what` does not re-enter and the thread
+/// would wait for itself.
+pub(crate) fn check_composite(
+    locks: &[Lock],
+    lease: Option<Duration>,
+    thread: u64,
+    what: &str,
+) -> Result<()> {
+    if locks.is_empty() {
+        return Err(Error::invalid(format!("a {what} needs at least one lock")));
+    }
+    for lock in locks {
+        lock.validate_name()?;
+    }
+    if let Some(lease) = lease {
+        validate_duration("lease", lease, Duration::from_millis(1))?;
+    }
+    match locks
+        .iter()
+        .find(|l| l.core().holds.get(&l.keys.lock, thread).is_some())
+    {
+        Some(held) => Err(Error::invalid(format!(
+            "this thread already holds lock {:?}; a {what} does not re-enter it",
+            held.name()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Releases the guards of `held` whose lock is known lost: a composite acquisition takes those
+/// again rather than count them.
+pub(crate) fn drop_lost(held: &mut [Option<LockGuard>]) {
+    for guard in held {
+        if guard.as_ref().is_some_and(LockGuard::is_lost) {
+            drop(guard.take());
+        }
+    }
+}
+
 /// `WAIT` for `replicas` on the connection that just wrote. A refusal (an ACL without WAIT,
 /// say) counts as no replica, so that the caller gives the lock back instead of leaving it
 /// held without a guard; a failed connection is an error, retried with the acquisition.

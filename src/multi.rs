@@ -5,7 +5,10 @@ use std::time::{Duration, Instant};
 use crate::client::{Client, thread_number};
 use crate::error::{Error, Result};
 use crate::hold::Hold;
-use crate::lock::{Lock, LockGuard, replicas_acknowledging, validate_duration};
+use crate::lock::{
+    Lock, LockGuard, check_composite, deadline_after, drop_lost, replicas_acknowledging,
+    validate_duration,
+};
 use crate::scripts::{self, AcquireMany, TakenBy};
 
 /// Several locks taken together, made by [`Client::multi_lock`].
@@ -79,40 +82,18 @@ impl MultiLock {
         wait: Option<Duration>,
         lease: Option<Duration>,
     ) -> Result<Option<MultiLockGuard>> {
-        let Some(first) = self.locks.first() else {
-            return Err(Error::invalid("a multi-lock needs at least one lock name"));
-        };
-        for lock in &self.locks {
-            lock.validate_name()?;
-        }
-        if let Some(lease) = lease {
-            validate_duration("lease", lease, Duration::from_millis(1))?;
-        }
-        let core = first.core();
         let thread = thread_number();
-        // Not re-entrant: a thread that holds a member would wait for itself.
-        if let Some(held) = self
-            .locks
-            .iter()
-            .find(|l| core.holds.get(&l.keys().lock, thread).is_some())
-        {
-            return Err(Error::invalid(format!(
-                "this thread already holds lock {:?}; a multi-lock cannot re-enter it",
-                held.name()
-            )));
-        }
-        let deadline = wait.and_then(|w| Instant::now().checked_add(w));
+        check_composite(&self.locks, lease, thread, "multi-lock")?;
+        let first = &self.locks[0];
+        let core = first.core();
+        let deadline = deadline_after(wait);
         let owner: std::sync::Arc<str> = core.owner(thread).into();
         let mut held: Vec<Option<LockGuard>> = self.locks.iter().map(|_| None).collect();
         let lease_set = first.lease_set(lease);
         loop {
             // A member kept while waiting for a later one may have been lost meanwhile (its
             // fixed lease ran out, or it was taken): it is not held, so take it again, in order.
-            for guard in &mut held {
-                if guard.as_ref().is_some_and(LockGuard::is_lost) {
-                    drop(guard.take());
-                }
-            }
+            drop_lost(&mut held);
             let missing: Vec<usize> = (0..held.len()).filter(|&i| held[i].is_none()).collect();
             let mut busy = None;
             let mut last: (&[usize], Instant) = (&[], Instant::now());

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::{Client, thread_number};
 use crate::error::{Error, Result};
-use crate::lock::{Lock, LockGuard, validate_duration};
+use crate::lock::{Lock, LockGuard, check_composite, deadline_after, drop_lost, validate_duration};
 
 /// Redlock's allowance for clock drift between the client and the masters: this fraction of
 /// the lease, plus [`DRIFT_MIN`].
@@ -104,34 +104,15 @@ impl RedLock {
         wait: Option<Duration>,
         lease: Option<Duration>,
     ) -> Result<Option<RedLockGuard>> {
-        let first = &self.locks[0];
-        first.validate_name()?;
-        if let Some(lease) = lease {
-            validate_duration("lease", lease, Duration::from_millis(1))?;
-        }
-        let thread = thread_number();
-        if self
-            .locks
-            .iter()
-            .any(|l| l.core().holds.get(&l.keys().lock, thread).is_some())
-        {
-            return Err(Error::invalid(format!(
-                "this thread already holds Redlock {:?} on some master; it does not re-enter",
-                first.name()
-            )));
-        }
-        let deadline = wait.and_then(|w| Instant::now().checked_add(w));
+        check_composite(&self.locks, lease, thread_number(), "Redlock")?;
+        let deadline = deadline_after(wait);
         let n = self.locks.len();
         let mut held: Vec<Option<LockGuard>> = (0..n).map(|_| None).collect();
         loop {
             // A master kept while waiting on a later one may have lost our lock meanwhile
             // (taken from us, or its lease ran out there): it no longer counts, and the round
             // below asks it again.
-            for guard in &mut held {
-                if guard.as_ref().is_some_and(LockGuard::is_lost) {
-                    drop(guard.take());
-                }
-            }
+            drop_lost(&mut held);
             let started = Instant::now();
             let mut busy = Vec::new();
             let mut failures = Vec::new();
