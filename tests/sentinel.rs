@@ -47,10 +47,12 @@ fn a_failover_under_contention_hangs_nobody_and_the_new_master_serves_the_waiter
     let stop = Arc::new(AtomicBool::new(false));
     let after_failover = Arc::new(AtomicBool::new(false));
     let acquired_after = Arc::new(AtomicU64::new(0));
+    let acquired = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
     for i in 0..4 {
         let lock = clients[i % 2].lock("shared");
         let (stop, after, count) = (stop.clone(), after_failover.clone(), acquired_after.clone());
+        let total = acquired.clone();
         workers.push(thread::spawn(move || {
             let mut errors = 0;
             for _ in 0..100_000 {
@@ -62,6 +64,7 @@ fn a_failover_under_contention_hangs_nobody_and_the_new_master_serves_the_waiter
                     Ok(Some(guard)) => {
                         thread::sleep(Duration::from_millis(5));
                         let _ = guard.unlock();
+                        total.fetch_add(1, Ordering::SeqCst);
                         if failover_done {
                             count.fetch_add(1, Ordering::SeqCst);
                         }
@@ -76,7 +79,12 @@ fn a_failover_under_contention_hangs_nobody_and_the_new_master_serves_the_waiter
             errors
         }));
     }
-    thread::sleep(Duration::from_millis(500));
+    // The failover lands on a fleet that is already contending.
+    assert!(
+        eventually(Duration::from_secs(10), || acquired.load(Ordering::SeqCst)
+            >= 20),
+        "the workers did not get going"
+    );
     let new = setup.failover();
     assert_ne!(new, old);
     // Until Sentinel demotes it, the old master still takes writes; the clients ask the
