@@ -365,7 +365,7 @@ impl ClientBuilder {
         let id = uuid::Uuid::new_v4().to_string();
         let (errands, errands_received) = crossbeam_channel::unbounded();
         let (subscriber, subscriber_task) =
-            Subscriber::new(backend.clone(), &self.prefix, &id, errands);
+            Subscriber::new(backend.clone(), &self.prefix, &id, errands)?;
         let core = Arc::new(Core {
             id,
             prefix: self.prefix,

@@ -22,17 +22,19 @@
 //! overloaded), and another full timeout would only make the caller wait longer. So every
 //! call waits at most one response timeout for an unresponsive server, plus connect time.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::io::tcp::{TcpSettings, socket2::TcpKeepalive};
 use redis::{
-    Connection, ConnectionInfo, ConnectionLike, IntoConnectionInfo, RedisError, RedisResult,
+    Connection, ConnectionAddr, ConnectionInfo, ConnectionLike, IntoConnectionInfo, RedisError,
+    RedisResult, Value,
 };
 
 use crate::error::{Error, Result};
+use crate::scripts::Freeing;
 use crate::sentinel::{SentinelSpec, Sentinels};
 
 /// Attempts per command when its connection fails at the transport level.
@@ -68,14 +70,18 @@ enum Target {
 }
 
 /// A Redis Cluster: command connections are `redis::cluster::ClusterConnection`s (they route
-/// each command by its first key and follow MOVED and ASK); the pub/sub connection is a plain
-/// connection to one node, since classic PUBLISH reaches every node of a cluster.
+/// each command by its first key and follow MOVED and ASK). Pub/sub is sharded where the
+/// cluster has it (see `subscriber::sharded`); otherwise it is a plain connection to one
+/// node, since classic PUBLISH reaches every node of a cluster.
 struct ClusterTarget {
     client: ClusterClient,
-    /// One client per seed node, for the pub/sub connection.
+    /// One client per seed node, for the classic pub/sub connection.
     nodes: Vec<redis::Client>,
     /// The seed node to try first for the next pub/sub connection: the last one that worked.
     next_node: AtomicUsize,
+    /// The node [`Backend::check`] reached knows SPUBLISH (Redis 7), and we reach the nodes
+    /// without TLS: the sharded subscriber drives its own plain TCP connections.
+    sharded: AtomicBool,
 }
 
 /// Retries inside `ClusterConnection` for one command: redirects (MOVED, ASK) count too.
@@ -173,10 +179,24 @@ impl Backend {
                         .connect_node(self.settings.connect_timeout)
                         .and_then(|mut con| {
                             con.set_read_timeout(Some(self.settings.response_timeout))?;
-                            redis::cmd("PING").query::<()>(&mut con)
+                            redis::cmd("PING").query::<()>(&mut con)?;
+                            // One reply per name: nil for a command the server does not know.
+                            let spublish: Vec<Value> = redis::cmd("COMMAND")
+                                .arg("INFO")
+                                .arg("SPUBLISH")
+                                .query(&mut con)?;
+                            Ok(matches!(spublish.first(), Some(Value::Array(_))))
                         });
                     match pinged {
-                        Ok(()) => return Ok(()),
+                        Ok(has_spublish) => {
+                            let plain = cluster.nodes.iter().all(|n| {
+                                matches!(n.get_connection_info().addr(), ConnectionAddr::Tcp(..))
+                            });
+                            cluster
+                                .sharded
+                                .store(has_spublish && plain, Ordering::Relaxed);
+                            return Ok(());
+                        }
                         Err(e) => failure = Some(e),
                     }
                     cluster.skip_node();
@@ -195,6 +215,83 @@ impl Backend {
     /// How long a server may take to answer one command.
     pub fn response_timeout(&self) -> Duration {
         self.settings.response_timeout
+    }
+
+    /// How long making a connection may take.
+    pub fn connect_timeout(&self) -> Duration {
+        self.settings.connect_timeout
+    }
+
+    /// Whether wake-ups go through sharded pub/sub (a Redis 7 Cluster reached without TLS;
+    /// known once [`Backend::check`] has run).
+    pub fn sharded_pubsub(&self) -> bool {
+        match &self.target {
+            Target::Cluster(cluster) => cluster.sharded.load(Ordering::Relaxed),
+            _ => false,
+        }
+    }
+
+    /// What the scripts that free a lock need to know of this deployment.
+    pub fn freeing(&self) -> Freeing {
+        Freeing {
+            latch_ttl: self.latch_ttl(),
+            publish: if self.sharded_pubsub() {
+                "SPUBLISH"
+            } else {
+                "PUBLISH"
+            },
+        }
+    }
+
+    /// The username and password the seed URLs carry, for the connections the sharded
+    /// subscriber makes to the cluster's nodes.
+    pub fn node_credentials(&self) -> (Option<String>, Option<String>) {
+        let info = match &self.target {
+            Target::Cluster(cluster) => cluster.nodes[0].get_connection_info(),
+            Target::Direct(client) => client.get_connection_info(),
+            Target::Sentinel(_) => return (None, None),
+        };
+        let redis = info.redis_settings();
+        (
+            redis.username().map(str::to_string),
+            redis.password().map(str::to_string),
+        )
+    }
+
+    /// Who serves which slots: `(first, last, "host:port" of the master)` (CLUSTER SLOTS).
+    pub fn cluster_slots(&self) -> Result<Vec<(u16, u16, String)>> {
+        let ranges: Vec<Value> = self.run(|con| redis::cmd("CLUSTER").arg("SLOTS").query(con))?;
+        let mut slots = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            let Value::Array(range) = range else { continue };
+            let (Some(Value::Int(first)), Some(Value::Int(last)), Some(Value::Array(master))) =
+                (range.first(), range.get(1), range.get(2))
+            else {
+                continue;
+            };
+            let (Some(host), Some(Value::Int(port))) = (master.first(), master.get(1)) else {
+                continue;
+            };
+            let host = match host {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                Value::SimpleString(s) => s.clone(),
+                _ => continue,
+            };
+            // An empty or "?" host: the node does not know its address (it was never told).
+            if host.is_empty() || host == "?" {
+                continue;
+            }
+            let (Ok(first), Ok(last)) = (u16::try_from(*first), u16::try_from(*last)) else {
+                continue;
+            };
+            let node = if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            };
+            slots.push((first, last, node));
+        }
+        Ok(slots)
     }
 
     /// The pub/sub connection made by [`Backend::connect`] failed or never answered: on a
@@ -231,6 +328,21 @@ impl Backend {
             }
         }
     }
+}
+
+/// Applies [`tcp_settings`] to a socket made outside the `redis` crate (the sharded
+/// subscriber's).
+pub(crate) fn configure_socket(socket: &impl std::os::fd::AsFd) -> std::io::Result<()> {
+    let tcp = tcp_settings();
+    let socket = redis::io::tcp::socket2::SockRef::from(socket);
+    socket.set_tcp_nodelay(tcp.nodelay())?;
+    if let Some(keepalive) = tcp.keepalive() {
+        socket.set_tcp_keepalive(keepalive)?;
+    }
+    if let Some(timeout) = tcp.user_timeout() {
+        socket.set_tcp_user_timeout(Some(timeout))?;
+    }
+    Ok(())
 }
 
 /// TCP settings of every connection.
@@ -278,6 +390,7 @@ impl ClusterTarget {
             client,
             nodes,
             next_node: AtomicUsize::new(0),
+            sharded: AtomicBool::new(false),
         })
     }
 

@@ -39,7 +39,8 @@ pub enum Error {
         /// Replicas asked for.
         wanted: u32,
     },
-    /// The operating system refused to start one of the client's threads.
+    /// The operating system refused to start one of the client's threads, or the event poll
+    /// of its sharded subscriber.
     Thread(std::io::Error),
 }
 
@@ -69,7 +70,7 @@ impl fmt::Display for Error {
                 "lock {name:?}: {acknowledged} of {wanted} replicas acknowledged the \
                  acquisition in time; released it again"
             ),
-            Error::Thread(e) => write!(f, "cannot start a redlatch thread: {e}"),
+            Error::Thread(e) => write!(f, "cannot start a redlatch thread or its poll: {e}"),
         }
     }
 }

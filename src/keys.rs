@@ -82,6 +82,9 @@ pub(crate) fn control_channel(prefix: &str, client_id: &str) -> String {
     format!("{prefix}:control:{client_id}")
 }
 
+/// The number of hash slots of a Redis Cluster.
+pub(crate) const SLOTS: u16 = 16384;
+
 /// The Redis Cluster slot of `key`: CRC16/XMODEM of its hash tag (the text between the first
 /// `{` and the next `}`, if not empty), else of the whole key, mod 16384.
 pub(crate) fn key_slot(key: &[u8]) -> u16 {
@@ -105,7 +108,7 @@ pub(crate) fn key_slot(key: &[u8]) -> u16 {
             };
         }
     }
-    crc % 16384
+    crc % SLOTS
 }
 
 #[cfg(test)]

@@ -158,9 +158,9 @@ impl Lock {
         // Names this call, so that a retry after a lost reply answers the same rather than
         // deleting a lock somebody took in the meantime.
         let request = uuid::Uuid::new_v4().simple().to_string();
-        let latch_ttl = backend.latch_ttl();
+        let freeing = backend.freeing();
         backend
-            .run(|con| scripts::force_unlock(con, keys, &request, latch_ttl))
+            .run(|con| scripts::force_unlock(con, keys, &request, freeing))
             .map_err(|e| keys.resolve(e))
     }
 
@@ -626,10 +626,10 @@ impl LockGuard {
         hold.remove_guard();
         let was_lost = hold.is_lost();
         let keys = &self.lock.keys;
-        let latch_ttl = core.backend.latch_ttl();
+        let freeing = core.backend.freeing();
         let reply = core.backend.run(|con| {
             let (owner, token, taken_by) = (&hold.owner, hold.token, hold.taken_by);
-            scripts::release(con, keys, owner, holds, token, latch_ttl, taken_by)
+            scripts::release(con, keys, owner, holds, token, freeing, taken_by)
         });
         match reply {
             Ok(Release::NotOurs) => {

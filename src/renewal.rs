@@ -94,11 +94,11 @@ fn give_back(core: &Core, keys: &LockKeys, thread: u64, token: u64) {
         return;
     }
     let owner = core.owner(thread);
-    let latch_ttl = core.backend.latch_ttl();
+    let freeing = core.backend.freeing();
     // One attempt: the renewal thread must not stall on an errand.
     match core
         .backend
-        .run_once_only(|con| scripts::give_back(con, keys, &owner, token, latch_ttl))
+        .run_once_only(|con| scripts::give_back(con, keys, &owner, token, freeing))
     {
         Ok(Release::Released) => {
             log::debug!(

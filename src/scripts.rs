@@ -93,8 +93,16 @@ impl Invocation<'_> {
     }
 }
 
-/// The command a release publishes with (SPUBLISH once sharded Cluster support lands).
-const PUBLISH: &str = "PUBLISH";
+/// What the scripts that free a lock (release, give-back, force-unlock) need to know of the
+/// deployment.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Freeing {
+    /// How long the latch that makes a retry of the same call answer the same must live.
+    pub latch_ttl: Duration,
+    /// The command the message that frees the lock goes out with: PUBLISH, or SPUBLISH where
+    /// the subscribers listen sharded.
+    pub publish: &'static str,
+}
 
 /// What `acquire.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,14 +270,14 @@ pub(crate) fn release(
     owner: &str,
     holds: u32,
     token: u64,
-    latch_ttl: Duration,
+    freeing: Freeing,
     taken_by: TakenBy,
 ) -> RedisResult<Release> {
     let mode = match taken_by {
         TakenBy::Attempt => "0",
         TakenBy::Message => "2",
     };
-    run_release(con, keys, owner, holds, token, latch_ttl, mode)
+    run_release(con, keys, owner, holds, token, freeing, mode)
 }
 
 /// Gives back a hand-over to `owner` with `token` that nobody took up; changes nothing if it
@@ -279,9 +287,9 @@ pub(crate) fn give_back(
     keys: &LockKeys,
     owner: &str,
     token: u64,
-    latch_ttl: Duration,
+    freeing: Freeing,
 ) -> RedisResult<Release> {
-    run_release(con, keys, owner, 1, token, latch_ttl, "1")
+    run_release(con, keys, owner, 1, token, freeing, "1")
 }
 
 fn run_release(
@@ -290,7 +298,7 @@ fn run_release(
     owner: &str,
     holds: u32,
     token: u64,
-    latch_ttl: Duration,
+    freeing: Freeing,
     mode: &str,
 ) -> RedisResult<Release> {
     let reply: i64 = RELEASE
@@ -303,8 +311,8 @@ fn run_release(
         .arg(owner)
         .arg(holds)
         .arg(token)
-        .arg(millis(latch_ttl))
-        .arg(PUBLISH)
+        .arg(millis(freeing.latch_ttl))
+        .arg(freeing.publish)
         .arg(mode)
         .invoke(con)?;
     Ok(match reply {
@@ -346,14 +354,14 @@ pub(crate) fn force_unlock(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     request: &str,
-    latch_ttl: Duration,
+    freeing: Freeing,
 ) -> RedisResult<bool> {
     let reply: i64 = FORCE_UNLOCK
         .key(&keys.lock)
         .key(&keys.channel)
         .key(keys.force_latch(request))
-        .arg(PUBLISH)
-        .arg(millis(latch_ttl))
+        .arg(freeing.publish)
+        .arg(millis(freeing.latch_ttl))
         .invoke(con)?;
     Ok(reply == 1)
 }

@@ -71,21 +71,61 @@ fn has_lock(port: u16, name: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Subscribers of lock `name`'s channel, over every live node of the cluster.
-fn subscribers(c: &Cluster, name: &str) -> i64 {
-    let channel = format!("{}:unlocked", lock_key(name));
+fn channel_of(name: &str) -> String {
+    format!("{}:unlocked", lock_key(name))
+}
+
+/// Subscribers of lock `name`'s channel on each live node, `(port, classic, sharded)`.
+fn subscribers_by_node(c: &Cluster, name: &str) -> Vec<(u16, i64, i64)> {
+    let channel = channel_of(name);
+    let count = |con: &mut redis::Connection, which: &str| {
+        let reply: (String, i64) = redis::cmd("PUBSUB")
+            .arg(which)
+            .arg(&channel)
+            .query(con)
+            .unwrap_or_default();
+        reply.1
+    };
     c.view()
         .iter()
-        .filter_map(|n| connect(n.port, None).ok())
-        .map(|mut con| {
-            let reply: (String, i64) = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(&channel)
-                .query(&mut con)
-                .unwrap_or_default();
-            reply.1
+        .filter_map(|n| Some((n.port, connect(n.port, None).ok()?)))
+        .map(|(port, mut con)| {
+            let classic = count(&mut con, "NUMSUB");
+            (port, classic, count(&mut con, "SHARDNUMSUB"))
         })
+        .collect()
+}
+
+/// Subscribers of lock `name`'s channel, over every live node of the cluster.
+fn subscribers(c: &Cluster, name: &str) -> i64 {
+    subscribers_by_node(c, name)
+        .iter()
+        .map(|(_, classic, sharded)| classic + sharded)
         .sum()
+}
+
+/// Reads pub/sub frames from `con` for `within`: the payloads of the messages.
+fn messages_on(con: &mut redis::Connection, within: Duration) -> Vec<String> {
+    let until = Instant::now() + within;
+    let mut payloads = Vec::new();
+    for _ in 0..100 {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        con.set_read_timeout(Some(left)).unwrap();
+        let Ok(frame) = con.recv_response() else {
+            break; // timed out
+        };
+        let Ok(items) = redis::from_redis_value::<Vec<redis::Value>>(frame) else {
+            continue;
+        };
+        let text = |v: &redis::Value| redis::from_redis_value_ref::<String>(v).unwrap_or_default();
+        if items.len() == 3 && text(&items[0]).ends_with("message") {
+            payloads.push(text(&items[2]));
+        }
+    }
+    payloads
 }
 
 /// What the contending threads did.
@@ -185,6 +225,73 @@ fn locks_live_on_the_master_of_their_slot_and_a_release_on_each_master_wakes_a_w
         wakes.push(after);
     }
     eprintln!("cluster: started in {started:?}; waiters woken {wakes:?} after the release");
+}
+
+/// Sharded pub/sub: the waiting client subscribes the lock's channel on the master that owns
+/// its slot only, and the release's message reaches that shard only. A classic PUBLISH would
+/// have reached the listeners on every other node too.
+#[test]
+fn an_unlock_message_reaches_only_the_shard_that_owns_the_lock() {
+    let c = Cluster::start();
+    let holder = client(&c, Duration::from_secs(10));
+    let waiter_client = client(&c, Duration::from_secs(10));
+    let owner = c.master_ports()[0];
+    let name = name_on(&c, owner, "sharded");
+    let channel = channel_of(&name);
+    let guard = holder.lock(&name).lock().unwrap();
+    let lock = waiter_client.lock(&name);
+    let waiting = thread::spawn(move || {
+        let guard = lock.try_lock(Duration::from_secs(8), None).unwrap();
+        (Instant::now(), guard.map(|g| g.fencing_token()))
+    });
+    wait_for("the waiter subscribed", Duration::from_secs(5), || {
+        (subscribers(&c, &name) >= 1).then_some(())
+    });
+    for (port, classic, sharded) in subscribers_by_node(&c, &name) {
+        assert_eq!(classic, 0, "a classic subscription on {port}");
+        let expected = i64::from(port == owner);
+        assert_eq!(sharded, expected, "sharded subscriptions on {port}");
+    }
+
+    // Listeners: SSUBSCRIBE on the owner, classic SUBSCRIBE on every other node.
+    let mut on_owner = connect(owner, None).unwrap();
+    redis::cmd("SSUBSCRIBE")
+        .arg(&channel)
+        .exec(&mut on_owner)
+        .unwrap();
+    let mut elsewhere: Vec<(u16, redis::Connection)> = c
+        .view()
+        .iter()
+        .filter(|n| n.port != owner)
+        .map(|n| {
+            let mut con = connect(n.port, None).unwrap();
+            redis::cmd("SUBSCRIBE")
+                .arg(&channel)
+                .exec(&mut con)
+                .unwrap();
+            (n.port, con)
+        })
+        .collect();
+    assert!(elsewhere.len() >= 5, "listeners on the other nodes");
+
+    let released = Instant::now();
+    guard.unlock().unwrap();
+    let (woken, token) = join_all(vec![waiting], Duration::from_secs(10), "the waiter").remove(0);
+    assert!(token.is_some(), "the waiter got the lock");
+    assert!(
+        woken - released < Duration::from_secs(1),
+        "woken {:?} after the release",
+        woken - released
+    );
+    let seen = messages_on(&mut on_owner, Duration::from_secs(2));
+    assert!(
+        seen.iter().any(|m| m.starts_with("grant ")),
+        "the owner's shard saw {seen:?}"
+    );
+    for (port, con) in &mut elsewhere {
+        let seen = messages_on(con, Duration::from_millis(200));
+        assert!(seen.is_empty(), "node {port} saw {seen:?}");
+    }
 }
 
 #[test]

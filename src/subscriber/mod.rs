@@ -1,4 +1,4 @@
-//! The subscriber thread: one pub/sub connection per client, waking waiting threads.
+//! The subscriber thread: one per client, listening for releases and waking waiting threads.
 //!
 //! # Hand-overs
 //! A thread whose attempt finds a lock busy is queued in Redis, and the release that frees
@@ -24,27 +24,24 @@
 //!   waiter's attempt and its sleep is not lost;
 //! - a waiter that leaves with a permit it never used passes it to the next one.
 //!
-//! # Waking the thread without polling
-//! The thread blocks on a read of the pub/sub connection and uses no CPU while idle. To make it
-//! (un)subscribe, a waiter records what it wants in the entry map and rings the thread:
-//! through Redis, by publishing on the client's own control channel (to which the connection
-//! is subscribed), and through an in-process doorbell for when it is not connected. The thread
-//! then reconciles the connection's subscriptions with the entry map. The sync `redis`
-//! connection cannot be written by one thread while another blocks reading it, so this costs
-//! a PUBLISH round trip plus the SUBSCRIBE round trip; concurrent requests share one ring. A
-//! joining waiter rings itself (it is about to wait anyway); a leaving one has the renewal
-//! thread ring for it, so that a thread that just got its lock returns at once.
+//! # Flavors
+//! The thread listens in one of two ways, each in its own module:
+//! - [`classic`]: one connection with SUBSCRIBE, for one server, Sentinel, and a Cluster
+//!   reached over TLS or older than Redis 7 (PUBLISH reaches every node of a cluster);
+//! - [`sharded`]: on a Redis 7 Cluster, SSUBSCRIBE on one connection per shard that has
+//!   waiters, so a release's SPUBLISH reaches only the shard that owns the lock.
 //!
-//! Only the answer to the *last* SUBSCRIBE sent for a channel confirms it: an older answer can
-//! arrive after the channel was unsubscribed and wanted again, before the server has seen the
-//! new SUBSCRIBE.
+//! Either way a waiter records what it wants in the entry map and *rings* the thread, which
+//! reconciles its subscriptions with the map. A joining waiter rings itself (it is about to
+//! wait anyway); a leaving one has the ring made for it off its path, so that a thread that
+//! just got its lock returns at once.
 //!
 //! # Failure
-//! When the connection fails the thread reconnects with backoff, resubscribes every channel
+//! When a connection fails the thread reconnects with backoff, resubscribes every channel
 //! that has waiters, and the confirmations give every waiter a permit. Meanwhile, and whenever
 //! a message is lost, waiters still wake when the lock's TTL or their deadline says so. A
-//! refused SUBSCRIBE (an ACL without our channels) is logged and retried with backoff; waiting
-//! then degrades to waking at the lock's TTL. A connection that carried nothing for
+//! refused subscription (an ACL without our channels) is logged and retried with backoff;
+//! waiting then degrades to waking at the lock's TTL. A connection that carried nothing for
 //! [`IDLE_TIMEOUT`] is given up, and made anew only if threads still wait.
 
 use std::collections::{HashMap, VecDeque};
@@ -52,12 +49,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+#[cfg(test)]
+use crossbeam_channel::Receiver;
+use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
-use redis::{Connection, PushKind, RedisResult, Value};
 
 use crate::connection::Backend;
 use crate::keys::LockKeys;
+
+mod classic;
+mod resp;
+mod sharded;
 
 /// Payload of a release that found only stale places queued: wake one waiter.
 const UNLOCK: &[u8] = b"unlock";
@@ -71,6 +73,15 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// A pub/sub connection with no traffic for this long is given up (and made anew if threads
 /// still wait, which wakes each of them once).
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What the thread knows about one channel of its connection.
+#[derive(Default)]
+struct ChannelState {
+    /// SUBSCRIBE commands sent for it and not yet answered.
+    pending: u32,
+    /// We want it subscribed (the last command sent for it was SUBSCRIBE).
+    wanted: bool,
+}
 
 /// Work the subscriber hands to the renewal thread, so that neither it nor a waiter spends
 /// a round trip on it.
@@ -108,6 +119,8 @@ struct Shared {
     ring_in_flight: AtomicBool,
     stop: AtomicBool,
     doorbell: Sender<()>,
+    /// Sharded flavor only: wakes the thread out of its poll, in process (no round trip).
+    waker: Option<mio::Waker>,
     /// To the renewal thread, which runs errands.
     errands: Sender<Errand>,
     /// A [`Errand::Ring`] is queued; no need for another.
@@ -381,8 +394,13 @@ impl Subscriber {
         key_prefix: &str,
         client_id: &str,
         errands: Sender<Errand>,
-    ) -> (Subscriber, SubscriberTask) {
+    ) -> crate::Result<(Subscriber, SubscriberTask)> {
         let (doorbell, rung) = crossbeam_channel::bounded(1);
+        let poll = if backend.sharded_pubsub() {
+            Some(sharded::Poller::new().map_err(crate::Error::Thread)?)
+        } else {
+            None
+        };
         let shared = Arc::new(Shared {
             entries: Mutex::new(HashMap::new()),
             control_channel: crate::keys::control_channel(key_prefix, client_id),
@@ -392,17 +410,29 @@ impl Subscriber {
             ring_in_flight: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             doorbell,
+            waker: poll
+                .as_ref()
+                .map(|p| p.waker())
+                .transpose()
+                .map_err(crate::Error::Thread)?,
             errands,
             ring_queued: AtomicBool::new(false),
             arriving: Mutex::new(HashMap::new()),
         });
-        let task = SubscriberTask {
-            shared: shared.clone(),
-            backend: backend.clone(),
-            rung,
+        let task = match poll {
+            Some(poll) => SubscriberTask(Flavor::Sharded(sharded::ShardedTask::new(
+                shared.clone(),
+                backend.clone(),
+                poll,
+            ))),
+            None => SubscriberTask(Flavor::Classic(classic::ClassicTask {
+                shared: shared.clone(),
+                backend: backend.clone(),
+                rung,
+            })),
         };
         let subscriber = Subscriber { shared, backend };
-        (subscriber, task)
+        Ok((subscriber, task))
     }
 
     /// Announces that thread `thread` is about to attempt `keys`'s lock and, if it is busy,
@@ -515,12 +545,18 @@ impl Subscriber {
         }
     }
 
-    /// Makes the thread reconcile its subscriptions with the entry map: publishes on the
-    /// control channel and waits for Redis to take it (one round trip; `retry` on a fresh
-    /// connection if that one fails fast).
+    /// Makes the thread reconcile its subscriptions with the entry map. Sharded: wakes it in
+    /// process. Classic: publishes on the control channel and waits for Redis to take it (one
+    /// round trip; `retry` on a fresh connection if that one fails fast).
     pub fn ring(&self, retry: bool) {
         self.shared.ring_queued.store(false, Ordering::SeqCst);
         let _ = self.shared.doorbell.try_send(());
+        if let Some(waker) = &self.shared.waker {
+            if let Err(e) = waker.wake() {
+                log::warn!("could not wake the subscriber thread: {e}");
+            }
+            return;
+        }
         if self.shared.connected.load(Ordering::SeqCst)
             && !self.shared.ring_in_flight.swap(true, Ordering::SeqCst)
         {
@@ -555,6 +591,9 @@ impl Subscriber {
     /// Has the client's renewal thread ring for us: for a waiter leaving, which has just got
     /// the lock or run out of time and should not spend a round trip on housekeeping.
     fn ring_later(&self) {
+        if self.shared.waker.is_some() {
+            return self.ring(false); // costs nothing
+        }
         let _ = self.shared.doorbell.try_send(());
         if !self.shared.ring_queued.swap(true, Ordering::SeqCst) {
             let _ = self.shared.errands.send(Errand::Ring);
@@ -567,6 +606,10 @@ impl Subscriber {
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         let _ = self.shared.doorbell.try_send(());
+        if let Some(waker) = &self.shared.waker {
+            let _ = waker.wake();
+            return;
+        }
         if self.shared.connected.load(Ordering::SeqCst) {
             let _ = self.publish_control("stop", false);
         }
@@ -664,252 +707,21 @@ impl Drop for Waiter<'_> {
     }
 }
 
-/// What the subscriber thread owns.
-pub(crate) struct SubscriberTask {
-    shared: Arc<Shared>,
-    backend: Arc<Backend>,
-    rung: Receiver<()>,
-}
+/// The thread's work, in the flavor the deployment calls for.
+pub(crate) struct SubscriberTask(Flavor);
 
-/// What the thread knows about one channel of its connection.
-#[derive(Default)]
-struct ChannelState {
-    /// SUBSCRIBE commands sent for it and not yet answered.
-    pending: u32,
-    /// We want it subscribed (the last command sent for it was SUBSCRIBE).
-    wanted: bool,
+enum Flavor {
+    Classic(classic::ClassicTask),
+    Sharded(sharded::ShardedTask),
 }
 
 impl SubscriberTask {
-    /// The thread's body: connect when there are waiters, serve, reconnect, until stopped.
+    /// The thread's body: until the client stops.
     pub fn run(self) {
-        let mut backoff = BACKOFF_MIN;
-        while !self.stopping() {
-            if self.shared.entries.lock().is_empty() {
-                // Nobody waits: hold no connection until somebody does (or we stop).
-                if self.rung.recv().is_err() {
-                    return;
-                }
-                continue;
-            }
-            // Rings that came while we served or slept are answered by connecting now.
-            while self.rung.try_recv().is_ok() {}
-            let started = Instant::now();
-            let failure = match self.backend.connect_in_generation() {
-                Ok((con, generation)) => self
-                    .serve(con, generation)
-                    .err()
-                    .inspect(|_| self.backend.pubsub_failed()),
-                Err(e) => Some(e),
-            };
-            self.disconnected();
-            let Some(e) = failure else {
-                backoff = BACKOFF_MIN;
-                continue; // given up on purpose (idle, or stopping)
-            };
-            if self.stopping() {
-                return;
-            }
-            if started.elapsed() > BACKOFF_MAX * 2 {
-                backoff = BACKOFF_MIN; // it had worked for a while
-            }
-            log::warn!(
-                "redlatch pub/sub connection failed: {e}; waiters wake at their lock's TTL \
-                 until it is back; retrying in {backoff:?}"
-            );
-            // Failing fast, again and again (refused, or closed at once): back off. Rings
-            // do not cut the pause short; only a stop does.
-            let until = Instant::now() + backoff;
-            loop {
-                match self.rung.recv_deadline(until) {
-                    Ok(()) if self.stopping() => return,
-                    Ok(()) => {}
-                    Err(RecvTimeoutError::Timeout) => break,
-                    Err(RecvTimeoutError::Disconnected) => return,
-                }
-            }
-            backoff = (backoff * 2).min(BACKOFF_MAX);
+        match self.0 {
+            Flavor::Classic(task) => task.run(),
+            Flavor::Sharded(task) => task.run(),
         }
-    }
-
-    fn stopping(&self) -> bool {
-        self.shared.stop.load(Ordering::SeqCst)
-    }
-
-    /// Reads the connection until it fails, falls idle, or the client stops. `Ok` when it
-    /// ended on purpose.
-    fn serve(&self, mut con: Connection, generation: u64) -> RedisResult<()> {
-        // Idle, the thread sleeps in the kernel. The long timeout bounds how long it outlives a
-        // stopped client whose stop message could not be sent, and lets it give the connection
-        // up when nobody has waited for a while; TCP keepalive finds a dead peer sooner.
-        //
-        // On a Cluster, though, the node must first confirm the control channel within the
-        // response timeout: a node stopped with SIGSTOP accepts the connection and then says
-        // nothing, and any other node would do (PUBLISH reaches every node). Failing here
-        // makes `run` try the next one instead of staying deaf on that node.
-        let awaiting_first = self.backend.is_cluster();
-        con.set_read_timeout(Some(if awaiting_first {
-            self.backend.response_timeout()
-        } else {
-            IDLE_TIMEOUT
-        }))?;
-        // Once a failover moved the master past `generation`, messages are published there:
-        // reconnecting wakes every waiter, to try again on the new master.
-        let control = self.shared.control_channel.clone();
-        let mut channels: HashMap<String, ChannelState> = HashMap::new();
-        con.send_packed_command(&redis::cmd("SUBSCRIBE").arg(&control).get_packed_command())?;
-        while !self.stopping() && self.backend.generation() == generation {
-            let value = match con.recv_response() {
-                Ok(value) => value,
-                // Quiet for IDLE_TIMEOUT: give the connection up (a timed-out read leaves it
-                // out of step anyway). `run` makes a new one if threads still wait.
-                Err(e) if e.is_timeout() => {
-                    if awaiting_first && !self.shared.connected.load(Ordering::SeqCst) {
-                        return Err(e); // never confirmed: `run` tries another node
-                    }
-                    return Ok(());
-                }
-                Err(e) => return Err(e),
-            };
-            if let Value::ServerError(e) = value {
-                // A refused SUBSCRIBE (an ACL without our channels, say): `run` says so and
-                // tries again later.
-                return Err(e.into());
-            }
-            let Some((kind, channel, payload)) = parse_push(value) else {
-                continue;
-            };
-            match kind.as_slice() {
-                b"message" if channel == control.as_bytes() => {
-                    self.shared.ring_in_flight.store(false, Ordering::SeqCst);
-                    self.reconcile(&mut con, &mut channels)?;
-                }
-                b"message" => self.shared.deliver(&channel, &payload),
-                b"subscribe" if channel == control.as_bytes() => {
-                    if awaiting_first && !self.shared.connected.load(Ordering::SeqCst) {
-                        con.set_read_timeout(Some(IDLE_TIMEOUT))?;
-                    }
-                    self.shared.connected.store(true, Ordering::SeqCst);
-                    self.shared.ring_in_flight.store(false, Ordering::SeqCst);
-                    self.reconcile(&mut con, &mut channels)?;
-                }
-                b"subscribe" => {
-                    let Ok(channel) = String::from_utf8(channel) else {
-                        continue;
-                    };
-                    let Some(state) = channels.get_mut(&channel) else {
-                        continue;
-                    };
-                    state.pending = state.pending.saturating_sub(1);
-                    // Only the answer to the *last* SUBSCRIBE confirms: an older one may
-                    // precede an UNSUBSCRIBE that the server has not processed yet.
-                    if state.pending > 0 {
-                        continue;
-                    }
-                    if !state.wanted {
-                        channels.remove(&channel);
-                        continue;
-                    }
-                    let entry = self.shared.entries.lock().get(&channel).cloned();
-                    if let Some(entry) = entry {
-                        entry.confirm();
-                    }
-                }
-                _ => {} // unsubscribe confirmations, pongs
-            }
-        }
-        Ok(())
-    }
-
-    /// Subscribes channels that gained waiters, unsubscribes those that lost them, and
-    /// confirms new entries whose channel was subscribed all along.
-    fn reconcile(
-        &self,
-        con: &mut Connection,
-        channels: &mut HashMap<String, ChannelState>,
-    ) -> RedisResult<()> {
-        let mut to_subscribe = Vec::new();
-        let mut to_unsubscribe = Vec::new();
-        {
-            let entries = self.shared.entries.lock();
-            for (channel, entry) in entries.iter() {
-                let state = channels.entry(channel.clone()).or_default();
-                if !state.wanted {
-                    state.wanted = true;
-                    state.pending += 1;
-                    to_subscribe.push(channel.clone());
-                } else if state.pending == 0 {
-                    entry.confirm(); // subscribed all along
-                }
-            }
-            channels.retain(|channel, state| {
-                if state.wanted && !entries.contains_key(channel) {
-                    state.wanted = false;
-                    to_unsubscribe.push(channel.clone());
-                }
-                // Keep a channel whose SUBSCRIBE is unanswered: its answer must not confirm
-                // a later entry.
-                state.wanted || state.pending > 0
-            });
-        }
-        if !to_subscribe.is_empty() {
-            con.send_packed_command(
-                &redis::cmd("SUBSCRIBE")
-                    .arg(&to_subscribe)
-                    .get_packed_command(),
-            )?;
-        }
-        if !to_unsubscribe.is_empty() {
-            con.send_packed_command(
-                &redis::cmd("UNSUBSCRIBE")
-                    .arg(&to_unsubscribe)
-                    .get_packed_command(),
-            )?;
-        }
-        Ok(())
-    }
-
-    /// The connection is gone: nothing is confirmed until the next one says so.
-    fn disconnected(&self) {
-        self.shared.connected.store(false, Ordering::SeqCst);
-        self.shared.ring_in_flight.store(false, Ordering::SeqCst);
-        for entry in self.shared.entries.lock().values() {
-            entry.state.lock().confirmed = false;
-        }
-    }
-}
-
-/// Splits a pub/sub frame into kind, channel and payload (or count). RESP2 sends an array
-/// `[kind, channel, payload]`; RESP3 a push whose kind is separate from `[channel, payload]`.
-fn parse_push(value: Value) -> Option<(Vec<u8>, Vec<u8>, Vec<u8>)> {
-    let (kind, items) = match value {
-        Value::Array(items) => {
-            let mut items = items.into_iter();
-            let kind = bytes(items.next()?)?;
-            (kind, items.collect::<Vec<_>>())
-        }
-        Value::Push { kind, data } => {
-            let kind = match kind {
-                PushKind::Message => "message",
-                PushKind::Subscribe => "subscribe",
-                PushKind::Unsubscribe => "unsubscribe",
-                _ => return None,
-            };
-            (kind.as_bytes().to_vec(), data)
-        }
-        _ => return None,
-    };
-    let mut items = items.into_iter();
-    let channel = bytes(items.next()?)?;
-    let payload = items.next().and_then(bytes).unwrap_or_default();
-    Some((kind, channel, payload))
-}
-
-fn bytes(v: Value) -> Option<Vec<u8>> {
-    match v {
-        Value::BulkString(b) => Some(b),
-        Value::SimpleString(s) => Some(s.into_bytes()),
-        _ => None,
     }
 }
 
@@ -939,7 +751,7 @@ mod tests {
             .unwrap(),
         );
         let (errands, errands_received) = crossbeam_channel::unbounded();
-        let (sub, _task) = Subscriber::new(backend, "p", CLIENT, errands);
+        let (sub, _task) = Subscriber::new(backend, "p", CLIENT, errands).unwrap();
         (sub, errands_received, Arc::new(LockKeys::new("p", "x")))
     }
 

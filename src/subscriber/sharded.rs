@@ -1,0 +1,611 @@
+//! Sharded pub/sub, for a Redis 7 Cluster: SSUBSCRIBE on one connection per shard that has
+//! waiters.
+//!
+//! A release publishes with SPUBLISH, which Redis delivers only inside the shard that owns
+//! the lock's slot, instead of broadcasting it over the cluster bus to every node. So the
+//! thread keeps a connection to the master of each shard that has waiters (found with
+//! CLUSTER SLOTS) and subscribes each lock's channel where its slot lives.
+//!
+//! # Following the slots
+//! A connection that fails, a subscription refused (MOVED, while a slot moves), or one that
+//! the server ends by itself (Redis unsubscribes a slot's shard channels when the slot
+//! leaves the node) makes the thread read CLUSTER SLOTS again and subscribe where the slot
+//! is now. Until the new subscription is confirmed the lock's entry is unconfirmed; the
+//! confirmation gives its waiters a permit, so a release missed meanwhile costs one attempt,
+//! and waiters never sleep past the lock's TTL in any case.
+//!
+//! # One thread, no blocking
+//! The thread serves every connection at once: they are non-blocking sockets in one `mio`
+//! poll, which a waiter's ring wakes in process (no round trip, unlike the classic flavor's
+//! control channel). We drive these connections ourselves (AUTH, SSUBSCRIBE, PING, and the
+//! RESP2 frames in [`super::resp`]) because the `redis` crate's sync connection cannot be
+//! polled; that is why a cluster reached over TLS uses the classic flavor.
+//!
+//! # Liveness
+//! Every command must be answered within the response timeout (a connection still being
+//! made gets the connect timeout on top): a node stopped with SIGSTOP accepts connections
+//! and says nothing. A connection with subscriptions that was quiet for [`HEARTBEAT`] sends
+//! a PING, so a node that went silent is noticed while threads wait on it. A connection
+//! with no subscriptions for [`IDLE_TIMEOUT`] is closed.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read, Write};
+use std::net::ToSocketAddrs;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use super::resp::{self, Frame};
+use super::{BACKOFF_MAX, BACKOFF_MIN, ChannelState, Entry, IDLE_TIMEOUT, Shared};
+use crate::connection::Backend;
+use crate::keys::SLOTS;
+
+/// A connection with subscriptions and nothing to say for this long sends a PING.
+pub(super) const HEARTBEAT: Duration = Duration::from_secs(10);
+
+const WAKER: Token = Token(0);
+
+/// The thread's poll, made before the task so that the handle can hold its waker.
+pub(super) struct Poller(Poll);
+
+impl Poller {
+    pub fn new() -> io::Result<Poller> {
+        Poll::new().map(Poller)
+    }
+
+    /// The one waker of this poll: rings the thread.
+    pub fn waker(&self) -> io::Result<Waker> {
+        Waker::new(self.0.registry(), WAKER)
+    }
+}
+
+/// The thread's side of sharded pub/sub.
+pub(super) struct ShardedTask {
+    shared: Arc<Shared>,
+    backend: Arc<Backend>,
+    poll: Poll,
+    /// AUTH arguments for every node, from the seed URLs.
+    auth: Option<Vec<u8>>,
+    slots: SlotMap,
+    shards: Vec<Shard>,
+    next_token: usize,
+    /// After a failure, no new connection, subscription or slot map before this.
+    paused_until: Option<Instant>,
+    backoff: Duration,
+}
+
+/// Which node serves each slot, as CLUSTER SLOTS said when last asked.
+struct SlotMap {
+    nodes: Vec<String>,
+    /// An index into `nodes` per slot; `u16::MAX` for a slot nobody serves.
+    owners: Vec<u16>,
+    /// Something said the map is out of date: read it again before using it.
+    stale: bool,
+}
+
+impl SlotMap {
+    fn node_of(&self, slot: u16) -> Option<&str> {
+        let owner = *self.owners.get(usize::from(slot))?;
+        self.nodes.get(usize::from(owner)).map(String::as_str)
+    }
+}
+
+/// One connection, to the master of one shard.
+struct Shard {
+    node: String,
+    token: Token,
+    stream: TcpStream,
+    /// The TCP handshake completed.
+    established: bool,
+    inbox: Vec<u8>,
+    outbox: Vec<u8>,
+    /// Registered for writable events too (the outbox did not drain).
+    want_writable: bool,
+    /// Commands sent and not answered, oldest first, with the time each must be answered by.
+    sent: VecDeque<(Sent, Instant)>,
+    channels: HashMap<String, ChannelState>,
+    last_heard: Instant,
+    /// When its last subscription went; it is closed after [`IDLE_TIMEOUT`] without one.
+    empty_since: Option<Instant>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Sent {
+    Auth,
+    Subscribe(String),
+    Unsubscribe(String),
+    Ping,
+}
+
+impl ShardedTask {
+    pub(super) fn new(shared: Arc<Shared>, backend: Arc<Backend>, poller: Poller) -> Self {
+        let auth = match backend.node_credentials() {
+            (_, None) => None,
+            (None, Some(password)) => Some(redis::cmd("AUTH").arg(password).get_packed_command()),
+            (Some(user), Some(password)) => Some(
+                redis::cmd("AUTH")
+                    .arg(user)
+                    .arg(password)
+                    .get_packed_command(),
+            ),
+        };
+        ShardedTask {
+            shared,
+            backend,
+            poll: poller.0,
+            auth,
+            slots: SlotMap {
+                nodes: Vec::new(),
+                owners: Vec::new(),
+                stale: true,
+            },
+            shards: Vec::new(),
+            next_token: 1,
+            paused_until: None,
+            backoff: BACKOFF_MIN,
+        }
+    }
+
+    /// The thread's body: reconcile the connections with the entry map, sleep in the poll
+    /// until a socket, a ring or a timer wakes it, serve what came; until the client stops.
+    pub(super) fn run(mut self) {
+        let mut events = Events::with_capacity(64);
+        while !self.shared.stop.load(Ordering::SeqCst) {
+            let now = Instant::now();
+            self.reconcile(now);
+            let timeout = self.next_timer().map(|t| t.saturating_duration_since(now));
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    log::error!("redlatch subscriber cannot poll its sockets: {e}");
+                    std::thread::sleep(BACKOFF_MAX);
+                }
+                continue;
+            }
+            for event in events.iter() {
+                let token = event.token();
+                if token == WAKER {
+                    continue;
+                }
+                let Some(i) = self.shards.iter().position(|s| s.token == token) else {
+                    continue;
+                };
+                if let Err(e) = self.serve(i) {
+                    self.fail(i, &e);
+                }
+            }
+        }
+    }
+
+    /// Makes the connections match the entry map: subscribes the channels of locks that
+    /// gained waiters on their slot's shard, unsubscribes those that lost them or moved, and
+    /// confirms entries whose channel was subscribed all along. Also sends heartbeats, drops
+    /// connections that did not answer in time, and closes idle ones.
+    fn reconcile(&mut self, now: Instant) {
+        let entries: Vec<(String, Arc<Entry>)> = self
+            .shared
+            .entries
+            .lock()
+            .iter()
+            .map(|(channel, entry)| (channel.clone(), entry.clone()))
+            .collect();
+        let paused = self.paused_until.is_some_and(|until| now < until);
+        if !paused {
+            self.paused_until = None;
+        }
+        if !entries.is_empty() && self.slots.stale && !paused {
+            self.read_slots();
+        }
+        let paused = self.paused_until.is_some();
+
+        // Where each channel should be subscribed now.
+        let mut wanted: HashMap<&str, (String, &Arc<Entry>)> = HashMap::new();
+        for (channel, entry) in &entries {
+            if let Some(node) = self.slots.node_of(entry.keys.slot()) {
+                wanted.insert(channel, (node.to_string(), entry));
+            }
+        }
+        for shard in &mut self.shards {
+            shard.channels.retain(|channel, state| {
+                let here = wanted
+                    .get(channel.as_str())
+                    .filter(|(node, _)| *node == shard.node);
+                if state.wanted && here.is_none() {
+                    state.wanted = false;
+                    if let Some((_, entry)) = wanted.get(channel.as_str()) {
+                        unconfirm(entry); // moved to another shard
+                    }
+                    let command = redis::cmd("SUNSUBSCRIBE").arg(channel).get_packed_command();
+                    let deadline = now + self.backend.response_timeout();
+                    shard.outbox.extend_from_slice(&command);
+                    shard
+                        .sent
+                        .push_back((Sent::Unsubscribe(channel.clone()), deadline));
+                }
+                // Keep a channel whose SSUBSCRIBE is unanswered: its answer must not
+                // confirm a later subscription.
+                state.wanted || state.pending > 0
+            });
+        }
+        for (channel, (node, entry)) in wanted {
+            let i = match self.shards.iter().position(|s| s.node == node) {
+                Some(i) => i,
+                None if paused => continue,
+                None => match self.open(&node, now) {
+                    Ok(i) => i,
+                    Err(e) => {
+                        log::warn!(
+                            "redlatch cannot reach cluster node {node} for pub/sub: {e}; \
+                             its waiters wake at their lock's TTL until it is back"
+                        );
+                        self.slots.stale = true;
+                        self.pause(now);
+                        continue;
+                    }
+                },
+            };
+            let shard = &mut self.shards[i];
+            let state = shard.channels.entry(channel.to_string()).or_default();
+            if !state.wanted {
+                if paused {
+                    continue;
+                }
+                state.wanted = true;
+                state.pending += 1;
+                let command = redis::cmd("SSUBSCRIBE").arg(channel).get_packed_command();
+                shard.outbox.extend_from_slice(&command);
+                let deadline = now + self.backend.response_timeout();
+                shard
+                    .sent
+                    .push_back((Sent::Subscribe(channel.to_string()), deadline));
+            } else if state.pending == 0 {
+                entry.confirm(); // subscribed all along
+            }
+        }
+
+        let mut i = 0;
+        while i < self.shards.len() {
+            let shard = &mut self.shards[i];
+            if shard.channels.is_empty() {
+                shard.empty_since.get_or_insert(now);
+            } else {
+                shard.empty_since = None;
+                if shard.sent.is_empty() && now >= shard.last_heard + HEARTBEAT {
+                    shard.outbox.extend_from_slice(b"*1\r\n$4\r\nPING\r\n");
+                    let deadline = now + self.backend.response_timeout();
+                    shard.sent.push_back((Sent::Ping, deadline));
+                }
+            }
+            let failure = if shard.sent.front().is_some_and(|(_, by)| now >= *by) {
+                Some(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no answer within the response timeout",
+                ))
+            } else if shard.sent.is_empty()
+                && shard
+                    .empty_since
+                    .is_some_and(|since| now >= since + IDLE_TIMEOUT)
+            {
+                let mut shard = self.shards.swap_remove(i);
+                let _ = self.poll.registry().deregister(&mut shard.stream);
+                continue;
+            } else {
+                self.flush(i).err()
+            };
+            match failure {
+                Some(e) => self.fail(i, &e), // removes it: `i` is the next one now
+                None => i += 1,
+            }
+        }
+    }
+
+    /// The earliest time the thread must look again without being woken.
+    fn next_timer(&self) -> Option<Instant> {
+        let mut next = self.paused_until;
+        let mut consider = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
+        for shard in &self.shards {
+            if let Some((_, by)) = shard.sent.front() {
+                consider(*by);
+            } else if !shard.channels.is_empty() {
+                consider(shard.last_heard + HEARTBEAT);
+            } else if let Some(since) = shard.empty_since {
+                consider(since + IDLE_TIMEOUT);
+            }
+        }
+        next
+    }
+
+    /// Reads CLUSTER SLOTS through the command connections.
+    fn read_slots(&mut self) {
+        match self.backend.cluster_slots() {
+            Ok(ranges) if !ranges.is_empty() => {
+                let mut nodes: Vec<String> = Vec::new();
+                let mut owners = vec![u16::MAX; usize::from(SLOTS)];
+                for (first, last, node) in ranges {
+                    let index = match nodes.iter().position(|n| *n == node) {
+                        Some(index) => index,
+                        None => {
+                            nodes.push(node);
+                            nodes.len() - 1
+                        }
+                    };
+                    for slot in first..=last.min(SLOTS - 1) {
+                        owners[usize::from(slot)] = index as u16;
+                    }
+                }
+                self.slots = SlotMap {
+                    nodes,
+                    owners,
+                    stale: false,
+                };
+            }
+            Ok(_) => {
+                log::warn!("redlatch: CLUSTER SLOTS lists no slots; will ask again");
+                self.pause(Instant::now());
+            }
+            Err(e) => {
+                log::warn!("redlatch cannot read the cluster's slots for pub/sub: {e}");
+                self.pause(Instant::now());
+            }
+        }
+    }
+
+    /// Starts a connection to `node`; its handshake, AUTH and first SSUBSCRIBE go out as the
+    /// socket allows. The index of the new shard.
+    fn open(&mut self, node: &str, now: Instant) -> io::Result<usize> {
+        let addr = node
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
+        let mut stream = TcpStream::connect(addr)?;
+        crate::connection::configure_socket(&stream)?;
+        let token = Token(self.next_token);
+        self.next_token += 1;
+        self.poll.registry().register(
+            &mut stream,
+            token,
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        let mut shard = Shard {
+            node: node.to_string(),
+            token,
+            stream,
+            established: false,
+            inbox: Vec::new(),
+            outbox: Vec::new(),
+            want_writable: true,
+            sent: VecDeque::new(),
+            channels: HashMap::new(),
+            last_heard: now,
+            empty_since: None,
+        };
+        // The first answer may take the handshake as well as a command.
+        let deadline = now + self.backend.connect_timeout() + self.backend.response_timeout();
+        shard
+            .outbox
+            .extend_from_slice(self.auth.as_deref().unwrap_or(b"*1\r\n$4\r\nPING\r\n"));
+        let first = if self.auth.is_some() {
+            Sent::Auth
+        } else {
+            Sent::Ping
+        };
+        shard.sent.push_back((first, deadline));
+        self.shards.push(shard);
+        Ok(self.shards.len() - 1)
+    }
+
+    /// A socket is ready: finish the handshake, read and handle every whole frame, write.
+    fn serve(&mut self, i: usize) -> io::Result<()> {
+        let shard = &mut self.shards[i];
+        if !shard.established {
+            if let Some(e) = shard.stream.take_error()? {
+                return Err(e);
+            }
+            match shard.stream.peer_addr() {
+                Ok(_) => shard.established = true,
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        let mut buf = [0u8; 8192];
+        loop {
+            match shard.stream.read(&mut buf) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the node closed the connection",
+                    ));
+                }
+                Ok(n) => shard.inbox.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let mut used = 0;
+        let mut frames = Vec::new();
+        while let Some((frame, n)) = resp::parse(&shard.inbox[used..])
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?
+        {
+            frames.push(frame);
+            used += n;
+        }
+        shard.inbox.drain(..used);
+        if !frames.is_empty() {
+            shard.last_heard = Instant::now();
+        }
+        for frame in frames {
+            self.handle(i, frame)?;
+        }
+        self.flush(i)
+    }
+
+    /// One frame from shard `i`.
+    fn handle(&mut self, i: usize, frame: Frame) -> io::Result<()> {
+        let shard = &mut self.shards[i];
+        let part = |n: usize| match &frame {
+            Frame::Array(Some(items)) => items.get(n).and_then(Frame::bytes).unwrap_or_default(),
+            _ => &[],
+        };
+        let (kind, channel) = (part(0).to_vec(), part(1).to_vec());
+        match kind.as_slice() {
+            b"smessage" => {
+                self.shared.deliver(&channel, part(2));
+                return Ok(());
+            }
+            b"sunsubscribe"
+                if !matches!(shard.sent.front(), Some((Sent::Unsubscribe(c), _))
+                    if c.as_bytes() == channel) =>
+            {
+                // Not our request: the slot left this node, and its subscriptions with it.
+                let channel = String::from_utf8_lossy(&channel).into_owned();
+                if let Some(state) = shard.channels.get_mut(&channel) {
+                    state.wanted = false;
+                    if state.pending == 0 {
+                        shard.channels.remove(&channel);
+                    }
+                    if let Some(entry) = self.shared.entries.lock().get(&channel) {
+                        unconfirm(entry);
+                    }
+                    self.slots.stale = true;
+                }
+                return Ok(());
+            }
+            _ => {}
+        }
+        let Some((sent, _)) = shard.sent.pop_front() else {
+            log::debug!("redlatch subscriber: unexpected frame from {}", shard.node);
+            return Ok(());
+        };
+        match (sent, frame) {
+            (Sent::Auth, Frame::Error(e)) => Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("AUTH refused: {e}"),
+            )),
+            (Sent::Subscribe(channel), Frame::Error(e)) => {
+                if let Some(state) = shard.channels.get_mut(&channel) {
+                    state.pending = state.pending.saturating_sub(1);
+                    if state.pending == 0 {
+                        // Not subscribed: the next reconcile asks again, where the slot map
+                        // says, after a pause.
+                        shard.channels.remove(&channel);
+                    }
+                }
+                if e.starts_with("MOVED") || e.starts_with("ASK") || e.starts_with("TRYAGAIN") {
+                    log::debug!("redlatch: SSUBSCRIBE {channel} on {}: {e}", shard.node);
+                } else {
+                    log::warn!(
+                        "redlatch: SSUBSCRIBE {channel} refused by {}: {e}; its waiters wake \
+                         at the lock's TTL",
+                        shard.node
+                    );
+                }
+                self.slots.stale = true;
+                self.pause(Instant::now());
+                Ok(())
+            }
+            (Sent::Subscribe(channel), _) if kind == b"ssubscribe" => {
+                let Some(state) = shard.channels.get_mut(&channel) else {
+                    return Ok(());
+                };
+                state.pending = state.pending.saturating_sub(1);
+                // Only the answer to the *last* SSUBSCRIBE confirms: an older one may precede
+                // an SUNSUBSCRIBE that the server has not processed yet.
+                if state.pending > 0 {
+                    return Ok(());
+                }
+                if !state.wanted {
+                    shard.channels.remove(&channel);
+                    return Ok(());
+                }
+                self.backoff = BACKOFF_MIN;
+                let entry = self.shared.entries.lock().get(&channel).cloned();
+                if let Some(entry) = entry
+                    && self.slots.node_of(entry.keys.slot()) == Some(shard.node.as_str())
+                {
+                    entry.confirm();
+                }
+                Ok(())
+            }
+            (Sent::Unsubscribe(_) | Sent::Ping, Frame::Error(e)) => {
+                log::debug!("redlatch subscriber: {} answered {e}", shard.node);
+                Ok(())
+            }
+            (Sent::Unsubscribe(_), _) | (Sent::Ping, _) | (Sent::Auth, _) => Ok(()),
+            (sent, frame) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("answer {frame:?} to {sent:?} from {}", shard.node),
+            )),
+        }
+    }
+
+    /// Writes what the socket takes of shard `i`'s outbox, and watches for room for the rest.
+    fn flush(&mut self, i: usize) -> io::Result<()> {
+        let shard = &mut self.shards[i];
+        if !shard.established {
+            return Ok(());
+        }
+        while !shard.outbox.is_empty() {
+            match shard.stream.write(&shard.outbox) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    shard.outbox.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let want_writable = !shard.outbox.is_empty();
+        if want_writable != shard.want_writable {
+            let interest = if want_writable {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            self.poll
+                .registry()
+                .reregister(&mut shard.stream, shard.token, interest)?;
+            shard.want_writable = want_writable;
+        }
+        Ok(())
+    }
+
+    /// Shard `i`'s connection failed: drop it. Its locks' entries are unconfirmed until a
+    /// new subscription says otherwise, after the slot map was read again.
+    fn fail(&mut self, i: usize, e: &io::Error) {
+        let mut shard = self.shards.swap_remove(i);
+        let _ = self.poll.registry().deregister(&mut shard.stream);
+        if self.shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        log::warn!(
+            "redlatch pub/sub connection to cluster node {} failed: {e}; its waiters wake at \
+             their lock's TTL until it is back",
+            shard.node
+        );
+        let entries = self.shared.entries.lock();
+        for channel in shard.channels.keys() {
+            if let Some(entry) = entries.get(channel) {
+                unconfirm(entry);
+            }
+        }
+        drop(entries);
+        self.slots.stale = true;
+        self.pause(Instant::now());
+    }
+
+    /// Nothing new is tried for a while, longer after each failure in a row.
+    fn pause(&mut self, now: Instant) {
+        self.paused_until = Some(now + self.backoff);
+        self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// The entry's channel is no longer known to be subscribed: a joiner cannot rely on it, and
+/// the next confirmation wakes its waiters.
+fn unconfirm(entry: &Entry) {
+    entry.state.lock().confirmed = false;
+}
