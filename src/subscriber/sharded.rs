@@ -44,7 +44,7 @@ use crate::connection::Backend;
 use crate::keys::SLOTS;
 
 /// A connection with subscriptions and nothing to say for this long sends a PING.
-pub(super) const HEARTBEAT: Duration = Duration::from_secs(10);
+pub(super) const HEARTBEAT: Duration = Duration::from_secs(5);
 
 const WAKER: Token = Token(0);
 
