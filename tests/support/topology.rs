@@ -965,20 +965,28 @@ impl SlotMove<'_> {
             if keys.is_empty() {
                 return moved;
             }
-            redis::cmd("MIGRATE")
-                .arg("127.0.0.1")
-                .arg(self.to)
-                .arg("")
-                .arg(0)
-                .arg(5000)
-                .arg("REPLACE")
-                .arg("KEYS")
-                .arg(&keys)
-                .query::<()>(&mut source)
-                .unwrap();
+            self.migrate(&keys);
             moved += keys.len();
         }
         panic!("slot {} still has keys after 1000 rounds", self.slot);
+    }
+
+    /// MIGRATEs just `keys` (of the slot) from the source to the target: with some keys moved
+    /// and others not, the slot is half-migrated, as during a `redis-cli --cluster reshard`
+    /// between two batches.
+    pub fn migrate(&mut self, keys: &[String]) {
+        let mut source = connect(self.from, None).unwrap();
+        redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(self.to)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("REPLACE")
+            .arg("KEYS")
+            .arg(keys)
+            .query::<()>(&mut source)
+            .unwrap();
     }
 
     /// Moves any keys left, assigns the slot to the target on the target, the source and
