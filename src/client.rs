@@ -141,7 +141,10 @@ impl Client {
     ///
     /// Each lock lives in the slot of its name (all its keys share the hash tag `{name}`), so
     /// every script runs on the one master that owns it; commands follow `MOVED` and `ASK`
-    /// through a resharding, and pooled connections are made anew when a node fails. Wake-ups
+    /// through a resharding, and pooled connections are made anew when a node fails. While a
+    /// lock's slot migrates (`TRYAGAIN`) or a replica takes over a failed master
+    /// (`CLUSTERDOWN`), a call retries for up to one
+    /// [response timeout](ClientBuilder::response_timeout) before it fails. Wake-ups
     /// use classic pub/sub, which Redis Cluster broadcasts to every node: the subscriber
     /// listens on one node. [`ClientBuilder::wait_for_replicas`] is not available on a
     /// Cluster (yet), and a lock name there must not begin with `}` (its keys would fall
@@ -269,8 +272,10 @@ impl ClientBuilder {
         self
     }
 
-    /// How long a command may wait for its reply before the connection counts as failed and
-    /// the command is retried (default 3 s).
+    /// How long a command may wait for its reply (default 3 s); one that gets none fails the
+    /// call with [`Error::Redis`] rather than being retried. On a Cluster, also how long,
+    /// from its start, a call keeps retrying a command refused while the lock's slot migrates
+    /// or a replica takes over.
     pub fn response_timeout(mut self, d: Duration) -> Self {
         self.settings.response_timeout = d;
         self

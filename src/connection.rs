@@ -15,12 +15,20 @@
 //! server restart costs one failed attempt, which the retry policy absorbs.
 //!
 //! # Retries
-//! A command whose connection fails fast (refused, reset, closed) is retried on a fresh
-//! connection, at most [`ATTEMPTS`] times. That is safe only because every script the crate
-//! runs is idempotent (see `lua/`): a retry after a reply was lost changes nothing. A command
-//! that *timed out* is not retried: the server is there but not answering (paused, stopped,
-//! overloaded), and another full timeout would only make the caller wait longer. So every
-//! call waits at most one response timeout for an unresponsive server, plus connect time.
+//! One policy, [`Backend::retry_pause`]. A command whose connection fails fast (refused,
+//! reset, closed) is retried on a fresh connection, at most [`ATTEMPTS`] times. That is safe
+//! only because every script the crate runs is idempotent (see `lua/`): a retry after a reply
+//! was lost changes nothing. A command that *timed out* is not retried: the server is there but
+//! not answering (paused, stopped, overloaded), and another full timeout would only make the
+//! caller wait longer. So every call waits at most one response timeout for an unresponsive
+//! server, plus connect time.
+//!
+//! On a Cluster, a command refused because its slot is migrating (`TRYAGAIN`) or because the
+//! cluster is between a master's failure and its replica's promotion (`CLUSTERDOWN`) did not
+//! run, and will run once the operator's reshard or the election is done: a wait whose length
+//! no fixed count of retries fits. It is retried after short pauses until one response
+//! timeout has passed since the call started ([`Backend::retry_pause`]): the longest the call
+//! would have waited for a server that does not answer.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -41,7 +49,7 @@ use crate::sentinel::{SentinelSpec, Sentinels};
 const ATTEMPTS: usize = 3;
 /// Pause before the second and third attempt: long enough for a restarting server's port to
 /// answer, short against any lease.
-const BACKOFF: [Duration; 2] = [Duration::from_millis(20), Duration::from_millis(200)];
+const BACKOFF: [Duration; ATTEMPTS - 1] = [Duration::from_millis(20), Duration::from_millis(200)];
 
 /// Connection settings, from the builder.
 #[derive(Clone, Debug)]
@@ -84,12 +92,18 @@ struct ClusterTarget {
     sharded: AtomicBool,
 }
 
-/// Retries inside `ClusterConnection` for one command: redirects (MOVED, ASK) count too.
-/// Kept low so that our own policy ([`ATTEMPTS`], [`BACKOFF`]) stays in charge: with the
-/// crate's defaults, a script refused with TRYAGAIN during a slot migration was measured to
-/// block for 154-219 s, and a timed-out command is retried at once by the crate.
+/// Retries inside `ClusterConnection` for one command: it follows MOVED and ASK (each
+/// redirect counts as a retry) and pauses before retrying TRYAGAIN and CLUSTERDOWN. Kept low
+/// so that our own policy ([`Backend::retry_pause`]) stays in charge: with the `redis` crate's
+/// defaults, a script refused with TRYAGAIN during a slot migration was measured to block for
+/// 154-219 s, and a timed-out command is retried at once by that crate.
 const CLUSTER_RETRIES: u32 = 2;
-/// The crate's waits between its retries, in milliseconds.
+/// The shortest and the longest pause, in milliseconds, before retrying a command that a
+/// moving slot or a failing-over cluster refused: inside `ClusterConnection` (at random,
+/// below a bound that doubles from 20 ms) and in [`Backend::retry_pause`] (doubling from the
+/// shortest). A reshard moves a slot in milliseconds; under load it takes longer, and the cap
+/// keeps the load of a waiting call low (about thirty commands a second were measured, the
+/// connection's own tries included).
 const CLUSTER_RETRY_WAIT_MS: (u64, u64) = (10, 100);
 
 /// How the crate reaches Redis: connection parameters, the command pool, the retry policy.
@@ -443,21 +457,24 @@ fn direct_client(url: &str, tcp: TcpSettings) -> Result<redis::Client> {
 }
 
 impl Backend {
-    /// Runs `op` on a pooled connection, retrying on a fresh one when the connection fails.
-    /// `op` must be idempotent: it may run more than once if a reply was lost.
+    /// Runs `op` on a pooled connection, again as [`Backend::retry_pause`] says when it fails
+    /// (on a fresh connection if the connection failed). `op` must be idempotent: it may run
+    /// more than once if a reply was lost.
     pub fn run<T>(
         &self,
         mut op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
     ) -> Result<T> {
-        let mut attempt = 0;
+        let mut retries = Retries::new();
         loop {
             match self.run_once(&mut op) {
-                Err(e) if self.is_retryable(&e) && attempt + 1 < ATTEMPTS => {
-                    log::debug!("redis connection failed ({e}), retrying");
-                    std::thread::sleep(BACKOFF[attempt]);
-                    attempt += 1;
-                }
-                other => return other.map_err(Error::from),
+                Err(e) => match self.retry_pause(&e, &mut retries) {
+                    Some(pause) => {
+                        log::debug!("redis command failed ({e}), retrying in {pause:?}");
+                        std::thread::sleep(pause);
+                    }
+                    None => return Err(e.into()),
+                },
+                Ok(value) => return Ok(value),
             }
         }
     }
@@ -475,11 +492,18 @@ impl Backend {
     /// timing out, plus the pauses).
     pub fn latch_ttl(&self) -> Duration {
         let mut attempt = self.settings.connect_timeout * 2 + self.settings.response_timeout;
+        let mut refusals = Duration::ZERO;
         if self.is_cluster() {
             // The cluster connection tries each command up to CLUSTER_RETRIES more times.
             attempt *= CLUSTER_RETRIES + 1;
+            // A refusal (TRYAGAIN, CLUSTERDOWN) is retried only within one response timeout
+            // of the call's start; after that, only transport failures, as many as are left.
+            refusals = self.settings.response_timeout;
         }
-        attempt * ATTEMPTS as u32 + BACKOFF.iter().sum::<Duration>() + Duration::from_secs(1)
+        attempt * ATTEMPTS as u32
+            + BACKOFF.iter().sum::<Duration>()
+            + refusals
+            + Duration::from_secs(1)
     }
 
     fn run_once<T>(
@@ -539,18 +563,68 @@ impl Backend {
         matches!(self.target, Target::Sentinel(_)) && is_readonly(e)
     }
 
-    /// Failures worth a retry on a new connection: those that fail fast. A timeout (or a
-    /// pool that stayed exhausted) would cost the caller another full timeout.
-    fn is_retryable(&self, e: &RedisError) -> bool {
-        (is_transport_error(e) && !e.is_timeout()) || self.master_moved(e) || self.slot_moving(e)
+    /// The retry policy: after an attempt failed with `e`, how long to pause before the next
+    /// one, or `None` to give up and return `e`.
+    ///
+    /// - A connection that failed fast (refused, reset, closed), or a master that Sentinel
+    ///   moved: at most [`ATTEMPTS`] attempts, after the [`BACKOFF`] pauses. A timeout (or a
+    ///   pool that stayed exhausted) is not retried: it would cost the caller another one.
+    /// - A Cluster refusal ([`Backend::slot_moving`]): the server answered "not now", and how
+    ///   long that lasts is up to the reshard or the election, so a fixed count either gives
+    ///   up during a slow reshard (and a failed release leaves the lock held until its lease
+    ///   runs out) or waits for nothing. Retried after pauses doubling from 10 ms to 100 ms
+    ///   until one response timeout has passed since the call started: a call never waits
+    ///   longer for a moving slot than it would for a server that does not answer. The last
+    ///   pause is cut so that the last attempt still starts within that budget.
+    fn retry_pause(&self, e: &RedisError, retries: &mut Retries) -> Option<Duration> {
+        if self.slot_moving(e) {
+            let left = self
+                .settings
+                .response_timeout
+                .checked_sub(retries.started.elapsed())
+                .filter(|left| !left.is_zero())?;
+            let (shortest, longest) = CLUSTER_RETRY_WAIT_MS;
+            let pause = (shortest << retries.refused.min(8)).min(longest);
+            retries.refused += 1;
+            return Some(Duration::from_millis(pause).min(left));
+        }
+        if (is_transport_error(e) && !e.is_timeout()) || self.master_moved(e) {
+            let pause = BACKOFF.get(retries.transport)?;
+            retries.transport += 1;
+            return Some(*pause);
+        }
+        None
     }
 
     /// A Cluster refusal that means the command did not run and may well run after a pause:
-    /// the slot is migrating (TRYAGAIN: its keys are split between two nodes; ASK or MOVED
-    /// left over after the connection's own redirects), or the cluster is between a master's
-    /// failure and its replica's promotion (CLUSTERDOWN).
+    /// the slot is migrating (TRYAGAIN; ASK or MOVED left over after the connection's own
+    /// redirects), or the cluster is between a master's failure and its replica's promotion
+    /// (CLUSTERDOWN). While a slot migrates, Redis runs a command of several keys only where
+    /// all of them exist there, and a release names its latch (not there yet) and its channel
+    /// (no key at all): so releases of the slot's locks are refused from `SETSLOT MIGRATING`
+    /// until the slot is handed over (`SETSLOT NODE`), not only once its keys are split.
     fn slot_moving(&self, e: &RedisError) -> bool {
         self.is_cluster() && matches!(e.code(), Some("TRYAGAIN" | "CLUSTERDOWN" | "ASK" | "MOVED"))
+    }
+}
+
+/// What one call to [`Backend::run`] has retried so far.
+struct Retries {
+    /// When the call started: refusals are retried for one response timeout from here.
+    started: Instant,
+    /// Attempts retried after a transport failure.
+    transport: usize,
+    /// Attempts retried after a Cluster refusal.
+    refused: u32,
+}
+
+impl Retries {
+    fn new() -> Retries {
+        Retries {
+            started: Instant::now(),
+            transport: 0,
+            refused: 0,
+        }
     }
 }
 
@@ -635,5 +709,105 @@ impl Pool {
     fn release_slot(&self) {
         self.state.lock().open -= 1;
         self.returned.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::{ErrorKind, ServerErrorKind};
+
+    /// A backend with the builder's default timeouts (5 s connect, 3 s response); no I/O.
+    fn backend(deployment: Deployment) -> Backend {
+        let settings = Settings {
+            pool_size: 1,
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(3),
+        };
+        Backend::new(&deployment, settings).unwrap()
+    }
+
+    fn single() -> Backend {
+        backend(Deployment::Url("redis://127.0.0.1:6379/".into()))
+    }
+
+    fn cluster() -> Backend {
+        backend(Deployment::Cluster(vec!["redis://127.0.0.1:7000/".into()]))
+    }
+
+    fn refusal(kind: ServerErrorKind) -> RedisError {
+        RedisError::from((ErrorKind::Server(kind), "refused"))
+    }
+
+    fn io_error(kind: std::io::ErrorKind) -> RedisError {
+        RedisError::from(std::io::Error::from(kind))
+    }
+
+    /// `retries`, as if its call had started `ago`.
+    fn started(retries: &mut Retries, ago: Duration) {
+        retries.started = Instant::now()
+            .checked_sub(ago)
+            .expect("the clock runs that long");
+    }
+
+    #[test]
+    fn a_cluster_refusal_is_retried_until_one_response_timeout_from_the_calls_start() {
+        let cluster = cluster();
+        let mut retries = Retries::new();
+        let pauses: Vec<Option<Duration>> = (0..7)
+            .map(|_| cluster.retry_pause(&refusal(ServerErrorKind::TryAgain), &mut retries))
+            .collect();
+        let ms = |n| Some(Duration::from_millis(n));
+        assert_eq!(
+            pauses,
+            [ms(10), ms(20), ms(40), ms(80), ms(100), ms(100), ms(100)]
+        );
+        // Whatever the count so far, the time since the call's start decides: the last pause
+        // is cut so that the last attempt starts within the budget, and none follows it.
+        started(&mut retries, Duration::from_millis(2_950));
+        let last = cluster.retry_pause(&refusal(ServerErrorKind::ClusterDown), &mut retries);
+        assert!(
+            last.is_some_and(|p| p <= Duration::from_millis(50)),
+            "{last:?}"
+        );
+        started(&mut retries, Duration::from_secs(3));
+        assert_eq!(
+            cluster.retry_pause(&refusal(ServerErrorKind::TryAgain), &mut retries),
+            None
+        );
+        // Redirections the connection could not follow to the end count as refusals.
+        let mut retries = Retries::new();
+        let moved = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::Moved),
+            "moved",
+            "1 127.0.0.1:7001".to_string(),
+        ));
+        assert_eq!(cluster.retry_pause(&moved, &mut retries), ms(10));
+    }
+
+    #[test]
+    fn transport_failures_keep_their_count_and_timeouts_are_not_retried() {
+        for backend in [single(), cluster()] {
+            let mut retries = Retries::new();
+            let reset = io_error(std::io::ErrorKind::ConnectionReset);
+            let pauses: Vec<Option<Duration>> = (0..3)
+                .map(|_| backend.retry_pause(&reset, &mut retries))
+                .collect();
+            assert_eq!(pauses, [Some(BACKOFF[0]), Some(BACKOFF[1]), None]);
+            let timeout = io_error(std::io::ErrorKind::TimedOut);
+            assert_eq!(backend.retry_pause(&timeout, &mut Retries::new()), None);
+        }
+        // One server never sends a Cluster refusal; if it did, it would not be one.
+        let tryagain = refusal(ServerErrorKind::TryAgain);
+        assert_eq!(single().retry_pause(&tryagain, &mut Retries::new()), None);
+    }
+
+    #[test]
+    fn the_release_latch_outlives_every_retry() {
+        // 3 attempts of (2 connects + 1 response timeout), the pauses, a second of slack.
+        assert_eq!(single().latch_ttl(), Duration::from_millis(40_220));
+        // Each attempt up to 3 tries inside the cluster connection, and one response timeout
+        // of retried refusals.
+        assert_eq!(cluster().latch_ttl(), Duration::from_millis(121_220));
     }
 }

@@ -43,7 +43,8 @@ const QUEUE_SLACK: Duration = Duration::from_secs(2);
 /// # Time
 /// Every Redis round trip is bounded by the client's response timeout (3 s by default), so a
 /// call may overrun its `wait` by up to that much when Redis stops answering, and then fails
-/// with [`Error::Redis`].
+/// with [`Error::Redis`]. On a Cluster, a call also retries a command refused while the lock's
+/// slot migrates or a replica takes over, for up to one response timeout from its start.
 ///
 /// ```no_run
 /// # fn main() -> redlatch::Result<()> {
