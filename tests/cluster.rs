@@ -7,6 +7,7 @@ mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -384,6 +385,140 @@ fn a_slot_move_under_contention_hangs_nobody_and_the_lock_follows_its_slot() {
         during,
         tally.errors.load(Ordering::SeqCst),
         tally.failed_unlocks.load(Ordering::SeqCst)
+    );
+}
+
+/// `CLUSTER COUNTKEYSINSLOT slot` on the node on `port`.
+fn keys_in_slot(port: u16, slot: u16) -> i64 {
+    let mut con = connect(port, None).unwrap();
+    redis::cmd("CLUSTER")
+        .arg("COUNTKEYSINSLOT")
+        .arg(slot)
+        .query(&mut con)
+        .unwrap()
+}
+
+/// A release sent while its lock's slot is half-migrated (some of the lock's keys moved,
+/// others not, as between two batches of a `redis-cli --cluster reshard`): Redis refuses the
+/// script with TRYAGAIN until the slot is handed over. The release must outlast that window
+/// (within its budget of one response timeout) instead of failing and leaving the lock to
+/// expire with its lease, and the waiter must get the lock from it.
+#[test]
+fn a_release_outlasts_a_half_migrated_slot_and_hands_the_lock_over() {
+    const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+    // How long the slot stays half-migrated: more than twice as long as the crate used to
+    // retry TRYAGAIN (three attempts of three tries, with pauses: it gave up after 0.3 s,
+    // 0.45 s at most), well within the response timeout the retries now get.
+    const WINDOW: Duration = Duration::from_secs(1);
+    let c = Cluster::start();
+    let masters = c.master_ports();
+    let (from, to) = (masters[0], masters[1]);
+    let name = name_on(&c, from, "half");
+    let slot = slot_of(&name);
+    let urls = c.seed_urls();
+    let build = || {
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        Client::cluster_builder(&urls)
+            .watchdog_timeout(Duration::from_secs(30))
+            .connect_timeout(Duration::from_secs(1))
+            .response_timeout(RESPONSE_TIMEOUT)
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (build(), build());
+
+    // The holder takes the lock with a fixed lease, so that no renewal meets the migration,
+    // and releases it when told to (a guard stays on the thread that took it).
+    let (held_tx, held_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let lock = holder.lock(&name);
+    let holding = thread::spawn(move || {
+        let guard = lock
+            .try_lock(Duration::ZERO, Some(Duration::from_secs(60)))
+            .unwrap()
+            .expect("the lock is free");
+        held_tx.send(guard.fencing_token()).unwrap();
+        go_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("told to release");
+        let sent = Instant::now();
+        let released = guard.unlock();
+        (released, sent, Instant::now())
+    });
+    let first_token = held_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the holder took the lock");
+    // A waiter in the queue: the lock's queue and waiters' hash exist too. It waits less than
+    // the lease, so it gets the lock only from the release.
+    let lock = waiter.lock(&name);
+    let waiting = thread::spawn(move || {
+        let guard = lock.try_lock(Duration::from_secs(30), None).unwrap();
+        guard.map(|g| {
+            let token = g.fencing_token();
+            g.unlock().unwrap();
+            token
+        })
+    });
+    let queue = format!("{}:queue", lock_key(&name));
+    wait_for("the waiter is queued", Duration::from_secs(10), || {
+        let mut con = connect(from, None).ok()?;
+        let queued: i64 = redis::cmd("ZCARD").arg(&queue).query(&mut con).ok()?;
+        (queued >= 1).then_some(())
+    });
+    assert_eq!(keys_in_slot(from, slot), 4, "lock, fence, queue, waiters");
+
+    // Half-migrated: the lock's hash and fence on the target, its queue and waiters still on
+    // the source. The release starts now and meets TRYAGAIN until the slot is handed over.
+    let mut step = c.begin_slot_move(slot, to);
+    step.migrate(&[lock_key(&name), format!("{}:fence", lock_key(&name))]);
+    assert_eq!((keys_in_slot(from, slot), keys_in_slot(to, slot)), (2, 2));
+    go_tx.send(()).unwrap();
+    thread::sleep(WINDOW);
+    let finishing = Instant::now();
+    step.finish(); // the remaining keys, then SETSLOT NODE on the target, the source, the rest
+    let (released, sent, returned) =
+        join_all(vec![holding], Duration::from_secs(20), "the holder").remove(0);
+    let took = returned - sent;
+    released.unwrap_or_else(|e| panic!("the release failed after {took:?}: {e}"));
+    assert!(
+        returned > finishing,
+        "the release cannot run before the slot is handed over"
+    );
+    assert!(
+        took < RESPONSE_TIMEOUT + Duration::from_secs(1),
+        "the release took {took:?}"
+    );
+    let token = join_all(vec![waiting], Duration::from_secs(40), "the waiter").remove(0);
+    assert!(
+        token.is_some_and(|t| t > first_token),
+        "the release handed the lock to the waiter"
+    );
+    assert!(!waiter.lock(&name).is_locked().unwrap());
+    assert_eq!(keys_in_slot(from, slot), 0);
+
+    // A slot left half-migrated for longer than that budget: the release gives up after one
+    // response timeout (this client's is 1 s), not later.
+    let impatient = client(&c, Duration::from_secs(30));
+    let guard = impatient
+        .lock(&name)
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(60)))
+        .unwrap()
+        .expect("the lock is free");
+    let mut step = c.begin_slot_move(slot, from);
+    step.migrate(&[lock_key(&name)]);
+    let sent = Instant::now();
+    let refused = guard.unlock();
+    let gave_up = sent.elapsed();
+    step.finish();
+    assert!(matches!(refused, Err(Error::Redis(_))), "{refused:?}");
+    assert!(
+        gave_up >= Duration::from_secs(1) && gave_up < Duration::from_millis(1500),
+        "gave up after {gave_up:?}"
+    );
+    eprintln!(
+        "cluster half-migrated slot: the release took {took:?} ({:?} after the hand-over \
+         began); left half-migrated, a release gave up after {gave_up:?}",
+        returned - finishing
     );
 }
 
