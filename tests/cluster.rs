@@ -388,6 +388,125 @@ fn a_slot_move_under_contention_hangs_nobody_and_the_lock_follows_its_slot() {
     );
 }
 
+/// `redis-cli --cluster reshard`, as an operator runs it: the source master's lowest 200 slots,
+/// the contended lock's among them, move to another master while threads contend. Nobody
+/// hangs, the waiters' shard subscriptions follow the slot to its new master (Redis ends
+/// those on the old one as each slot leaves it), and the lock works there. A waiter that
+/// waits through the whole reshard is woken by the release that follows it at once.
+#[test]
+fn a_redis_cli_reshard_under_contention_hangs_nobody_and_subscriptions_follow() {
+    const SLOTS_MOVED: u16 = 200;
+    let c = Cluster::start();
+    let view = c.view();
+    let masters = c.master_ports();
+    let (from, to) = (masters[0], masters[1]);
+    let node = |port: u16| view.iter().find(|n| n.port == port).unwrap();
+    // redis-cli takes the source's slots lowest first.
+    let first = node(from).slots.iter().map(|r| r.0).min().unwrap();
+    let moving = |stem: &'static str| {
+        (0..1_000_000)
+            .map(move |i| format!("{stem}-{i}"))
+            .find(|n| (first + 20..first + SLOTS_MOVED - 20).contains(&slot_of(n)))
+            .unwrap()
+    };
+    let (name, held_name) = (moving("resharded"), moving("held-through"));
+    let clients = [
+        client(&c, Duration::from_secs(1)),
+        client(&c, Duration::from_secs(1)),
+    ];
+    let stop = Arc::new(AtomicBool::new(false));
+    let moved = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
+    let workers = contend(&clients, &name, 4, &stop, &moved, &tally);
+    // Held with a fixed lease longer than the waiter's wait: only a message can wake it.
+    let held = clients[0]
+        .lock(&held_name)
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(60)))
+        .unwrap()
+        .unwrap();
+    let lock = clients[1].lock(&held_name);
+    let waiting = thread::spawn(move || {
+        let guard = lock.try_lock(Duration::from_secs(30), None).unwrap();
+        (Instant::now(), guard.is_some())
+    });
+    wait_for("the waiter subscribed", Duration::from_secs(5), || {
+        (subscribers(&c, &held_name) >= 1).then_some(())
+    });
+    await_progress(&tally, 20, "contention before the reshard");
+
+    let t = Instant::now();
+    let mut reshard = std::process::Command::new("redis-cli")
+        .args(["--cluster", "reshard", &format!("127.0.0.1:{from}")])
+        .args([
+            "--cluster-from",
+            &node(from).id,
+            "--cluster-to",
+            &node(to).id,
+        ])
+        .args(["--cluster-slots", &SLOTS_MOVED.to_string(), "--cluster-yes"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = wait_for("redis-cli reshard", Duration::from_secs(60), || {
+        reshard.try_wait().unwrap()
+    });
+    assert!(status.success(), "redis-cli --cluster reshard: {status}");
+    let took = t.elapsed();
+    assert_eq!(c.owner_of_slot(slot_of(&name)), to, "the lock's slot moved");
+    assert_eq!(c.owner_of_slot(slot_of(&held_name)), to);
+    moved.store(true, Ordering::SeqCst);
+    wait_for(
+        "the waiter's subscription follows",
+        Duration::from_secs(5),
+        || {
+            subscribers_by_node(&c, &held_name)
+                .iter()
+                .any(|(port, _, sharded)| *port == to && *sharded > 0)
+                .then_some(())
+        },
+    );
+    let released = Instant::now();
+    held.unlock().unwrap();
+    let (woken, got) = join_all(vec![waiting], Duration::from_secs(35), "the waiter").remove(0);
+    assert!(got, "the waiter got the lock");
+    let after = woken - released;
+    assert!(
+        after < Duration::from_secs(1),
+        "woken {after:?} after the release"
+    );
+
+    // While the threads go on contending, their subscriptions are on the new master only.
+    let mut seen_on_new = 0;
+    for _ in 0..20 {
+        for (port, _, sharded) in subscribers_by_node(&c, &name) {
+            assert!(
+                port != from || sharded == 0,
+                "still subscribed on the old master"
+            );
+            if port == to && sharded > 0 {
+                seen_on_new += 1;
+            }
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    await_progress(&tally, 20, "contention after the reshard");
+    stop.store(true, Ordering::SeqCst);
+    join_all(workers, Duration::from_secs(10), "a thread");
+    assert!(seen_on_new > 0, "waiters subscribed on the new master");
+    assert!(tally.acquired_after.load(Ordering::SeqCst) >= 20);
+    let guard = clients[0].lock(&name).lock().unwrap();
+    assert!(has_lock(to, &name), "the lock lives on the new owner");
+    guard.unlock().unwrap();
+    eprintln!(
+        "cluster reshard of {SLOTS_MOVED} slots: {took:?}; {} acquisitions, {} errors, {} failed \
+         unlocks; subscribed on the new master in {seen_on_new} of 20 samples; the waiter \
+         held through it woken {after:?} after the release",
+        tally.acquired.load(Ordering::SeqCst),
+        tally.errors.load(Ordering::SeqCst),
+        tally.failed_unlocks.load(Ordering::SeqCst)
+    );
+}
+
 /// `CLUSTER COUNTKEYSINSLOT slot` on the node on `port`.
 fn keys_in_slot(port: u16, slot: u16) -> i64 {
     let mut con = connect(port, None).unwrap();
