@@ -1,17 +1,22 @@
 //! Thread accounting, alone in its own test binary so no other test's threads interfere:
 //! a client runs exactly two threads, however many locks are held or threads wait, and both
-//! end with the client.
+//! end with the client. The tests here take turns (`SERIAL`), for the same reason.
 
 mod support;
 
 use std::thread;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use redlatch::Client;
+use support::topology::{Cluster, connect, key_slot};
 use support::{RedisServer, eventually, pubsub_channels, thread_count};
+
+static SERIAL: Mutex<()> = Mutex::new(());
 
 #[test]
 fn two_threads_per_client_with_50_waiters_and_none_after_drop() {
+    let _turn = SERIAL.lock();
     let server = RedisServer::start();
     let mut admin = server.admin();
     let before = thread_count();
@@ -143,5 +148,110 @@ fn two_threads_per_client_with_50_waiters_and_none_after_drop() {
     assert!(
         eventually(Duration::from_secs(5), || thread_count() == before),
         "a refused subscriber outlived its client"
+    );
+}
+
+/// On a Redis 7 Cluster the subscriber keeps one connection per shard with waiters, all
+/// served by its one thread: waiters on every master still cost the client no thread, and
+/// the connections close with the client.
+#[test]
+fn a_cluster_client_also_runs_two_threads_with_waiters_on_every_shard() {
+    let _turn = SERIAL.lock();
+    let c = Cluster::start();
+    let urls = c.seed_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let masters = c.master_ports();
+    let connected = |port: u16| -> usize {
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(&mut connect(port, None).unwrap())
+            .unwrap();
+        list.lines().count()
+    };
+    let baseline: Vec<usize> = masters.iter().map(|&p| connected(p)).collect();
+    let before = thread_count();
+    let client = Client::cluster_builder(&urls).build().unwrap();
+    assert_eq!(
+        thread_count(),
+        before + 2,
+        "a cluster client runs two threads"
+    );
+    let holder = Client::cluster_builder(&urls).build().unwrap();
+    let with_holder = thread_count();
+
+    // One lock name per master.
+    let view = c.view();
+    let owner = |name: &str| {
+        let slot = key_slot(format!("redlatch:{{{name}}}").as_bytes());
+        view.iter()
+            .find(|n| n.master && n.serves(slot))
+            .unwrap()
+            .port
+    };
+    let names: Vec<String> = masters
+        .iter()
+        .map(|&m| {
+            (0..100_000)
+                .map(|i| format!("shard-{i}"))
+                .find(|n| owner(n) == m)
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(names.len(), masters.len());
+    let guards: Vec<_> = names
+        .iter()
+        .map(|n| holder.lock(n).lock().unwrap())
+        .collect();
+    const WAITERS: usize = 12;
+    let waiters: Vec<_> = (0..WAITERS)
+        .map(|i| {
+            let lock = client.lock(&names[i % names.len()]);
+            thread::spawn(move || {
+                lock.try_lock(Duration::from_secs(30), None)
+                    .unwrap()
+                    .is_some()
+            })
+        })
+        .collect();
+    let shard_subscriptions = |port: u16| -> i64 {
+        names
+            .iter()
+            .map(|n| {
+                let reply: (String, i64) = redis::cmd("PUBSUB")
+                    .arg("SHARDNUMSUB")
+                    .arg(format!("redlatch:{{{n}}}:unlocked"))
+                    .query(&mut connect(port, None).unwrap())
+                    .unwrap_or_default();
+                reply.1
+            })
+            .sum()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || masters
+            .iter()
+            .all(|&p| shard_subscriptions(p) == 1)),
+        "one shard subscription per lock, on its own master"
+    );
+    assert_eq!(
+        thread_count(),
+        with_holder + WAITERS,
+        "waiters on three shards cost the client no thread"
+    );
+    drop(guards);
+    for w in waiters {
+        assert!(w.join().unwrap());
+    }
+    drop(client);
+    drop(holder);
+    assert!(
+        eventually(Duration::from_secs(5), || thread_count() == before),
+        "cluster client threads outlived the clients"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || masters
+            .iter()
+            .zip(&baseline)
+            .all(|(&p, &n)| connected(p) <= n)),
+        "connections outlived the clients"
     );
 }
