@@ -30,6 +30,7 @@
 //! timeout has passed since the call started ([`Backend::retry_pause`]): the longest the call
 //! would have waited for a server that does not answer.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -42,6 +43,7 @@ use redis::{
 };
 
 use crate::error::{Error, Result};
+use crate::keys::SLOTS;
 use crate::scripts::Freeing;
 use crate::sentinel::{SentinelSpec, Sentinels};
 
@@ -113,6 +115,46 @@ pub(crate) struct Backend {
     pool: Pool,
     /// The Sentinel generation the pool's connections were made in.
     pool_generation: AtomicU64,
+    /// Cluster only: see [`Backend::slot_map`].
+    slot_map: Mutex<Option<Arc<SlotMap>>>,
+}
+
+/// Which master serves each slot of a Cluster, as CLUSTER SLOTS said.
+pub(crate) struct SlotMap {
+    nodes: Vec<String>,
+    /// An index into `nodes` per slot; `u16::MAX` for a slot nobody serves.
+    owners: Vec<u16>,
+}
+
+impl SlotMap {
+    fn new(ranges: Vec<(u16, u16, String)>) -> SlotMap {
+        let mut nodes: Vec<String> = Vec::new();
+        let mut owners = vec![u16::MAX; usize::from(SLOTS)];
+        for (first, last, node) in ranges {
+            let index = match nodes.iter().position(|n| *n == node) {
+                Some(index) => index,
+                None => {
+                    nodes.push(node);
+                    nodes.len() - 1
+                }
+            };
+            for slot in first..=last.min(SLOTS - 1) {
+                owners[usize::from(slot)] = index as u16;
+            }
+        }
+        SlotMap { nodes, owners }
+    }
+
+    /// The `host:port` of the master serving `slot`, if any does.
+    pub fn node_of(&self, slot: u16) -> Option<&str> {
+        let owner = *self.owners.get(usize::from(slot))?;
+        self.nodes.get(usize::from(owner)).map(String::as_str)
+    }
+
+    /// Whether the map knows of no slot at all.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
 }
 
 impl Backend {
@@ -136,6 +178,7 @@ impl Backend {
             pool: Pool::new(settings.pool_size),
             settings,
             pool_generation: AtomicU64::new(0),
+            slot_map: Mutex::new(None),
         })
     }
 
@@ -272,8 +315,28 @@ impl Backend {
         )
     }
 
+    /// The cluster's slot map as last read, read now if it never was or was [forgotten]
+    /// since. Shared by the renewal thread (which groups its calls by master) and the
+    /// subscriber (which subscribes where a lock's slot lives).
+    ///
+    /// [forgotten]: Backend::forget_slot_map
+    pub fn slot_map(&self) -> Result<Arc<SlotMap>> {
+        if let Some(map) = self.slot_map.lock().clone() {
+            return Ok(map);
+        }
+        let map = Arc::new(SlotMap::new(self.cluster_slots()?));
+        *self.slot_map.lock() = Some(map.clone());
+        Ok(map)
+    }
+
+    /// Something said the slot map is out of date (a MOVED, a connection to a master that
+    /// failed): the next [`Backend::slot_map`] reads it again.
+    pub fn forget_slot_map(&self) {
+        self.slot_map.lock().take();
+    }
+
     /// Who serves which slots: `(first, last, "host:port" of the master)` (CLUSTER SLOTS).
-    pub fn cluster_slots(&self) -> Result<Vec<(u16, u16, String)>> {
+    fn cluster_slots(&self) -> Result<Vec<(u16, u16, String)>> {
         let ranges: Vec<Value> = self.run(|con| redis::cmd("CLUSTER").arg("SLOTS").query(con))?;
         let mut slots = Vec::with_capacity(ranges.len());
         for range in ranges {
@@ -527,6 +590,10 @@ impl Backend {
         };
         let result = op(&mut *con);
         match &result {
+            // On a Cluster a timeout says one node does not answer, not that the others are
+            // gone: drop this connection (a late reply would put it out of step), keep the
+            // rest. Remaking them all would touch the silent node again, a timeout each time.
+            Err(e) if self.is_cluster() && e.is_timeout() => self.pool.release_slot(),
             Err(e) if is_transport_error(e) || self.master_moved(e) => {
                 // The server may have restarted, or a failover moved the master: every idle
                 // connection is suspect.

@@ -4,7 +4,9 @@
 //! write, so a hold is renewed from the moment its first guard exists until its last guard
 //! starts releasing. Holds are renewed `watchdog_timeout / 3` after their last renewal; each
 //! round takes every hold due within the next quarter period too, so renewals bunch into few
-//! rounds, and renews them with one script call per [`BATCH`] locks.
+//! rounds, and renews them with one script call per [`BATCH`] locks, all sent in one round trip
+//! (on a Cluster, where a script may not cross slots: one call per slot, in one round trip
+//! per master).
 //!
 //! - Redis says a lock is no longer ours: the hold is marked lost and a warning logged.
 //! - Redis cannot be reached: the thread retries every [`RETRY`] and a hold becomes lost once
@@ -128,15 +130,14 @@ fn batches(due: &mut [(u64, Arc<Hold>)], cluster: bool) -> Vec<&[(u64, Arc<Hold>
         .collect()
 }
 
-/// Renews `holds` with `lease`, in as few script calls as the deployment allows (one, or one
-/// per slot on a Cluster); `true` where the lock is still ours, in the order given.
+/// Renews `holds` with `lease`, in as few round trips as the deployment allows (see
+/// [`renew_batches`]); `true` where the lock is still ours, in the order given.
 pub(crate) fn renew_now(core: &Core, holds: &[&Hold], lease: Duration) -> crate::Result<Vec<bool>> {
     let mut order: Vec<usize> = (0..holds.len()).collect();
     let cluster = core.backend.is_cluster();
     if cluster {
         order.sort_by_key(|&i| holds[i].keys.slot());
     }
-    let mut ours = vec![false; holds.len()];
     let groups: Vec<&[usize]> = if cluster {
         order
             .chunk_by(|&a, &b| holds[a].keys.slot() == holds[b].keys.slot())
@@ -144,23 +145,142 @@ pub(crate) fn renew_now(core: &Core, holds: &[&Hold], lease: Duration) -> crate:
     } else {
         vec![&order[..]]
     };
-    for group in groups {
-        let renewals: Vec<Renewal<'_>> = group
-            .iter()
-            .map(|&i| Renewal {
-                keys: &holds[i].keys,
-                owner: &holds[i].owner,
-                token: holds[i].token,
-            })
-            .collect();
-        let replies = core
-            .backend
-            .run(|con| scripts::renew(con, &renewals, lease))?;
-        for (&i, reply) in group.iter().zip(replies) {
+    let batches: Vec<Vec<Renewal<'_>>> = groups
+        .iter()
+        .map(|group| group.iter().map(|&i| renewal_of(holds[i])).collect())
+        .collect();
+    let Renewed { done, failure } = renew_batches(core, &batches, lease, &|| false);
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let mut ours = vec![false; holds.len()];
+    for (batch, _, replies) in done {
+        for (&i, reply) in groups[batch].iter().zip(replies) {
             ours[i] = reply;
         }
     }
     Ok(ours)
+}
+
+fn renewal_of(hold: &Hold) -> Renewal<'_> {
+    Renewal {
+        keys: &hold.keys,
+        owner: &hold.owner,
+        token: hold.token,
+    }
+}
+
+/// Runs the renewal calls of `batches` in few round trips: all of them on one server; on a
+/// Cluster, those of each master (by the slot map) together. Of each such group the first
+/// call goes alone and the rest follow in one pipeline, so at most two round trips per
+/// server; a pipeline the server refused (a slot that moved, a flushed script cache) is run
+/// again call by call, each routed and redirected on its own. Stops between round trips once
+/// `stopping` says so.
+///
+/// The lone first call is a probe: a server that does not answer costs the round one call,
+/// and its other calls wait for the next round. Without it a stopped master held every round
+/// up for minutes and the locks on the other masters expired: one call per slot, each
+/// waiting out its timeouts, and a pipeline is no better, since the `redis` crate reads every
+/// reply of a pipeline with its own timeout even after the first has timed out.
+fn renew_batches(
+    core: &Core,
+    batches: &[Vec<Renewal<'_>>],
+    lease: Duration,
+    stopping: &dyn Fn() -> bool,
+) -> Renewed {
+    let backend = &core.backend;
+    let mut renewed = Renewed {
+        done: Vec::with_capacity(batches.len()),
+        failure: None,
+    };
+    let one_by_one = |group: &[usize], renewed: &mut Renewed| {
+        for &i in group {
+            if stopping() {
+                return;
+            }
+            let sent = Instant::now();
+            match backend.run(|con| scripts::renew(con, &batches[i], lease)) {
+                Ok(replies) => renewed.done.push((i, sent, replies)),
+                Err(e) => {
+                    let refused = is_refusal(&e);
+                    renewed.failure.get_or_insert(e);
+                    if !refused {
+                        return; // unreachable: the rest waits for the next round
+                    }
+                }
+            }
+        }
+    };
+    for group in together(core, batches) {
+        if stopping() {
+            break;
+        }
+        let Some((probe, rest)) = group.split_first() else {
+            continue;
+        };
+        let before = renewed.done.len();
+        one_by_one(std::slice::from_ref(probe), &mut renewed);
+        if renewed.done.len() == before || rest.is_empty() || stopping() {
+            continue; // the server did not answer, or there is nothing more
+        }
+        let sent = Instant::now();
+        let pipelined: Vec<&[Renewal<'_>]> = rest.iter().map(|&i| batches[i].as_slice()).collect();
+        // Once only: a refusal is answered below, and a transport failure must not hold the
+        // round up with retries (the next round comes soon).
+        match backend.run_once_only(|con| scripts::renew_pipelined(con, &pipelined, lease)) {
+            Ok(replies) => {
+                let replies = rest.iter().zip(replies).map(|(&i, r)| (i, sent, r));
+                renewed.done.extend(replies);
+            }
+            Err(e) if is_refusal(&e) => {
+                log::debug!("pipelined renewal refused ({e}); renewing call by call");
+                backend.forget_slot_map();
+                one_by_one(rest, &mut renewed);
+            }
+            Err(e) => {
+                renewed.failure.get_or_insert(e);
+            }
+        }
+    }
+    renewed
+}
+
+/// The server refused the command (it answered with an error), rather than not answering.
+fn is_refusal(e: &crate::Error) -> bool {
+    matches!(e, crate::Error::Redis(e) if e.code().is_some())
+}
+
+/// What [`renew_batches`] did.
+struct Renewed {
+    /// The batches renewed: index, when the call was sent, Redis's replies.
+    done: Vec<(usize, Instant, Vec<bool>)>,
+    /// The first failure; the batches not in `done` were not renewed.
+    failure: Option<crate::Error>,
+}
+
+/// The batches that go together (see [`renew_batches`]): all of them on one server, those of
+/// each master on a Cluster (one each if the slot map cannot be read).
+fn together(core: &Core, batches: &[Vec<Renewal<'_>>]) -> Vec<Vec<usize>> {
+    let backend = &core.backend;
+    if !backend.is_cluster() {
+        return vec![(0..batches.len()).collect()];
+    }
+    let map = match backend.slot_map() {
+        Ok(map) => map,
+        Err(e) => {
+            log::debug!("cannot read the slot map ({e}); renewing call by call");
+            return (0..batches.len()).map(|i| vec![i]).collect();
+        }
+    };
+    let mut by_node: Vec<(Option<&str>, Vec<usize>)> = Vec::new();
+    for (i, batch) in batches.iter().enumerate() {
+        let node = batch.first().and_then(|r| map.node_of(r.keys.slot()));
+        match by_node.iter_mut().find(|(n, _)| n.is_some() && *n == node) {
+            Some((_, group)) => group.push(i),
+            None => by_node.push((node, vec![i])),
+        }
+    }
+    by_node.into_iter().map(|(_, group)| group).collect()
 }
 
 /// Renews what is due; returns when the next round should start. Checks `stop` between
@@ -181,41 +301,29 @@ fn round(core: &Core, lease: Duration, period: Duration, stop: &Receiver<()>) ->
             next = next.min(renew_at);
         }
     }
-    for batch in batches(&mut due, core.backend.is_cluster()) {
-        if !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) {
-            break;
-        }
-        let sent = Instant::now();
-        let renewals: Vec<Renewal<'_>> = batch
-            .iter()
-            .map(|(_, h)| Renewal {
-                keys: &h.keys,
-                owner: &h.owner,
-                token: h.token,
-            })
-            .collect();
-        match core
-            .backend
-            .run(|con| scripts::renew(con, &renewals, lease))
-        {
-            Ok(still_ours) => {
-                for ((thread, hold), ours) in batch.iter().zip(still_ours) {
-                    if ours {
-                        hold.renewed(sent, lease, period);
-                    } else if core.holds.contains(*thread, hold) && hold.mark_lost() {
-                        // Not registered any more means its owner released it meanwhile.
-                        log::warn!(
-                            "lock {:?} is no longer held by us; marked lost",
-                            hold.keys.name
-                        );
-                    }
-                }
-            }
-            Err(e) => {
-                log::warn!("lock renewal failed ({e}); retrying in {RETRY:?}");
-                next = next.min(Instant::now() + RETRY);
+    let batches = batches(&mut due, core.backend.is_cluster());
+    let renewals: Vec<Vec<Renewal<'_>>> = batches
+        .iter()
+        .map(|batch| batch.iter().map(|(_, hold)| renewal_of(hold)).collect())
+        .collect();
+    let stopping = || !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty));
+    let Renewed { done, failure } = renew_batches(core, &renewals, lease, &stopping);
+    for (i, sent, still_ours) in done {
+        for ((thread, hold), ours) in batches[i].iter().zip(still_ours) {
+            if ours {
+                hold.renewed(sent, lease, period);
+            } else if core.holds.contains(*thread, hold) && hold.mark_lost() {
+                // Not registered any more means its owner released it meanwhile.
+                log::warn!(
+                    "lock {:?} is no longer held by us; marked lost",
+                    hold.keys.name
+                );
             }
         }
+    }
+    if let Some(e) = failure {
+        log::warn!("lock renewal failed ({e}); retrying in {RETRY:?}");
+        next = next.min(Instant::now() + RETRY);
     }
     next
 }

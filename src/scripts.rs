@@ -336,6 +336,36 @@ pub(crate) fn renew(
     batch: &[Renewal<'_>],
     lease: Duration,
 ) -> RedisResult<Vec<bool>> {
+    let replies: Vec<i64> = renewal(batch, lease).invoke(con)?;
+    Ok(replies.into_iter().map(|r| r == 1).collect())
+}
+
+/// Renews each batch of `batches` with one script call, all sent at once (one round trip).
+/// The caller makes sure one server serves every key: on a Cluster, the connection sends
+/// them all to the master of the first call's slot. Fails as a whole if any call fails (a
+/// `NOSCRIPT` too: run the batches one by one with [`renew`] then, which loads the script).
+pub(crate) fn renew_pipelined(
+    con: &mut dyn ConnectionLike,
+    batches: &[&[Renewal<'_>]],
+    lease: Duration,
+) -> RedisResult<Vec<Vec<bool>>> {
+    let mut pipeline = redis::pipe();
+    for batch in batches {
+        pipeline.add_command(renewal(batch, lease).command("EVALSHA", &RENEW.hash));
+    }
+    // Straight to the connection: `Pipeline::query` refuses a cluster connection, which sends
+    // a pipeline to the node of its first command.
+    let replies = con.req_packed_commands(&pipeline.get_packed_pipeline(), 0, batches.len())?;
+    replies
+        .into_iter()
+        .map(|reply| {
+            let reply: Vec<i64> = redis::from_redis_value(reply)?;
+            Ok(reply.into_iter().map(|r| r == 1).collect())
+        })
+        .collect()
+}
+
+fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) -> Invocation<'a> {
     let mut invocation = RENEW.prepare_invoke();
     invocation.arg(millis(lease));
     for r in batch {
@@ -345,8 +375,7 @@ pub(crate) fn renew(
             .arg(r.owner)
             .arg(r.token);
     }
-    let replies: Vec<i64> = invocation.invoke(con)?;
-    Ok(replies.into_iter().map(|r| r == 1).collect())
+    invocation
 }
 
 /// Deletes the lock whoever holds it; `request` names this call so a retry answers the same.

@@ -295,6 +295,7 @@ fn an_unlock_message_reaches_only_the_shard_that_owns_the_lock() {
     }
 }
 
+/// The watchdog renews one call per slot, in one round trip per master.
 #[test]
 fn renewal_keeps_200_locks_over_many_slots_alive() {
     let c = Cluster::start();
@@ -315,10 +316,30 @@ fn renewal_keeps_200_locks_over_many_slots_alive() {
         .collect();
     thread::sleep(watchdog * 5);
     let observer = self::client(&c, watchdog);
-    for (name, guard) in names.iter().zip(&guards) {
-        assert!(!guard.is_lost(), "{name} lost");
-        assert!(observer.lock(name).is_locked().unwrap(), "{name} expired");
-    }
+    let all_held = || {
+        for (name, guard) in names.iter().zip(&guards) {
+            assert!(!guard.is_lost(), "{name} lost");
+            assert!(observer.lock(name).is_locked().unwrap(), "{name} expired");
+        }
+    };
+    all_held();
+
+    // A slot with a lock moves to another master: the watchdog's round trip to its old master,
+    // a pipeline of every slot there as the slot map said, is refused (MOVED), renews call by
+    // call instead and reads the map again.
+    let slot = slot_of(&names[0]);
+    let (from, to) = (owner_in(&view, slot), owner_in(&view, slot_of(&names[1])));
+    let to = if to == from {
+        c.master_ports().into_iter().find(|&m| m != from).unwrap()
+    } else {
+        to
+    };
+    let mut step = c.begin_slot_move(slot, to);
+    step.migrate_keys();
+    step.finish();
+    thread::sleep(watchdog * 5);
+    all_held();
+    assert!(has_lock(to, &names[0]), "the lock moved with its slot");
     for guard in guards {
         guard.unlock().unwrap();
     }
@@ -386,6 +407,48 @@ fn a_slot_move_under_contention_hangs_nobody_and_the_lock_follows_its_slot() {
         tally.errors.load(Ordering::SeqCst),
         tally.failed_unlocks.load(Ordering::SeqCst)
     );
+}
+
+/// A stopped master costs the watchdog one timed-out round trip per round, not one per slot:
+/// the locks on the other masters keep being renewed. (One call per slot, each waiting out
+/// its timeouts, held every round up for over a minute, and those locks expired.)
+#[test]
+fn a_stopped_master_does_not_starve_renewal_on_the_others() {
+    let c = Cluster::start();
+    let masters = c.master_ports();
+    let stopped = masters[0];
+    let watchdog = Duration::from_secs(6);
+    let urls = c.seed_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = Client::cluster_builder(&urls)
+        .watchdog_timeout(watchdog)
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let names: Vec<String> = (0..200).map(|i| format!("starve-{i}")).collect();
+    let guards: Vec<_> = names
+        .iter()
+        .map(|n| client.lock(n).lock().unwrap())
+        .collect();
+    let view = c.view();
+    let on_stopped = names
+        .iter()
+        .filter(|n| owner_in(&view, slot_of(n)) == stopped)
+        .count();
+    assert!(on_stopped > 40, "{on_stopped} locks on the stopped master");
+
+    let pid = c.nodes().iter().find(|n| n.port == stopped).unwrap().pid();
+    signal(pid, "-STOP"); // SIGKILLed with the cluster at the end
+    thread::sleep(watchdog * 2);
+    let observer = self::client(&c, watchdog);
+    for (name, guard) in names.iter().zip(&guards) {
+        if owner_in(&view, slot_of(name)) != stopped {
+            assert!(!guard.is_lost(), "{name} lost");
+            assert!(observer.lock(name).is_locked().unwrap(), "{name} expired");
+        }
+    }
+    signal(pid, "-CONT"); // the guards' releases there go through at once
 }
 
 /// `redis-cli --cluster reshard`, as an operator runs it: the source master's lowest 200 slots,

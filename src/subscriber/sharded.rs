@@ -40,8 +40,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::resp::{self, Frame};
 use super::{BACKOFF_MAX, BACKOFF_MIN, ChannelState, Entry, IDLE_TIMEOUT, Shared};
-use crate::connection::Backend;
-use crate::keys::SLOTS;
+use crate::connection::{Backend, SlotMap};
 
 /// A connection with subscriptions and nothing to say for this long sends a PING.
 pub(super) const HEARTBEAT: Duration = Duration::from_secs(5);
@@ -69,28 +68,15 @@ pub(super) struct ShardedTask {
     poll: Poll,
     /// AUTH arguments for every node, from the seed URLs.
     auth: Option<Vec<u8>>,
-    slots: SlotMap,
+    /// The cluster's slot map (shared with the renewal thread), and whether something said
+    /// it is out of date since it was read.
+    slots: Option<Arc<SlotMap>>,
+    slots_stale: bool,
     shards: Vec<Shard>,
     next_token: usize,
     /// After a failure, no new connection, subscription or slot map before this.
     paused_until: Option<Instant>,
     backoff: Duration,
-}
-
-/// Which node serves each slot, as CLUSTER SLOTS said when last asked.
-struct SlotMap {
-    nodes: Vec<String>,
-    /// An index into `nodes` per slot; `u16::MAX` for a slot nobody serves.
-    owners: Vec<u16>,
-    /// Something said the map is out of date: read it again before using it.
-    stale: bool,
-}
-
-impl SlotMap {
-    fn node_of(&self, slot: u16) -> Option<&str> {
-        let owner = *self.owners.get(usize::from(slot))?;
-        self.nodes.get(usize::from(owner)).map(String::as_str)
-    }
 }
 
 /// One connection, to the master of one shard.
@@ -137,11 +123,8 @@ impl ShardedTask {
             backend,
             poll: poller.0,
             auth,
-            slots: SlotMap {
-                nodes: Vec::new(),
-                owners: Vec::new(),
-                stale: true,
-            },
+            slots: None,
+            slots_stale: true,
             shards: Vec::new(),
             next_token: 1,
             paused_until: None,
@@ -195,7 +178,7 @@ impl ShardedTask {
         if !paused {
             self.paused_until = None;
         }
-        if !entries.is_empty() && self.slots.stale && !paused {
+        if !entries.is_empty() && self.slots_stale && !paused {
             self.read_slots();
         }
         let paused = self.paused_until.is_some();
@@ -203,7 +186,7 @@ impl ShardedTask {
         // Where each channel should be subscribed now.
         let mut wanted: HashMap<&str, (String, &Arc<Entry>)> = HashMap::new();
         for (channel, entry) in &entries {
-            if let Some(node) = self.slots.node_of(entry.keys.slot()) {
+            if let Some(node) = self.node_of(entry.keys.slot()) {
                 wanted.insert(channel, (node.to_string(), entry));
             }
         }
@@ -240,7 +223,7 @@ impl ShardedTask {
                             "redlatch cannot reach cluster node {node} for pub/sub: {e}; \
                              its waiters wake at their lock's TTL until it is back"
                         );
-                        self.slots.stale = true;
+                        self.slots_stale = true;
                         self.pause(now);
                         continue;
                     }
@@ -317,29 +300,13 @@ impl ShardedTask {
         next
     }
 
-    /// Reads CLUSTER SLOTS through the command connections.
+    /// Reads the slot map again (CLUSTER SLOTS, through the command connections).
     fn read_slots(&mut self) {
-        match self.backend.cluster_slots() {
-            Ok(ranges) if !ranges.is_empty() => {
-                let mut nodes: Vec<String> = Vec::new();
-                let mut owners = vec![u16::MAX; usize::from(SLOTS)];
-                for (first, last, node) in ranges {
-                    let index = match nodes.iter().position(|n| *n == node) {
-                        Some(index) => index,
-                        None => {
-                            nodes.push(node);
-                            nodes.len() - 1
-                        }
-                    };
-                    for slot in first..=last.min(SLOTS - 1) {
-                        owners[usize::from(slot)] = index as u16;
-                    }
-                }
-                self.slots = SlotMap {
-                    nodes,
-                    owners,
-                    stale: false,
-                };
+        self.backend.forget_slot_map();
+        match self.backend.slot_map() {
+            Ok(map) if !map.is_empty() => {
+                self.slots = Some(map);
+                self.slots_stale = false;
             }
             Ok(_) => {
                 log::warn!("redlatch: CLUSTER SLOTS lists no slots; will ask again");
@@ -350,6 +317,11 @@ impl ShardedTask {
                 self.pause(Instant::now());
             }
         }
+    }
+
+    /// The master serving `slot`, as the map last read says.
+    fn node_of(&self, slot: u16) -> Option<&str> {
+        self.slots.as_ref()?.node_of(slot)
     }
 
     /// Starts a connection to `node`; its handshake, AUTH and first SSUBSCRIBE go out as the
@@ -469,7 +441,7 @@ impl ShardedTask {
                     if let Some(entry) = self.shared.entries.lock().get(&channel) {
                         unconfirm(entry);
                     }
-                    self.slots.stale = true;
+                    self.slots_stale = true;
                 }
                 return Ok(());
             }
@@ -502,7 +474,7 @@ impl ShardedTask {
                         shard.node
                     );
                 }
-                self.slots.stale = true;
+                self.slots_stale = true;
                 self.pause(Instant::now());
                 Ok(())
             }
@@ -523,7 +495,11 @@ impl ShardedTask {
                 self.backoff = BACKOFF_MIN;
                 let entry = self.shared.entries.lock().get(&channel).cloned();
                 if let Some(entry) = entry
-                    && self.slots.node_of(entry.keys.slot()) == Some(shard.node.as_str())
+                    && self
+                        .slots
+                        .as_ref()
+                        .and_then(|m| m.node_of(entry.keys.slot()))
+                        == Some(shard.node.as_str())
                 {
                     entry.confirm();
                 }
@@ -593,7 +569,7 @@ impl ShardedTask {
             }
         }
         drop(entries);
-        self.slots.stale = true;
+        self.slots_stale = true;
         self.pause(Instant::now());
     }
 
