@@ -144,9 +144,11 @@ impl Client {
     /// through a resharding, and pooled connections are made anew when a node fails. While a
     /// lock's slot migrates (`TRYAGAIN`) or a replica takes over a failed master
     /// (`CLUSTERDOWN`), a call retries for up to one
-    /// [response timeout](ClientBuilder::response_timeout) before it fails. Wake-ups
-    /// use classic pub/sub, which Redis Cluster broadcasts to every node: the subscriber
-    /// listens on one node. [`ClientBuilder::wait_for_replicas`] is not available on a
+    /// [response timeout](ClientBuilder::response_timeout) before it fails. Wake-ups use
+    /// sharded pub/sub on Redis 7 without TLS (a release's message reaches only the shard
+    /// that owns the lock; the subscriber keeps a connection per shard that has waiters), and
+    /// otherwise classic pub/sub, which Redis Cluster broadcasts to every node; see
+    /// [`ClientBuilder::classic_pubsub`]. [`ClientBuilder::wait_for_replicas`] is not available on a
     /// Cluster (yet), and a lock name there must not begin with `}` (its keys would fall
     /// into different slots).
     ///
@@ -227,6 +229,7 @@ pub struct ClientBuilder {
     settings: Settings,
     replicas: Option<Replicas>,
     misused_master_credentials: bool,
+    misused_classic_pubsub: bool,
 }
 
 impl ClientBuilder {
@@ -239,9 +242,11 @@ impl ClientBuilder {
                 pool_size: DEFAULT_POOL_SIZE,
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+                classic_pubsub: false,
             },
             replicas: None,
             misused_master_credentials: false,
+            misused_classic_pubsub: false,
         }
     }
 
@@ -295,6 +300,25 @@ impl ClientBuilder {
         self
     }
 
+    /// Cluster only: wake waiters with classic pub/sub (PUBLISH, which Redis Cluster
+    /// broadcasts to every node; the subscriber listens on one node) even where the cluster
+    /// has sharded pub/sub (Redis 7: SPUBLISH to the owning shard only).
+    ///
+    /// Every client of one cluster must wake the same way, or a release by one never wakes
+    /// the waiters of another (they still wake when the lock's lease would run out). A client
+    /// picks sharded pub/sub by itself where it can, and classic where it cannot (a cluster
+    /// older than Redis 7, or reached over TLS), so this is for a fleet in which some clients
+    /// cannot. Refused by `build()` on one server and with Sentinel, where pub/sub is always
+    /// classic.
+    pub fn classic_pubsub(mut self) -> Self {
+        if matches!(self.deployment, Deployment::Cluster(_)) {
+            self.settings.classic_pubsub = true;
+        } else {
+            self.misused_classic_pubsub = true;
+        }
+        self
+    }
+
     /// After each acquisition, wait until `count` replicas have acknowledged it (Redis `WAIT`),
     /// at most `timeout`; if fewer did, the lock is released again and the call fails with
     /// [`Error::NotReplicated`]. Off by default.
@@ -335,6 +359,11 @@ impl ClientBuilder {
             validate_duration(what, d, Duration::from_millis(1))?;
         }
 
+        if self.misused_classic_pubsub {
+            return Err(Error::invalid(
+                "classic_pubsub is for Cluster clients; one server and Sentinel always use it",
+            ));
+        }
         if self.misused_master_credentials {
             return Err(Error::invalid(
                 "master_credentials is for Sentinel clients; put credentials in the URL",

@@ -59,6 +59,8 @@ pub(crate) struct Settings {
     pub pool_size: u32,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
+    /// Cluster only: classic pub/sub even where sharded is available.
+    pub classic_pubsub: bool,
 }
 
 /// Where the builder said Redis is.
@@ -249,9 +251,10 @@ impl Backend {
                             let plain = cluster.nodes.iter().all(|n| {
                                 matches!(n.get_connection_info().addr(), ConnectionAddr::Tcp(..))
                             });
-                            cluster
-                                .sharded
-                                .store(has_spublish && plain, Ordering::Relaxed);
+                            cluster.sharded.store(
+                                has_spublish && plain && !self.settings.classic_pubsub,
+                                Ordering::Relaxed,
+                            );
                             return Ok(());
                         }
                         Err(e) => failure = Some(e),
@@ -790,6 +793,7 @@ mod tests {
             pool_size: 1,
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(3),
+            classic_pubsub: false,
         };
         Backend::new(&deployment, settings).unwrap()
     }

@@ -888,12 +888,13 @@ fn cluster_only_refusals() {
         Client::cluster_builder(&[]).build(),
         Err(Error::InvalidArgument(_))
     ));
+    let single = format!("redis://127.0.0.1:{}/", c.master_ports()[0]);
+    assert!(matches!(
+        Client::builder(&single).classic_pubsub().build(),
+        Err(Error::InvalidArgument(_))
+    ));
 }
 
-/// The subscriber listens on one node. A node stopped with SIGSTOP (here a replica, the first
-/// seed, so the subscriber goes there first) still accepts TCP connections and then answers
-/// nothing; the subscriber must not stay there, or every hand-off in the client waits for the
-/// lock's lease instead of the release's message.
 /// How the master of the waiter's shard goes away.
 #[derive(Clone, Copy, Debug)]
 enum Outage {
@@ -1000,6 +1001,64 @@ fn a_waiter_follows_its_shard_when_the_master_is_killed() {
 #[test]
 fn a_waiter_follows_its_shard_when_the_master_is_stopped() {
     waiter_follows_its_shard_when_the_master_goes(Outage::Stopped);
+}
+
+/// Classic pub/sub (`classic_pubsub`, or a cluster without sharded pub/sub): the subscriber
+/// listens on one node. A node stopped with SIGSTOP (here a replica, the first seed, so the
+/// subscriber goes there first) still accepts TCP connections and then answers nothing; the
+/// subscriber must not stay there, or every hand-off in the client waits for the lock's lease
+/// instead of the release's message.
+#[test]
+fn classic_pubsub_a_stopped_node_does_not_keep_the_subscriber_deaf() {
+    let c = Cluster::start();
+    let masters = c.master_ports();
+    let replica = c.replica_of(masters[0]);
+    let name = name_on(&c, masters[1], "deaf");
+    let mut urls = vec![format!("redis://127.0.0.1:{replica}/")];
+    urls.extend(
+        c.seed_urls()
+            .into_iter()
+            .filter(|u| !u.contains(&format!(":{replica}/"))),
+    );
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let build = || {
+        Client::cluster_builder(&urls)
+            .watchdog_timeout(Duration::from_secs(8))
+            .connect_timeout(Duration::from_secs(1))
+            .response_timeout(Duration::from_secs(1))
+            .classic_pubsub()
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (build(), build());
+    let pid = c.nodes().iter().find(|n| n.port == replica).unwrap().pid();
+    signal(pid, "-STOP"); // SIGKILLed with the cluster at the end, stopped or not
+    let mut wakes = Vec::new();
+    for _ in 0..2 {
+        let guard = holder.lock(&name).lock().unwrap();
+        let lock = waiter.lock(&name);
+        let waiting = thread::spawn(move || {
+            let guard = lock.try_lock(Duration::from_secs(20), None).unwrap();
+            (Instant::now(), guard.is_some())
+        });
+        // Time to find that the stopped node does not answer (one response timeout) and
+        // subscribe on another.
+        thread::sleep(Duration::from_millis(3000));
+        let counts = subscribers_by_node(&c, &name);
+        assert!(counts.iter().any(|(_, classic, _)| *classic > 0), "{counts:?}");
+        assert!(counts.iter().all(|(_, _, sharded)| *sharded == 0), "{counts:?}");
+        let released = Instant::now();
+        guard.unlock().unwrap();
+        let (woken, got) = join_all(vec![waiting], Duration::from_secs(25), "a thread").remove(0);
+        assert!(got, "the waiter got the lock");
+        wakes.push(woken - released);
+    }
+    signal(pid, "-CONT");
+    // Deaf, it would wake when the holder's 8 s lease ran out: about 5 s after the release.
+    assert!(
+        wakes.iter().all(|w| *w < Duration::from_secs(1)),
+        "waiters woken {wakes:?} after the release"
+    );
 }
 
 #[test]

@@ -741,6 +741,7 @@ mod tests {
             pool_size: 1,
             connect_timeout: Duration::from_millis(10),
             response_timeout: Duration::from_millis(10),
+            classic_pubsub: false,
         };
         // Never connected: rings go to the doorbell only, and nothing here does I/O.
         let backend = Arc::new(
