@@ -1045,8 +1045,14 @@ fn classic_pubsub_a_stopped_node_does_not_keep_the_subscriber_deaf() {
         // subscribe on another.
         thread::sleep(Duration::from_millis(3000));
         let counts = subscribers_by_node(&c, &name);
-        assert!(counts.iter().any(|(_, classic, _)| *classic > 0), "{counts:?}");
-        assert!(counts.iter().all(|(_, _, sharded)| *sharded == 0), "{counts:?}");
+        assert!(
+            counts.iter().any(|(_, classic, _)| *classic > 0),
+            "{counts:?}"
+        );
+        assert!(
+            counts.iter().all(|(_, _, sharded)| *sharded == 0),
+            "{counts:?}"
+        );
         let released = Instant::now();
         guard.unlock().unwrap();
         let (woken, got) = join_all(vec![waiting], Duration::from_secs(25), "a thread").remove(0);

@@ -185,10 +185,19 @@ impl ShardedTask {
 
         // Where each channel should be subscribed now.
         let mut wanted: HashMap<&str, (String, &Arc<Entry>)> = HashMap::new();
+        let mut unserved = false;
         for (channel, entry) in &entries {
-            if let Some(node) = self.node_of(entry.keys.slot()) {
-                wanted.insert(channel, (node.to_string(), entry));
+            match self.node_of(entry.keys.slot()) {
+                Some(node) => {
+                    wanted.insert(channel, (node.to_string(), entry));
+                }
+                None => unserved = true,
             }
+        }
+        if unserved && !paused {
+            // A slot nobody serves (the map was read mid-failover): read it again in a while.
+            self.slots_stale = true;
+            self.pause(now);
         }
         for shard in &mut self.shards {
             shard.channels.retain(|channel, state| {
