@@ -341,37 +341,7 @@ impl Backend {
     /// Who serves which slots: `(first, last, "host:port" of the master)` (CLUSTER SLOTS).
     fn cluster_slots(&self) -> Result<Vec<(u16, u16, String)>> {
         let ranges: Vec<Value> = self.run(|con| redis::cmd("CLUSTER").arg("SLOTS").query(con))?;
-        let mut slots = Vec::with_capacity(ranges.len());
-        for range in ranges {
-            let Value::Array(range) = range else { continue };
-            let (Some(Value::Int(first)), Some(Value::Int(last)), Some(Value::Array(master))) =
-                (range.first(), range.get(1), range.get(2))
-            else {
-                continue;
-            };
-            let (Some(host), Some(Value::Int(port))) = (master.first(), master.get(1)) else {
-                continue;
-            };
-            let host = match host {
-                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                Value::SimpleString(s) => s.clone(),
-                _ => continue,
-            };
-            // An empty or "?" host: the node does not know its address (it was never told).
-            if host.is_empty() || host == "?" {
-                continue;
-            }
-            let (Ok(first), Ok(last)) = (u16::try_from(*first), u16::try_from(*last)) else {
-                continue;
-            };
-            let node = if host.contains(':') {
-                format!("[{host}]:{port}")
-            } else {
-                format!("{host}:{port}")
-            };
-            slots.push((first, last, node));
-        }
-        Ok(slots)
+        Ok(master_ranges(ranges))
     }
 
     /// The pub/sub connection made by [`Backend::connect`] failed or never answered: on a
@@ -408,6 +378,42 @@ impl Backend {
             }
         }
     }
+}
+
+/// The ranges of a CLUSTER SLOTS reply with their master's `host:port`; a range whose master
+/// does not know its own address (`""` or `"?"`) or that is malformed is left out.
+fn master_ranges(ranges: Vec<Value>) -> Vec<(u16, u16, String)> {
+    let mut slots = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let Value::Array(range) = range else { continue };
+        let (Some(Value::Int(first)), Some(Value::Int(last)), Some(Value::Array(master))) =
+            (range.first(), range.get(1), range.get(2))
+        else {
+            continue;
+        };
+        let (Some(host), Some(Value::Int(port))) = (master.first(), master.get(1)) else {
+            continue;
+        };
+        let host = match host {
+            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            Value::SimpleString(s) => s.clone(),
+            _ => continue,
+        };
+        // An empty or "?" host: the node does not know its address (it was never told).
+        if host.is_empty() || host == "?" {
+            continue;
+        }
+        let (Ok(first), Ok(last)) = (u16::try_from(*first), u16::try_from(*last)) else {
+            continue;
+        };
+        let node = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        slots.push((first, last, node));
+    }
+    slots
 }
 
 /// Applies [`tcp_settings`] to a socket made outside the `redis` crate (the sharded
@@ -786,6 +792,42 @@ impl Pool {
 mod tests {
     use super::*;
     use redis::{ErrorKind, ServerErrorKind};
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    /// One range of a CLUSTER SLOTS reply: master first, then a replica.
+    fn range(first: i64, last: i64, host: &str, port: i64) -> Value {
+        Value::Array(vec![
+            Value::Int(first),
+            Value::Int(last),
+            Value::Array(vec![bulk(host), Value::Int(port), bulk("id")]),
+            Value::Array(vec![bulk("10.0.0.9"), Value::Int(7009), bulk("replica")]),
+        ])
+    }
+
+    #[test]
+    fn the_slot_map_names_each_slots_master_and_skips_what_it_cannot_use() {
+        let reply = vec![
+            range(0, 99, "10.0.0.1", 7000),
+            range(100, 199, "::1", 7001),
+            range(200, 299, "?", 7002), // a master that does not know its address
+            range(300, 399, "10.0.0.1", 7000), // a second range of the first master
+            range(70_000, 70_001, "10.0.0.3", 1), // not a slot
+            Value::Int(3),              // not a range
+        ];
+        let map = SlotMap::new(master_ranges(reply));
+        assert_eq!(map.node_of(0), Some("10.0.0.1:7000"));
+        assert_eq!(map.node_of(99), Some("10.0.0.1:7000"));
+        assert_eq!(map.node_of(150), Some("[::1]:7001"));
+        assert_eq!(map.node_of(250), None);
+        assert_eq!(map.node_of(350), Some("10.0.0.1:7000"));
+        assert_eq!(map.node_of(16383), None);
+        assert_eq!(map.node_of(u16::MAX), None);
+        assert_eq!(map.nodes.len(), 2, "one entry per master");
+        assert!(SlotMap::new(Vec::new()).is_empty());
+    }
 
     /// A backend with the builder's default timeouts (5 s connect, 3 s response); no I/O.
     fn backend(deployment: Deployment) -> Backend {

@@ -77,9 +77,9 @@ pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// What the thread knows about one channel of its connection.
 #[derive(Default)]
 struct ChannelState {
-    /// SUBSCRIBE commands sent for it and not yet answered.
+    /// SUBSCRIBE (sharded: SSUBSCRIBE) commands sent for it and not yet answered.
     pending: u32,
-    /// We want it subscribed (the last command sent for it was SUBSCRIBE).
+    /// We want it subscribed (the last command sent for it was a subscription).
     wanted: bool,
 }
 
@@ -106,16 +106,19 @@ pub(crate) struct Subscriber {
 }
 
 struct Shared {
-    /// Channels that have waiters. The thread subscribes exactly these (plus control).
+    /// Channels that have waiters. The thread subscribes exactly these (plus, classic, the
+    /// control channel).
     entries: Mutex<HashMap<String, Arc<Entry>>>,
+    /// Classic only: a PUBLISH here wakes the thread.
     control_channel: String,
     /// `<client id>:`, the start of the owner ids of this client's threads.
     owner_prefix: String,
     /// The key prefix, to name a lock from its channel.
     key_prefix: String,
-    /// The connection is up and subscribed to the control channel, so a PUBLISH reaches it.
+    /// Classic only: the connection is up and subscribed to the control channel, so a
+    /// PUBLISH reaches it.
     connected: AtomicBool,
-    /// A control message is on its way; later requests need not send another.
+    /// Classic only: a control message is on its way; later requests need not send another.
     ring_in_flight: AtomicBool,
     stop: AtomicBool,
     doorbell: Sender<()>,
