@@ -119,6 +119,8 @@ pub(crate) struct Backend {
     pool_generation: AtomicU64,
     /// Cluster only: see [`Backend::slot_map`].
     slot_map: Mutex<Option<Arc<SlotMap>>>,
+    /// Cluster only: masters whose last call went unanswered (see [`Backend::note_answer`]).
+    silent: Mutex<Vec<String>>,
 }
 
 /// Which master serves each slot of a Cluster, as CLUSTER SLOTS said.
@@ -181,6 +183,7 @@ impl Backend {
             settings,
             pool_generation: AtomicU64::new(0),
             slot_map: Mutex::new(None),
+            silent: Mutex::new(Vec::new()),
         })
     }
 
@@ -336,6 +339,21 @@ impl Backend {
     /// failed): the next [`Backend::slot_map`] reads it again.
     pub fn forget_slot_map(&self) {
         self.slot_map.lock().take();
+    }
+
+    /// Records whether the master at `node` answered a call: the renewal thread calls the
+    /// silent ones last (see [`Backend::is_silent`]).
+    pub fn note_answer(&self, node: &str, answered: bool) {
+        let mut silent = self.silent.lock();
+        silent.retain(|n| n != node);
+        if !answered {
+            silent.push(node.to_string());
+        }
+    }
+
+    /// Whether the last call to the master at `node` went unanswered.
+    pub fn is_silent(&self, node: &str) -> bool {
+        self.silent.lock().iter().any(|n| n == node)
     }
 
     /// Who serves which slots: `(first, last, "host:port" of the master)` (CLUSTER SLOTS).

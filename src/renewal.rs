@@ -193,10 +193,12 @@ fn renew_batches(
         done: Vec::with_capacity(batches.len()),
         failure: None,
     };
+    // Calls one at a time; false once the server does not answer (the rest waits for the
+    // next round).
     let one_by_one = |group: &[usize], renewed: &mut Renewed| {
         for &i in group {
             if stopping() {
-                return;
+                break;
             }
             let sent = Instant::now();
             match backend.run(|con| scripts::renew(con, &batches[i], lease)) {
@@ -205,23 +207,26 @@ fn renew_batches(
                     let refused = is_refusal(&e);
                     renewed.failure.get_or_insert(e);
                     if !refused {
-                        return; // unreachable: the rest waits for the next round
+                        return false;
                     }
                 }
             }
         }
+        true
     };
-    for group in together(core, batches) {
+    for (node, group) in together(core, batches) {
         if stopping() {
             break;
         }
         let Some((probe, rest)) = group.split_first() else {
             continue;
         };
-        let before = renewed.done.len();
-        one_by_one(std::slice::from_ref(probe), &mut renewed);
-        if renewed.done.len() == before || rest.is_empty() || stopping() {
-            continue; // the server did not answer, or there is nothing more
+        let answered = one_by_one(std::slice::from_ref(probe), &mut renewed);
+        if let Some(node) = &node {
+            backend.note_answer(node, answered);
+        }
+        if !answered || rest.is_empty() || stopping() {
+            continue;
         }
         let sent = Instant::now();
         let pipelined: Vec<&[Renewal<'_>]> = rest.iter().map(|&i| batches[i].as_slice()).collect();
@@ -258,29 +263,35 @@ struct Renewed {
     failure: Option<crate::Error>,
 }
 
-/// The batches that go together (see [`renew_batches`]): all of them on one server, those of
-/// each master on a Cluster (one each if the slot map cannot be read).
-fn together(core: &Core, batches: &[Vec<Renewal<'_>>]) -> Vec<Vec<usize>> {
+/// The batches that go together (see [`renew_batches`]), with their master: all of them on
+/// one server, those of each master on a Cluster (one each if the slot map cannot be read).
+/// Masters that did not answer last time go last, so that the time they cost does not delay
+/// the renewals on the others.
+fn together(core: &Core, batches: &[Vec<Renewal<'_>>]) -> Vec<(Option<String>, Vec<usize>)> {
     let backend = &core.backend;
     if !backend.is_cluster() {
-        return vec![(0..batches.len()).collect()];
+        return vec![(None, (0..batches.len()).collect())];
     }
     let map = match backend.slot_map() {
         Ok(map) => map,
         Err(e) => {
             log::debug!("cannot read the slot map ({e}); renewing call by call");
-            return (0..batches.len()).map(|i| vec![i]).collect();
+            return (0..batches.len()).map(|i| (None, vec![i])).collect();
         }
     };
-    let mut by_node: Vec<(Option<&str>, Vec<usize>)> = Vec::new();
+    let mut by_node: Vec<(Option<String>, Vec<usize>)> = Vec::new();
     for (i, batch) in batches.iter().enumerate() {
         let node = batch.first().and_then(|r| map.node_of(r.keys.slot()));
-        match by_node.iter_mut().find(|(n, _)| n.is_some() && *n == node) {
+        match by_node
+            .iter_mut()
+            .find(|(n, _)| n.is_some() && n.as_deref() == node)
+        {
             Some((_, group)) => group.push(i),
-            None => by_node.push((node, vec![i])),
+            None => by_node.push((node.map(str::to_string), vec![i])),
         }
     }
-    by_node.into_iter().map(|(_, group)| group).collect()
+    by_node.sort_by_key(|(node, _)| node.as_deref().is_some_and(|n| backend.is_silent(n)));
+    by_node
 }
 
 /// Renews what is due; returns when the next round should start. Checks `stop` between
