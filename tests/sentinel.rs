@@ -359,3 +359,110 @@ fn a_refused_wait_gives_the_lock_back() {
         .unwrap();
     assert!(!held, "the lock stayed held without a guard");
 }
+
+/// The master is SIGSTOPped while a thread waits: it keeps its connections open and says
+/// nothing, so no error tells the subscriber, and Sentinel promotes the replica (with the
+/// lock, replicated before). The release on the new master must wake the waiter at once;
+/// a subscriber left listening on the stopped master would leave it asleep until its
+/// deadline, since the lock's fixed lease (60 s) outlasts it.
+///
+/// KNOWN GAP, ignored until fixed: the classic subscriber blocks in a read of the stopped
+/// master for up to its 60 s idle timeout, and this test fails ("the subscriber follows the
+/// master"). A heartbeat cannot simply be added to that read loop: after a timed-out read
+/// the `redis` crate's connection skips the next frame it receives (it takes it for the late
+/// reply), which could be a hand-over's message. The sharded subscriber, which drives its own
+/// sockets, has the heartbeat; moving the classic flavor onto the same machinery is the fix.
+#[test]
+#[ignore = "known gap: the classic subscriber does not notice a SIGSTOPped master"]
+fn a_waiter_follows_the_master_when_the_old_one_is_stopped() {
+    let setup = Sentinel::start();
+    let old = setup.master_port();
+    let holder = client(&setup, |b| b);
+    let waiter = client(&setup, |b| b);
+    let guard = holder
+        .lock("stopped")
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(60)))
+        .unwrap()
+        .unwrap();
+    let replicated: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(2000)
+        .query(&mut setup.data_connection(old).unwrap())
+        .unwrap();
+    assert_eq!(replicated, 1, "the lock reached the replica");
+    let subscribed = |port: u16| {
+        let reply: (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redlatch:{stopped}:unlocked")
+            .query(&mut setup.data_connection(port).ok()?)
+            .ok()?;
+        (reply.1 >= 1).then_some(())
+    };
+    let lock = waiter.lock("stopped");
+    let waiting = thread::spawn(move || {
+        // A call that meets the stopped master fails with a timeout: a few are allowed.
+        let deadline = Instant::now() + Duration::from_secs(40);
+        for _ in 0..10 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match lock.try_lock(left, None) {
+                Ok(guard) => return (Instant::now(), guard.is_some()),
+                Err(e) => eprintln!("waiter: {e}"),
+            }
+        }
+        (Instant::now(), false)
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || subscribed(old).is_some()),
+        "the waiter subscribed"
+    );
+
+    let t = Instant::now();
+    let pid = setup
+        .servers()
+        .iter()
+        .find(|s| s.port == old)
+        .unwrap()
+        .pid();
+    support::signal(pid, "-STOP"); // SIGKILLed with the setup at the end
+    let new = wait_until_master_moves(&setup, old);
+    let failed_over = t.elapsed();
+    assert!(
+        eventually(Duration::from_secs(30), || subscribed(new).is_some()),
+        "the subscriber follows the master"
+    );
+    let followed = t.elapsed();
+    // The holder's pooled connections to the stopped master time out once each.
+    let mut stale = 0;
+    while let Err(e) = holder.lock("settled").try_lock(Duration::ZERO, None) {
+        stale += 1;
+        assert!(stale < 10, "commands never reach the new master: {e}");
+    }
+    let released = Instant::now();
+    guard.unlock().unwrap();
+    let (woken, got) =
+        support::join_all(vec![waiting], Duration::from_secs(45), "the waiter").remove(0);
+    assert!(got, "the waiter got the lock");
+    let after = woken - released;
+    assert!(
+        after < Duration::from_secs(1),
+        "woken {after:?} after the release"
+    );
+    eprintln!(
+        "sentinel, master stopped: failed over after {failed_over:?}, subscriber followed \
+         after {followed:?}, waiter woken {after:?} after the release"
+    );
+}
+
+/// Waits (bounded) until the sentinels name a master other than `old`, and returns it.
+fn wait_until_master_moves(setup: &Sentinel, old: u16) -> u16 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok((_, port)) = setup.master_addr_from(0)
+            && port != old
+        {
+            return port;
+        }
+        assert!(Instant::now() < deadline, "no failover within 30 s");
+        thread::sleep(Duration::from_millis(100));
+    }
+}
