@@ -367,9 +367,60 @@ impl Backend {
     /// still accepts TCP connections (the kernel completes the handshake), so starting with
     /// "the last one that worked" would go back to it for as long as it stays stopped.
     pub fn pubsub_failed(&self) {
-        if let Target::Cluster(cluster) = &self.target {
-            cluster.skip_node();
+        match &self.target {
+            Target::Cluster(cluster) => cluster.skip_node(),
+            // It may have failed over: ask the sentinels before the next connection.
+            Target::Sentinel(sentinels) => sentinels.suspect(),
+            Target::Direct(_) => {}
         }
+    }
+
+    /// Whether the subscriber drives its own sockets (see `subscriber::polled`): wherever
+    /// it reaches the server over plain TCP. Not over TLS or a unix socket, nor on a Cluster
+    /// without sharded pub/sub (or told to use classic). Known once [`Backend::check`] ran.
+    pub fn polled_pubsub(&self) -> bool {
+        match &self.target {
+            Target::Cluster(_) => self.sharded_pubsub(),
+            Target::Direct(client) => is_plain_tcp(client),
+            Target::Sentinel(sentinels) => sentinels
+                .master()
+                .is_ok_and(|(master, _)| is_plain_tcp(&master)),
+        }
+    }
+
+    /// The server a subscriber of one server or of a Sentinel master connects to
+    /// (`host:port`), with its credentials (see [`Backend::node_credentials`]), and the
+    /// [generation](Backend::generation) it belongs to. Not for a Cluster.
+    pub fn pubsub_server(&self) -> RedisResult<(String, Option<String>, Option<String>, u64)> {
+        let (client, generation) = match &self.target {
+            Target::Direct(client) => (client.clone(), 0),
+            Target::Sentinel(sentinels) => sentinels.master()?,
+            Target::Cluster(_) => {
+                return Err(RedisError::from((
+                    redis::ErrorKind::Client,
+                    "a Cluster has no one pub/sub server",
+                )));
+            }
+        };
+        let info = client.get_connection_info();
+        let ConnectionAddr::Tcp(host, port) = info.addr() else {
+            return Err(RedisError::from((
+                redis::ErrorKind::Client,
+                "the pub/sub server is not reached over plain TCP",
+            )));
+        };
+        let address = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        let redis = info.redis_settings();
+        Ok((
+            address,
+            redis.username().map(str::to_string),
+            redis.password().map(str::to_string),
+            generation,
+        ))
     }
 
     /// A new connection to one server, authenticated and on the right database. Used for the
@@ -432,6 +483,10 @@ fn master_ranges(ranges: Vec<Value>) -> Vec<(u16, u16, String)> {
         slots.push((first, last, node));
     }
     slots
+}
+
+fn is_plain_tcp(client: &redis::Client) -> bool {
+    matches!(client.get_connection_info().addr(), ConnectionAddr::Tcp(..))
 }
 
 /// Applies [`tcp_settings`] to a socket made outside the `redis` crate (the sharded

@@ -366,14 +366,9 @@ fn a_refused_wait_gives_the_lock_back() {
 /// a subscriber left listening on the stopped master would leave it asleep until its
 /// deadline, since the lock's fixed lease (60 s) outlasts it.
 ///
-/// KNOWN GAP, ignored until fixed: the classic subscriber blocks in a read of the stopped
-/// master for up to its 60 s idle timeout, and this test fails ("the subscriber follows the
-/// master"). A heartbeat cannot simply be added to that read loop: after a timed-out read
-/// the `redis` crate's connection skips the next frame it receives (it takes it for the late
-/// reply), which could be a hand-over's message. The sharded subscriber, which drives its own
-/// sockets, has the heartbeat; moving the classic flavor onto the same machinery is the fix.
+/// The subscriber's heartbeat (a PING after 5 s of quiet, answered within the response
+/// timeout) is what finds the stopped master; then it asks the sentinels again.
 #[test]
-#[ignore = "known gap: the classic subscriber does not notice a SIGSTOPped master"]
 fn a_waiter_follows_the_master_when_the_old_one_is_stopped() {
     let setup = Sentinel::start();
     let old = setup.master_port();

@@ -1,5 +1,8 @@
-//! Classic pub/sub: one connection to one server (or to any node of a Cluster, where PUBLISH
-//! reaches every node), read by the subscriber thread.
+//! Classic pub/sub: one `redis` crate connection to one server (or to any node of a Cluster,
+//! where PUBLISH reaches every node), read by the subscriber thread. Used where the polled
+//! flavor cannot go: a server reached over TLS or a unix socket, a Cluster older than Redis 7
+//! or built with `classic_pubsub`. It has no heartbeat (see `polled` for why one cannot be
+//! added here): a server stopped with SIGSTOP keeps it until its idle timeout.
 //!
 //! The thread blocks on a read of the connection and uses no CPU while idle. To make it
 //! (un)subscribe, a waiter records what it wants in the entry map and rings the thread:

@@ -26,10 +26,13 @@
 //!
 //! # Flavors
 //! The thread listens in one of two ways, each in its own module:
-//! - [`classic`]: one connection with SUBSCRIBE, for one server, Sentinel, and a Cluster
-//!   reached over TLS or older than Redis 7 (PUBLISH reaches every node of a cluster);
-//! - [`sharded`]: on a Redis 7 Cluster, SSUBSCRIBE on one connection per shard that has
-//!   waiters, so a release's SPUBLISH reaches only the shard that owns the lock.
+//! - [`polled`]: its own non-blocking sockets in one poll, with heartbeats, woken in process;
+//!   wherever the server is reached over plain TCP. On a Redis 7 Cluster it uses sharded
+//!   pub/sub, one connection per shard that has waiters, so a release's SPUBLISH reaches only
+//!   the shard that owns the lock;
+//! - [`classic`]: one `redis` crate connection with SUBSCRIBE, woken through a control
+//!   channel; for a server reached over TLS or a unix socket, and a Cluster older than Redis 7
+//!   or told to use it (PUBLISH reaches every node of a cluster).
 //!
 //! Either way a waiter records what it wants in the entry map and *rings* the thread, which
 //! reconciles its subscriptions with the map. A joining waiter rings itself (it is about to
@@ -58,8 +61,8 @@ use crate::connection::Backend;
 use crate::keys::LockKeys;
 
 mod classic;
+mod polled;
 mod resp;
-mod sharded;
 
 /// Payload of a release that found only stale places queued: wake one waiter.
 const UNLOCK: &[u8] = b"unlock";
@@ -399,8 +402,8 @@ impl Subscriber {
         errands: Sender<Errand>,
     ) -> crate::Result<(Subscriber, SubscriberTask)> {
         let (doorbell, rung) = crossbeam_channel::bounded(1);
-        let poll = if backend.sharded_pubsub() {
-            Some(sharded::Poller::new().map_err(crate::Error::Thread)?)
+        let poll = if backend.polled_pubsub() {
+            Some(polled::Poller::new().map_err(crate::Error::Thread)?)
         } else {
             None
         };
@@ -423,7 +426,7 @@ impl Subscriber {
             arriving: Mutex::new(HashMap::new()),
         });
         let task = match poll {
-            Some(poll) => SubscriberTask(Flavor::Sharded(sharded::ShardedTask::new(
+            Some(poll) => SubscriberTask(Flavor::Polled(polled::PolledTask::new(
                 shared.clone(),
                 backend.clone(),
                 poll,
@@ -715,7 +718,7 @@ pub(crate) struct SubscriberTask(Flavor);
 
 enum Flavor {
     Classic(classic::ClassicTask),
-    Sharded(sharded::ShardedTask),
+    Polled(polled::PolledTask),
 }
 
 impl SubscriberTask {
@@ -723,7 +726,7 @@ impl SubscriberTask {
     pub fn run(self) {
         match self.0 {
             Flavor::Classic(task) => task.run(),
-            Flavor::Sharded(task) => task.run(),
+            Flavor::Polled(task) => task.run(),
         }
     }
 }

@@ -1,32 +1,38 @@
-//! Sharded pub/sub, for a Redis 7 Cluster: SSUBSCRIBE on one connection per shard that has
-//! waiters.
+//! Polled pub/sub: the subscriber thread drives its own sockets, one per server that has
+//! waiters, all in one `mio` poll. Used wherever the server is reached over plain TCP.
 //!
-//! A release publishes with SPUBLISH, which Redis delivers only inside the shard that owns
-//! the lock's slot, instead of broadcasting it over the cluster bus to every node. So the
-//! thread keeps a connection to the master of each shard that has waiters (found with
-//! CLUSTER SLOTS) and subscribes each lock's channel where its slot lives.
+//! # Where a channel is subscribed ([`Routing`])
+//! - One server, or the master Sentinel names: there, with classic SUBSCRIBE. When Sentinel
+//!   names another master (the [generation](crate::connection::Backend::generation) moves),
+//!   the channels move to it.
+//! - A Redis 7 Cluster: with SSUBSCRIBE, on the master of the shard that owns the lock's slot
+//!   (found with CLUSTER SLOTS). A release publishes with SPUBLISH, which Redis delivers only
+//!   inside that shard instead of broadcasting it over the cluster bus to every node.
 //!
-//! # Following the slots
-//! A connection that fails, a subscription refused (MOVED, while a slot moves), or one that
-//! the server ends by itself (Redis unsubscribes a slot's shard channels when the slot
-//! leaves the node) makes the thread read CLUSTER SLOTS again and subscribe where the slot
-//! is now. Until the new subscription is confirmed the lock's entry is unconfirmed; the
-//! confirmation gives its waiters a permit, so a release missed meanwhile costs one attempt,
-//! and waiters never sleep past the lock's TTL in any case.
+//! # Following the server or the slots
+//! A connection that fails, a subscription refused (MOVED, while a slot moves), one that the
+//! server ends by itself (Redis unsubscribes a slot's shard channels when the slot leaves the
+//! node), or a new Sentinel generation makes the thread find out again where each channel
+//! belongs and subscribe it there. Until the new subscription is confirmed the lock's entry
+//! is unconfirmed; the confirmation gives its waiters a permit, so a release missed meanwhile
+//! costs one attempt, and waiters never sleep past the lock's TTL in any case.
 //!
 //! # One thread, no blocking
-//! The thread serves every connection at once: they are non-blocking sockets in one `mio`
-//! poll, which a waiter's ring wakes in process (no round trip, unlike the classic flavor's
-//! control channel). We drive these connections ourselves (AUTH, SSUBSCRIBE, PING, and the
-//! RESP2 frames in [`super::resp`]) because the `redis` crate's sync connection cannot be
-//! polled; that is why a cluster reached over TLS uses the classic flavor.
+//! The thread serves every connection at once: they are non-blocking sockets in one poll,
+//! which a waiter's ring wakes in process (no round trip, unlike the classic flavor's control
+//! channel). We drive these connections ourselves (AUTH, (S)SUBSCRIBE, PING, and the RESP2
+//! frames in [`super::resp`]) because the `redis` crate's sync connection cannot be polled,
+//! and because after a read of it times out it drops the next frame as a late reply, so a
+//! heartbeat cannot be added to a blocking read of it either. A server reached over TLS or a
+//! unix socket uses the classic flavor.
 //!
 //! # Liveness
 //! Every command must be answered within the response timeout (a connection still being
-//! made gets the connect timeout on top): a node stopped with SIGSTOP accepts connections
+//! made gets the connect timeout on top): a server stopped with SIGSTOP accepts connections
 //! and says nothing. A connection with subscriptions that was quiet for [`HEARTBEAT`] sends
-//! a PING, so a node that went silent is noticed while threads wait on it. A connection
-//! with no subscriptions for [`IDLE_TIMEOUT`] is closed.
+//! a PING, so a server that went silent is noticed while threads wait on it (Sentinel then
+//! names the new master; a Cluster's slot map shows the promoted replica). A connection with
+//! no subscriptions for [`IDLE_TIMEOUT`] is closed.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
@@ -61,17 +67,20 @@ impl Poller {
     }
 }
 
-/// The thread's side of sharded pub/sub.
-pub(super) struct ShardedTask {
+/// The thread's side of polled pub/sub.
+pub(super) struct PolledTask {
     shared: Arc<Shared>,
     backend: Arc<Backend>,
     poll: Poll,
-    /// AUTH arguments for every node, from the seed URLs.
+    routing: Routing,
+    /// AUTH for every connection: from the seed URLs, or the server's credentials.
     auth: Option<Vec<u8>>,
-    /// The cluster's slot map (shared with the renewal thread), and whether something said
-    /// it is out of date since it was read.
+    /// [`Routing::Slots`]: the cluster's slot map (shared with the renewal thread).
     slots: Option<Arc<SlotMap>>,
-    slots_stale: bool,
+    /// [`Routing::Server`]: the server's `host:port`, and the generation it belongs to.
+    server: Option<(String, u64)>,
+    /// Something said `slots` or `server` is out of date since it was read.
+    stale: bool,
     shards: Vec<Shard>,
     next_token: usize,
     /// After a failure, no new connection, subscription or slot map before this.
@@ -79,7 +88,7 @@ pub(super) struct ShardedTask {
     backoff: Duration,
 }
 
-/// One connection, to the master of one shard.
+/// One connection, to one server (a Cluster: the master of one shard).
 struct Shard {
     node: String,
     token: Token,
@@ -98,6 +107,49 @@ struct Shard {
     empty_since: Option<Instant>,
 }
 
+/// Where a lock's channel is subscribed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Routing {
+    /// A Redis 7 Cluster: on the master of the lock's slot, with sharded pub/sub.
+    Slots,
+    /// One server, or the master Sentinel names: there, with classic pub/sub.
+    Server,
+}
+
+/// The commands and frame kinds of one kind of pub/sub.
+struct Verbs {
+    subscribe: &'static str,
+    unsubscribe: &'static str,
+    message: &'static [u8],
+    subscribed: &'static [u8],
+    unsubscribed: &'static [u8],
+}
+
+const SHARDED: Verbs = Verbs {
+    subscribe: "SSUBSCRIBE",
+    unsubscribe: "SUNSUBSCRIBE",
+    message: b"smessage",
+    subscribed: b"ssubscribe",
+    unsubscribed: b"sunsubscribe",
+};
+
+const CLASSIC: Verbs = Verbs {
+    subscribe: "SUBSCRIBE",
+    unsubscribe: "UNSUBSCRIBE",
+    message: b"message",
+    subscribed: b"subscribe",
+    unsubscribed: b"unsubscribe",
+};
+
+impl Routing {
+    fn verbs(self) -> &'static Verbs {
+        match self {
+            Routing::Slots => &SHARDED,
+            Routing::Server => &CLASSIC,
+        }
+    }
+}
+
 #[derive(Debug, PartialEq, Eq)]
 enum Sent {
     Auth,
@@ -106,25 +158,23 @@ enum Sent {
     Ping,
 }
 
-impl ShardedTask {
+impl PolledTask {
     pub(super) fn new(shared: Arc<Shared>, backend: Arc<Backend>, poller: Poller) -> Self {
-        let auth = match backend.node_credentials() {
-            (_, None) => None,
-            (None, Some(password)) => Some(redis::cmd("AUTH").arg(password).get_packed_command()),
-            (Some(user), Some(password)) => Some(
-                redis::cmd("AUTH")
-                    .arg(user)
-                    .arg(password)
-                    .get_packed_command(),
-            ),
+        let (routing, auth) = if backend.is_cluster() {
+            let (username, password) = backend.node_credentials();
+            (Routing::Slots, auth_command(username, password))
+        } else {
+            (Routing::Server, None) // read with the server's address
         };
-        ShardedTask {
+        PolledTask {
             shared,
             backend,
             poll: poller.0,
+            routing,
             auth,
             slots: None,
-            slots_stale: true,
+            server: None,
+            stale: true,
             shards: Vec::new(),
             next_token: 1,
             paused_until: None,
@@ -174,12 +224,20 @@ impl ShardedTask {
             .iter()
             .map(|(channel, entry)| (channel.clone(), entry.clone()))
             .collect();
+        let verbs = self.routing.verbs();
+        if self
+            .server
+            .as_ref()
+            .is_some_and(|(_, generation)| *generation != self.backend.generation())
+        {
+            self.stale = true; // Sentinel named another master
+        }
         let paused = self.paused_until.is_some_and(|until| now < until);
         if !paused {
             self.paused_until = None;
         }
-        if !entries.is_empty() && self.slots_stale && !paused {
-            self.read_slots();
+        if !entries.is_empty() && self.stale && !paused {
+            self.read_routes();
         }
         let paused = self.paused_until.is_some();
 
@@ -196,7 +254,7 @@ impl ShardedTask {
         }
         if unserved && !paused {
             // A slot nobody serves (the map was read mid-failover): read it again in a while.
-            self.slots_stale = true;
+            self.stale = true;
             self.pause(now);
         }
         for shard in &mut self.shards {
@@ -209,14 +267,16 @@ impl ShardedTask {
                     if let Some((_, entry)) = wanted.get(channel.as_str()) {
                         unconfirm(entry); // moved to another shard
                     }
-                    let command = redis::cmd("SUNSUBSCRIBE").arg(channel).get_packed_command();
+                    let command = redis::cmd(verbs.unsubscribe)
+                        .arg(channel)
+                        .get_packed_command();
                     let deadline = now + self.backend.response_timeout();
                     shard.outbox.extend_from_slice(&command);
                     shard
                         .sent
                         .push_back((Sent::Unsubscribe(channel.clone()), deadline));
                 }
-                // Keep a channel whose SSUBSCRIBE is unanswered: its answer must not
+                // Keep a channel whose subscription is unanswered: its answer must not
                 // confirm a later subscription.
                 state.wanted || state.pending > 0
             });
@@ -229,10 +289,10 @@ impl ShardedTask {
                     Ok(i) => i,
                     Err(e) => {
                         log::warn!(
-                            "redlatch cannot reach cluster node {node} for pub/sub: {e}; \
+                            "redlatch cannot reach {node} for pub/sub: {e}; \
                              its waiters wake at their lock's TTL until it is back"
                         );
-                        self.slots_stale = true;
+                        self.stale = true;
                         self.pause(now);
                         continue;
                     }
@@ -246,7 +306,9 @@ impl ShardedTask {
                 }
                 state.wanted = true;
                 state.pending += 1;
-                let command = redis::cmd("SSUBSCRIBE").arg(channel).get_packed_command();
+                let command = redis::cmd(verbs.subscribe)
+                    .arg(channel)
+                    .get_packed_command();
                 shard.outbox.extend_from_slice(&command);
                 let deadline = now + self.backend.response_timeout();
                 shard
@@ -309,13 +371,28 @@ impl ShardedTask {
         next
     }
 
-    /// Reads the slot map again (CLUSTER SLOTS, through the command connections).
-    fn read_slots(&mut self) {
+    /// Finds out again where channels are subscribed: the slot map (CLUSTER SLOTS, through
+    /// the command connections), or the server (Sentinel: the master it names now).
+    fn read_routes(&mut self) {
+        if self.routing == Routing::Server {
+            match self.backend.pubsub_server() {
+                Ok((address, username, password, generation)) => {
+                    self.auth = auth_command(username, password);
+                    self.server = Some((address, generation));
+                    self.stale = false;
+                }
+                Err(e) => {
+                    log::warn!("redlatch cannot find the server for pub/sub: {e}");
+                    self.pause(Instant::now());
+                }
+            }
+            return;
+        }
         self.backend.forget_slot_map();
         match self.backend.slot_map() {
             Ok(map) if !map.is_empty() => {
                 self.slots = Some(map);
-                self.slots_stale = false;
+                self.stale = false;
             }
             Ok(_) => {
                 log::warn!("redlatch: CLUSTER SLOTS lists no slots; will ask again");
@@ -328,12 +405,15 @@ impl ShardedTask {
         }
     }
 
-    /// The master serving `slot`, as the map last read says.
+    /// Where a lock in `slot` has its channel subscribed, as last read.
     fn node_of(&self, slot: u16) -> Option<&str> {
-        self.slots.as_ref()?.node_of(slot)
+        match self.routing {
+            Routing::Slots => self.slots.as_ref()?.node_of(slot),
+            Routing::Server => self.server.as_ref().map(|(address, _)| address.as_str()),
+        }
     }
 
-    /// Starts a connection to `node`; its handshake, AUTH and first SSUBSCRIBE go out as the
+    /// Starts a connection to `node`; its handshake, AUTH and first subscription go out as the
     /// socket allows. The index of the new shard.
     fn open(&mut self, node: &str, now: Instant) -> io::Result<usize> {
         let addr = node
@@ -431,13 +511,14 @@ impl ShardedTask {
             _ => &[],
         };
         let (kind, channel) = (part(0).to_vec(), part(1).to_vec());
+        let verbs = self.routing.verbs();
         match kind.as_slice() {
-            b"smessage" => {
+            k if k == verbs.message => {
                 self.shared.deliver(&channel, part(2));
                 return Ok(());
             }
-            b"sunsubscribe"
-                if !matches!(shard.sent.front(), Some((Sent::Unsubscribe(c), _))
+            k if k == verbs.unsubscribed
+                && !matches!(shard.sent.front(), Some((Sent::Unsubscribe(c), _))
                     if c.as_bytes() == channel) =>
             {
                 // Not our request: the slot left this node, and its subscriptions with it.
@@ -450,7 +531,7 @@ impl ShardedTask {
                     if let Some(entry) = self.shared.entries.lock().get(&channel) {
                         unconfirm(entry);
                     }
-                    self.slots_stale = true;
+                    self.stale = true;
                 }
                 return Ok(());
             }
@@ -475,24 +556,24 @@ impl ShardedTask {
                     }
                 }
                 if e.starts_with("MOVED") || e.starts_with("ASK") || e.starts_with("TRYAGAIN") {
-                    log::debug!("redlatch: SSUBSCRIBE {channel} on {}: {e}", shard.node);
+                    log::debug!("redlatch: subscribing {channel} on {}: {e}", shard.node);
                 } else {
                     log::warn!(
-                        "redlatch: SSUBSCRIBE {channel} refused by {}: {e}; its waiters wake \
+                        "redlatch: subscribing {channel} refused by {}: {e}; its waiters wake \
                          at the lock's TTL",
                         shard.node
                     );
                 }
-                self.slots_stale = true;
+                self.stale = true;
                 self.pause(Instant::now());
                 Ok(())
             }
-            (Sent::Subscribe(channel), _) if kind == b"ssubscribe" => {
+            (Sent::Subscribe(channel), _) if kind == verbs.subscribed => {
                 let Some(state) = shard.channels.get_mut(&channel) else {
                     return Ok(());
                 };
                 state.pending = state.pending.saturating_sub(1);
-                // Only the answer to the *last* SSUBSCRIBE confirms: an older one may precede
+                // Only the answer to the *last* subscription confirms: an older one may precede
                 // an SUNSUBSCRIBE that the server has not processed yet.
                 if state.pending > 0 {
                     return Ok(());
@@ -567,18 +648,22 @@ impl ShardedTask {
             return;
         }
         log::warn!(
-            "redlatch pub/sub connection to cluster node {} failed: {e}; its waiters wake at \
-             their lock's TTL until it is back",
+            "redlatch pub/sub connection to {} failed: {e}; its waiters wake at their lock's \
+             TTL until it is back",
             shard.node
         );
         let entries = self.shared.entries.lock();
         for channel in shard.channels.keys() {
-            if let Some(entry) = entries.get(channel) {
+            // Not those that have moved to another connection since.
+            if let Some(entry) = entries.get(channel)
+                && self.node_of(entry.keys.slot()) == Some(shard.node.as_str())
+            {
                 unconfirm(entry);
             }
         }
         drop(entries);
-        self.slots_stale = true;
+        self.backend.pubsub_failed(); // Sentinel: ask which server is the master now
+        self.stale = true;
         self.pause(Instant::now());
     }
 
@@ -587,6 +672,13 @@ impl ShardedTask {
         self.paused_until = Some(now + self.backoff);
         self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
     }
+}
+
+/// AUTH with these credentials, if there is a password.
+fn auth_command(username: Option<String>, password: Option<String>) -> Option<Vec<u8>> {
+    let mut auth = redis::cmd("AUTH");
+    auth.arg(username).arg(password?);
+    Some(auth.get_packed_command())
 }
 
 /// The entry's channel is no longer known to be subscribed: a joiner cannot rely on it, and
