@@ -960,18 +960,7 @@ fn waiter_follows_its_shard_when_the_master_goes(outage: Outage) {
         .unwrap();
     assert_eq!(replicated, 1, "the lock reached the replica");
     let lock = waiter.lock(&name);
-    let waiting = thread::spawn(move || {
-        // Its wake-up may meet a stale pooled connection as well: a few errors are allowed.
-        let deadline = Instant::now() + Duration::from_secs(40);
-        for _ in 0..10 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match lock.try_lock(left, None) {
-                Ok(guard) => return (Instant::now(), guard.is_some()),
-                Err(e) => eprintln!("waiter: {e}"),
-            }
-        }
-        (Instant::now(), false)
-    });
+    let waiting = support::wait_through_errors(lock, Duration::from_secs(40));
     // Asks that node only: a stopped one would cost every poll a timeout.
     let on = |port: u16| shard_subscribers_on(port, &name) >= 1;
     wait_for("the waiter subscribed", Duration::from_secs(15), || {

@@ -394,18 +394,7 @@ fn a_waiter_follows_the_master_when_the_old_one_is_stopped() {
         (reply.1 >= 1).then_some(())
     };
     let lock = waiter.lock("stopped");
-    let waiting = thread::spawn(move || {
-        // A call that meets the stopped master fails with a timeout: a few are allowed.
-        let deadline = Instant::now() + Duration::from_secs(40);
-        for _ in 0..10 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match lock.try_lock(left, None) {
-                Ok(guard) => return (Instant::now(), guard.is_some()),
-                Err(e) => eprintln!("waiter: {e}"),
-            }
-        }
-        (Instant::now(), false)
-    });
+    let waiting = support::wait_through_errors(lock, Duration::from_secs(40));
     assert!(
         eventually(Duration::from_secs(5), || subscribed(old).is_some()),
         "the waiter subscribed"

@@ -127,6 +127,26 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A thread that waits up to `within` for `lock` through a fault: a call that meets a stopped
+/// server fails with a timeout, so up to ten errors are allowed (and printed). It returns
+/// when it stopped waiting and whether it got the lock (the guard is released on return).
+pub fn wait_through_errors(
+    lock: redlatch::Lock,
+    within: Duration,
+) -> std::thread::JoinHandle<(Instant, bool)> {
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + within;
+        for _ in 0..10 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match lock.try_lock(left, None) {
+                Ok(guard) => return (Instant::now(), guard.is_some()),
+                Err(e) => eprintln!("waiter: {e}"),
+            }
+        }
+        (Instant::now(), false)
+    })
+}
+
 /// Polls `cond` every few milliseconds until it holds or `within` passes; returns whether it held.
 pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;
