@@ -131,7 +131,7 @@ pub(crate) struct SlotMap {
 }
 
 impl SlotMap {
-    fn new(ranges: Vec<(u16, u16, String)>) -> SlotMap {
+    pub(crate) fn new(ranges: Vec<(u16, u16, String)>) -> SlotMap {
         let mut nodes: Vec<String> = Vec::new();
         let mut owners = vec![u16::MAX; usize::from(SLOTS)];
         for (first, last, node) in ranges {

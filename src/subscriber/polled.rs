@@ -264,8 +264,9 @@ impl PolledTask {
                     .filter(|(node, _)| *node == shard.node);
                 if state.wanted && here.is_none() {
                     state.wanted = false;
-                    if let Some((_, entry)) = wanted.get(channel.as_str()) {
-                        unconfirm(entry); // moved to another shard
+                    // Still waited for: moved to another shard, or to no shard the map knows.
+                    if let Some((_, entry)) = entries.iter().find(|(c, _)| c == channel) {
+                        unconfirm(entry);
                     }
                     let command = redis::cmd(verbs.unsubscribe)
                         .arg(channel)
@@ -685,4 +686,81 @@ fn auth_command(username: Option<String>, password: Option<String>) -> Option<Ve
 /// the next confirmation wakes its waiters.
 fn unconfirm(entry: &Entry) {
     entry.state.lock().confirmed = false;
+}
+
+#[cfg(test)]
+mod tests {
+    //! The thread's bookkeeping, fed the frames a Redis 7.0 node sends. No Redis is involved:
+    //! the one socket goes to a local listener that is never read, and the frames are handed
+    //! to the task as `serve` would hand them.
+    use super::*;
+    use crate::connection::{Deployment, Settings};
+    use crate::keys::LockKeys;
+    use crate::subscriber::{Flavor, Subscriber, SubscriberTask};
+
+    /// A subscriber and its polled task, routing by slots, every slot on `node`.
+    fn task() -> (Subscriber, PolledTask, std::net::TcpListener, String) {
+        let settings = Settings {
+            pool_size: 1,
+            connect_timeout: Duration::from_millis(10),
+            response_timeout: Duration::from_secs(10),
+            classic_pubsub: false,
+        };
+        let backend = Arc::new(
+            Backend::new(&Deployment::Url("redis://127.0.0.1:1/".into()), settings).unwrap(),
+        );
+        let (errands, _) = crossbeam_channel::unbounded();
+        let (sub, task) = Subscriber::new(backend, "p", "c0ffee", errands).unwrap();
+        let SubscriberTask(Flavor::Polled(mut task)) = task else {
+            panic!("a plain TCP server is polled");
+        };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let node = listener.local_addr().unwrap().to_string();
+        task.routing = Routing::Slots;
+        task.slots = Some(Arc::new(SlotMap::new(vec![(0, 16383, node.clone())])));
+        task.stale = false; // the map above is the one read
+        (sub, task, listener, node)
+    }
+
+    fn bulk(s: &str) -> Frame {
+        Frame::Bulk(Some(s.as_bytes().to_vec()))
+    }
+
+    fn push(kind: &str, channel: &str) -> Frame {
+        Frame::Array(Some(vec![bulk(kind), bulk(channel), Frame::Integer(1)]))
+    }
+
+    fn confirmed(sub: &Subscriber, keys: &LockKeys) -> bool {
+        sub.shared.entries.lock()[&keys.channel]
+            .state
+            .lock()
+            .confirmed
+    }
+
+    #[test]
+    fn a_channel_dropped_because_the_map_lists_no_master_for_its_slot_is_unconfirmed() {
+        let (sub, mut task, _listener, node) = task();
+        let keys = Arc::new(LockKeys::new("p", "x"));
+        let _waiter = sub.join(sub.expect(&keys, 1));
+        task.reconcile(Instant::now());
+        task.handle(0, Frame::Simple(b"PONG".to_vec())).unwrap();
+        task.handle(0, push("ssubscribe", &keys.channel)).unwrap();
+        assert!(confirmed(&sub, &keys));
+
+        // The map is read again mid-failover and lists no master for the lock's slot: the
+        // channel is unsubscribed, so a joiner must not take it as watched.
+        let slot = keys.slot();
+        task.slots = Some(Arc::new(SlotMap::new(vec![
+            (0, slot - 1, node.clone()),
+            (slot + 1, 16383, node.clone()),
+        ])));
+        task.reconcile(Instant::now());
+        assert!(
+            matches!(task.shards[0].sent.back(), Some((Sent::Unsubscribe(c), _)) if *c == keys.channel)
+        );
+        assert!(
+            !confirmed(&sub, &keys),
+            "unsubscribed, yet still confirmed: the next subscription would wake nobody"
+        );
+    }
 }
