@@ -569,7 +569,15 @@ impl PolledTask {
                 self.pause(Instant::now());
                 Ok(())
             }
-            (Sent::Subscribe(channel), _) if kind == verbs.subscribed => {
+            // The answer must name the channel: a slot that leaves the node as we unsubscribe
+            // one of its channels makes the node push sunsubscribe, which we take for our
+            // answer, and then answer MOVED, which we take for the next command's: every
+            // later answer would be filed one command early. Any other answer is out of step:
+            // the last arm fails the connection, and the next one starts in step.
+            (Sent::Subscribe(ours), _)
+                if kind == verbs.subscribed && ours.as_bytes() == channel =>
+            {
+                let channel = ours;
                 let Some(state) = shard.channels.get_mut(&channel) else {
                     return Ok(());
                 };
@@ -761,6 +769,53 @@ mod tests {
         assert!(
             !confirmed(&sub, &keys),
             "unsubscribed, yet still confirmed: the next subscription would wake nobody"
+        );
+    }
+    #[test]
+    fn a_subscription_is_confirmed_only_by_the_answer_that_names_its_channel() {
+        let (sub, mut task, _listener, _node) = task();
+        let [x, z, w] = ["x", "z", "w"].map(|name| Arc::new(LockKeys::new("p", name)));
+        let leaving = sub.join(sub.expect(&x, 1));
+        task.reconcile(Instant::now());
+        task.handle(0, Frame::Simple(b"PONG".to_vec())).unwrap();
+        task.handle(0, push("ssubscribe", &x.channel)).unwrap();
+
+        // x's last waiter leaves as waiters for z and w arrive: one reconcile sends
+        // SUNSUBSCRIBE x, SSUBSCRIBE z, SSUBSCRIBE w (in the map's order).
+        drop(leaving);
+        let _z = sub.join(sub.expect(&z, 2));
+        let _w = sub.join(sub.expect(&w, 3));
+        task.reconcile(Instant::now());
+        let subscribed: Vec<String> = task.shards[0]
+            .sent
+            .iter()
+            .filter_map(|(sent, _)| match sent {
+                Sent::Subscribe(c) => Some(c.clone()),
+                _ => None,
+            })
+            .collect();
+        let (stays, moved) = (&subscribed[0], &subscribed[1]);
+
+        // The node gives away the slot of x and of the second lock just before it runs
+        // them: it pushes sunsubscribe x, then answers MOVED (a Redis 7.0 node answers
+        // SUNSUBSCRIBE of a slot it does not serve with MOVED), the subscription, MOVED.
+        // Redis 7.0.15 was seen sending exactly these four frames.
+        let frames = [
+            push("sunsubscribe", &x.channel),
+            Frame::Error("MOVED 1 127.0.0.1:1".into()),
+            push("ssubscribe", stays),
+            Frame::Error("MOVED 1 127.0.0.1:1".into()),
+        ];
+        for frame in frames {
+            if let Err(e) = task.handle(0, frame) {
+                task.fail(0, &e); // as `run` does
+                break;
+            }
+        }
+        let entries = sub.shared.entries.lock();
+        assert!(
+            !entries[moved].state.lock().confirmed,
+            "confirmed by the answer for another channel, while the node refused it"
         );
     }
 }
