@@ -117,8 +117,9 @@ pub(crate) struct Backend {
     pool: Pool,
     /// The Sentinel generation the pool's connections were made in.
     pool_generation: AtomicU64,
-    /// Cluster only: see [`Backend::slot_map`].
-    slot_map: Mutex<Option<Arc<SlotMap>>>,
+    /// Cluster only: the slot map last read, and whether it is still trusted (see
+    /// [`Backend::slot_map`] and [`Backend::last_slot_map`]).
+    slot_map: Mutex<(Option<Arc<SlotMap>>, bool)>,
     /// Cluster only: masters whose last call went unanswered (see [`Backend::note_answer`]).
     silent: Mutex<Vec<String>>,
 }
@@ -182,7 +183,7 @@ impl Backend {
             pool: Pool::new(settings.pool_size),
             settings,
             pool_generation: AtomicU64::new(0),
-            slot_map: Mutex::new(None),
+            slot_map: Mutex::new((None, false)),
             silent: Mutex::new(Vec::new()),
         })
     }
@@ -327,18 +328,32 @@ impl Backend {
     ///
     /// [forgotten]: Backend::forget_slot_map
     pub fn slot_map(&self) -> Result<Arc<SlotMap>> {
-        if let Some(map) = self.slot_map.lock().clone() {
-            return Ok(map);
+        if let (Some(map), true) = &*self.slot_map.lock() {
+            return Ok(map.clone());
         }
         let map = Arc::new(SlotMap::new(self.cluster_slots()?));
-        *self.slot_map.lock() = Some(map.clone());
+        *self.slot_map.lock() = (Some(map.clone()), true);
         Ok(map)
     }
 
     /// Something said the slot map is out of date (a MOVED, a connection to a master that
     /// failed): the next [`Backend::slot_map`] reads it again.
     pub fn forget_slot_map(&self) {
-        self.slot_map.lock().take();
+        self.slot_map.lock().1 = false;
+    }
+
+    /// The slot map as last read, even if [forgotten](Backend::forget_slot_map) since: for
+    /// when reading it again failed and an old map is still better than none (the renewal
+    /// thread groups its calls by it; a call it sends to the wrong master is refused, not
+    /// run).
+    pub fn last_slot_map(&self) -> Option<Arc<SlotMap>> {
+        self.slot_map.lock().0.clone()
+    }
+
+    /// Installs `map` as if CLUSTER SLOTS had just said it.
+    #[cfg(test)]
+    pub fn set_slot_map(&self, map: SlotMap) {
+        *self.slot_map.lock() = (Some(Arc::new(map)), true);
     }
 
     /// Records whether the master at `node` answered a call: the renewal thread calls the

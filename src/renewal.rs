@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, select};
 
 use crate::client::Core;
+use crate::connection::Backend;
 use crate::hold::Hold;
 use crate::keys::LockKeys;
 use crate::scripts::{self, Release, Renewal};
@@ -214,7 +215,7 @@ fn renew_batches(
         }
         true
     };
-    for (node, group) in together(core, batches) {
+    for (node, group) in together(backend, batches) {
         if stopping() {
             break;
         }
@@ -267,17 +268,27 @@ struct Renewed {
 /// one server, those of each master on a Cluster (one each if the slot map cannot be read).
 /// Masters that did not answer last time go last, so that the time they cost does not delay
 /// the renewals on the others.
-fn together(core: &Core, batches: &[Vec<Renewal<'_>>]) -> Vec<(Option<String>, Vec<usize>)> {
-    let backend = &core.backend;
+fn together(backend: &Backend, batches: &[Vec<Renewal<'_>>]) -> Vec<(Option<String>, Vec<usize>)> {
     if !backend.is_cluster() {
         return vec![(None, (0..batches.len()).collect())];
     }
+    // Read again when forgotten; if that fails, the last map read: it is likely still right
+    // (CLUSTER SLOTS goes to a node at random, and fails when that one is the stopped master
+    // that had the map forgotten), and a call it sends to the wrong master is refused and run
+    // again on its own. Without a map, one call per slot, each waiting out its timeouts on a
+    // stopped master, would hold the round up until the locks on the others expired.
     let map = match backend.slot_map() {
         Ok(map) => map,
-        Err(e) => {
-            log::debug!("cannot read the slot map ({e}); renewing call by call");
-            return (0..batches.len()).map(|i| (None, vec![i])).collect();
-        }
+        Err(e) => match backend.last_slot_map() {
+            Some(map) => {
+                log::debug!("cannot read the slot map again ({e}); grouping by the last one");
+                map
+            }
+            None => {
+                log::debug!("cannot read the slot map ({e}); renewing call by call");
+                return (0..batches.len()).map(|i| (None, vec![i])).collect();
+            }
+        },
     };
     let mut by_node: Vec<(Option<String>, Vec<usize>)> = Vec::new();
     for (i, batch) in batches.iter().enumerate() {
@@ -337,4 +348,75 @@ fn round(core: &Core, lease: Duration, period: Duration, stop: &Receiver<()>) ->
         next = next.min(Instant::now() + RETRY);
     }
     next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connection::{Deployment, SlotMap};
+
+    /// A cluster client whose seed refuses connections: every read of the slot map fails
+    /// at once.
+    fn unreachable_cluster() -> Backend {
+        let settings = crate::connection::Settings {
+            pool_size: 1,
+            connect_timeout: Duration::from_millis(200),
+            response_timeout: Duration::from_millis(200),
+            classic_pubsub: false,
+        };
+        let seeds = vec!["redis://127.0.0.1:1/".to_string()];
+        Backend::new(&Deployment::Cluster(seeds), settings).unwrap()
+    }
+
+    /// `count` locks whose slots lie in `slots`, one lock per batch.
+    fn keys_in(slots: std::ops::RangeInclusive<u16>, count: usize) -> Vec<LockKeys> {
+        (0..)
+            .map(|i| LockKeys::new("t", &format!("lock-{}-{i}", slots.start())))
+            .filter(|keys| slots.contains(&keys.slot()))
+            .take(count)
+            .collect()
+    }
+
+    /// A slot map that cannot be read again (a master stopped, and CLUSTER SLOTS went to it:
+    /// the cluster connection sends it to a node at random) must not undo the grouping by
+    /// master: one call per slot, each waiting out its timeouts on the stopped master, held
+    /// the round up until the locks on the other masters expired.
+    #[test]
+    fn a_map_that_cannot_be_read_again_still_groups_the_calls_by_master() {
+        let backend = unreachable_cluster();
+        backend.set_slot_map(SlotMap::new(vec![
+            (0, 8191, "10.0.0.1:7000".to_string()),
+            (8192, 16383, "10.0.0.2:7000".to_string()),
+        ]));
+        let mut keys = keys_in(0..=8191, 3);
+        keys.extend(keys_in(8192..=16383, 3));
+        let batches: Vec<Vec<Renewal<'_>>> = keys
+            .iter()
+            .map(|keys| {
+                vec![Renewal {
+                    keys,
+                    owner: "o",
+                    token: 1,
+                }]
+            })
+            .collect();
+        backend.note_answer("10.0.0.1:7000", false);
+        assert_eq!(
+            together(&backend, &batches).len(),
+            2,
+            "one group per master"
+        );
+
+        // Something said the map is out of date; reading it again fails.
+        backend.forget_slot_map();
+        let groups = together(&backend, &batches);
+        assert_eq!(
+            groups,
+            [
+                (Some("10.0.0.2:7000".to_string()), vec![3, 4, 5]),
+                (Some("10.0.0.1:7000".to_string()), vec![0, 1, 2]),
+            ],
+            "grouped by the last map read, the silent master last"
+        );
+    }
 }
