@@ -1116,3 +1116,61 @@ fn a_client_starts_while_a_master_is_down_and_the_other_slots_work() {
     assert!(has_lock(alive, &safe_name));
     guard.unlock().unwrap();
 }
+
+/// A reply that comes after its command timed out is not read as the answer to a later one.
+/// On a Cluster a timed-out command no longer costs the whole pool (only its connection, and
+/// only if the cluster connection gives up): the cluster connection resends it on the same
+/// node connection, and one connection serves every caller here (pool of one). A master
+/// kept busy by a script for longer than the response timeout: the free lock's inspection
+/// times out, is resent and answered late; the held lock's, next on the same connection,
+/// must read its own reply, not the free one's.
+#[test]
+fn a_late_reply_is_not_read_as_the_answer_to_the_next_command() {
+    let c = Cluster::start();
+    let master = c.master_ports()[0];
+    let free = name_on(&c, master, "late-free");
+    let held = name_on(&c, master, "late-held");
+    let urls = c.seed_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = Client::cluster_builder(&urls)
+        .pool_size(1)
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let holder = self::client(&c, Duration::from_secs(30));
+    let _guard = holder.lock(&held).lock().unwrap();
+    // The scripts cached, so that no NOSCRIPT round trip comes between.
+    assert!(!client.lock(&free).is_locked().unwrap());
+    assert!(client.lock(&held).is_locked().unwrap());
+
+    // Busy for one, then two response timeouts and a bit: one or two late replies queue up.
+    for busy_ms in [400u64, 700] {
+        let busy = thread::spawn(move || {
+            let mut con = connect(master, None).unwrap();
+            con.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let script = "local t = redis.call('TIME') \
+                 local start = t[1] * 1000000 + t[2] \
+                 repeat t = redis.call('TIME') \
+                 until t[1] * 1000000 + t[2] - start > tonumber(ARGV[1]) * 1000 \
+                 return 1";
+            let _: i64 = redis::cmd("EVAL")
+                .arg(script)
+                .arg(0)
+                .arg(busy_ms)
+                .query(&mut con)
+                .unwrap();
+        });
+        thread::sleep(Duration::from_millis(50)); // the script is running
+        let t = Instant::now();
+        let first = client.lock(&free).is_locked();
+        let took = t.elapsed();
+        for _ in 0..3 {
+            assert!(client.lock(&held).is_locked().unwrap(), "{held} is held");
+            assert!(!client.lock(&free).is_locked().unwrap(), "{free} is free");
+        }
+        busy.join().unwrap();
+        eprintln!("busy {busy_ms} ms: the free lock's inspection {first:?} after {took:?}");
+        assert!(!first.unwrap_or(false), "{free} is free");
+    }
+}
