@@ -244,6 +244,10 @@ fn renew_batches(
                 one_by_one(rest, &mut renewed);
             }
             Err(e) => {
+                // Silent after answering its probe: it goes last next round too.
+                if let Some(node) = &node {
+                    backend.note_answer(node, false);
+                }
                 renewed.failure.get_or_insert(e);
             }
         }
