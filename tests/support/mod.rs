@@ -147,6 +147,22 @@ pub fn wait_through_errors(
     })
 }
 
+/// Joins a thread of [`wait_through_errors`] and checks that it got the lock within a second
+/// of `released` (a release it must have been woken by); how long after.
+pub fn woken_soon_after(
+    released: Instant,
+    waiting: std::thread::JoinHandle<(Instant, bool)>,
+) -> Duration {
+    let (woken, got) = join_all(vec![waiting], Duration::from_secs(45), "the waiter").remove(0);
+    assert!(got, "the waiter got the lock");
+    let after = woken - released;
+    assert!(
+        after < Duration::from_secs(1),
+        "woken {after:?} after the release"
+    );
+    after
+}
+
 /// Polls `cond` every few milliseconds until it holds or `within` passes; returns whether it held.
 pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;
