@@ -38,12 +38,13 @@ use parking_lot::{Condvar, Mutex};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::io::tcp::{TcpSettings, socket2::TcpKeepalive};
 use redis::{
-    Connection, ConnectionAddr, ConnectionInfo, ConnectionLike, IntoConnectionInfo, RedisError,
-    RedisResult, Value,
+    ConnectionAddr, ConnectionInfo, ConnectionLike, IntoConnectionInfo, RedisError, RedisResult,
+    Value,
 };
 
 use crate::error::{Error, Result};
 use crate::keys::SLOTS;
+use crate::link::Link;
 use crate::scripts::Freeing;
 use crate::sentinel::{SentinelSpec, Sentinels};
 
@@ -238,18 +239,15 @@ impl Backend {
                 let mut failure = None;
                 // A stopped node accepts the connection and never answers: try the next.
                 for _ in 0..cluster.nodes.len() {
-                    let pinged = cluster
-                        .connect_node(self.settings.connect_timeout)
-                        .and_then(|mut con| {
-                            con.set_read_timeout(Some(self.settings.response_timeout))?;
-                            redis::cmd("PING").query::<()>(&mut con)?;
-                            // One reply per name: nil for a command the server does not know.
-                            let spublish: Vec<Value> = redis::cmd("COMMAND")
-                                .arg("INFO")
-                                .arg("SPUBLISH")
-                                .query(&mut con)?;
-                            Ok(matches!(spublish.first(), Some(Value::Array(_))))
-                        });
+                    let pinged = cluster.connect_node(&self.settings).and_then(|mut con| {
+                        redis::cmd("PING").query::<()>(&mut con)?;
+                        // One reply per name: nil for a command the server does not know.
+                        let spublish: Vec<Value> = redis::cmd("COMMAND")
+                            .arg("INFO")
+                            .arg("SPUBLISH")
+                            .query(&mut con)?;
+                        Ok(matches!(spublish.first(), Some(Value::Array(_))))
+                    });
                     match pinged {
                         Ok(has_spublish) => {
                             let plain = cluster.nodes.iter().all(|n| {
@@ -441,23 +439,21 @@ impl Backend {
     /// A new connection to one server, authenticated and on the right database. Used for the
     /// pub/sub connection, which the subscriber owns outright. On a Cluster, a connection to
     /// one node: the seed that worked last, else the next one that answers.
-    pub fn connect(&self) -> RedisResult<Connection> {
+    pub fn connect(&self) -> RedisResult<Link> {
         self.connect_in_generation().map(|(con, _)| con)
     }
 
     /// [`Backend::connect`], and the [generation](Backend::generation) of the server it
     /// reached: the subscriber reconnects when the generation moves on.
-    pub fn connect_in_generation(&self) -> RedisResult<(Connection, u64)> {
-        let timeout = self.settings.connect_timeout;
+    pub fn connect_in_generation(&self) -> RedisResult<(Link, u64)> {
+        let settings = &self.settings;
         match &self.target {
-            Target::Direct(client) => Ok((client.get_connection_with_timeout(timeout)?, 0)),
-            Target::Cluster(cluster) => Ok((cluster.connect_node(timeout)?, 0)),
+            Target::Direct(client) => Ok((link_to(client, settings)?, 0)),
+            Target::Cluster(cluster) => Ok((cluster.connect_node(settings)?, 0)),
             Target::Sentinel(sentinels) => {
                 let (master, generation) = sentinels.master()?;
                 self.drop_stale_connections();
-                let con = master
-                    .get_connection_with_timeout(timeout)
-                    .inspect_err(|_| sentinels.suspect())?;
+                let con = link_to(&master, settings).inspect_err(|_| sentinels.suspect())?;
                 Ok((con, generation))
             }
         }
@@ -498,6 +494,15 @@ fn master_ranges(ranges: Vec<Value>) -> Vec<(u16, u16, String)> {
         slots.push((first, last, node));
     }
     slots
+}
+
+/// A new [`Link`] to the server `client` names, with the builder's timeouts.
+fn link_to(client: &redis::Client, settings: &Settings) -> RedisResult<Link> {
+    Link::connect(
+        client.get_connection_info(),
+        settings.connect_timeout,
+        settings.response_timeout,
+    )
 }
 
 fn is_plain_tcp(client: &redis::Client) -> bool {
@@ -570,12 +575,12 @@ impl ClusterTarget {
 
     /// A plain connection to the first seed node that answers, starting with the one that
     /// worked last.
-    fn connect_node(&self, timeout: Duration) -> RedisResult<Connection> {
+    fn connect_node(&self, settings: &Settings) -> RedisResult<Link> {
         let first = self.next_node.load(Ordering::Relaxed);
         let mut failure = None;
         for i in 0..self.nodes.len() {
             let n = (first + i) % self.nodes.len();
-            match self.nodes[n].get_connection_with_timeout(timeout) {
+            match link_to(&self.nodes[n], settings) {
                 Ok(con) => {
                     self.next_node.store(n, Ordering::Relaxed);
                     return Ok(con);
@@ -706,17 +711,14 @@ impl Backend {
         result
     }
 
+    /// A command that gets no answer in time fails, never hangs its thread (see `link`): the
+    /// retry policy and the idempotent scripts make failing safe.
     fn connect_for_commands(&self) -> RedisResult<PooledConnection> {
         if let Target::Cluster(cluster) = &self.target {
             // Timeouts are set by the builder (ClusterTarget::new), for every node.
-            return Ok(Box::new(cluster.client.get_connection()?));
+            return Ok(Box::new(cluster.client.get_generic_connection::<Link>()?));
         }
-        let con = self.connect()?;
-        // A command that gets no answer must fail, not hang its thread: the retry policy and
-        // the idempotent scripts make failing safe.
-        con.set_read_timeout(Some(self.settings.response_timeout))?;
-        con.set_write_timeout(Some(self.settings.response_timeout))?;
-        Ok(Box::new(con))
+        Ok(Box::new(self.connect()?))
     }
 }
 

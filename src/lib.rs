@@ -47,6 +47,7 @@ mod connection;
 mod error;
 mod hold;
 mod keys;
+mod link;
 mod lock;
 mod multi;
 mod redlock;

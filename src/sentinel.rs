@@ -33,6 +33,7 @@ use redis::{
 };
 
 use crate::error::{Error, Result};
+use crate::link::Link;
 
 /// How often the renewal thread asks the sentinels whether the master moved.
 pub(crate) const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
@@ -210,10 +211,7 @@ impl Sentinels {
     }
 
     fn ask(&self, sentinel: &ConnectionInfo) -> RedisResult<Master> {
-        let mut con = redis::Client::open(sentinel.clone())?
-            .get_connection_with_timeout(self.connect_timeout)?;
-        con.set_read_timeout(Some(self.response_timeout))?;
-        con.set_write_timeout(Some(self.response_timeout))?;
+        let mut con = Link::connect(sentinel, self.connect_timeout, self.response_timeout)?;
         let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
             .arg("GET-MASTER-ADDR-BY-NAME")
             .arg(&self.master_name)
@@ -228,14 +226,9 @@ impl Sentinels {
             .into_connection_info()?
             .set_tcp_settings(self.tcp.clone())
             .set_redis_settings(self.master_info.clone());
-        let client = redis::Client::open(info)?;
         // The sentinel may not have seen a failover yet: the server itself must agree.
-        let role = client
-            .get_connection_with_timeout(self.connect_timeout)
-            .and_then(|mut master| {
-                master.set_read_timeout(Some(self.response_timeout))?;
-                redis::cmd("ROLE").query::<Vec<Value>>(&mut master)
-            })
+        let role = Link::connect(&info, self.connect_timeout, self.response_timeout)
+            .and_then(|mut master| redis::cmd("ROLE").query::<Vec<Value>>(&mut master))
             .map_err(|e| {
                 RedisError::from((
                     e.kind(),
@@ -252,6 +245,7 @@ impl Sentinels {
                 format!("{host}:{port}"),
             )));
         }
+        let client = redis::Client::open(info)?;
         Ok(Master { host, port, client })
     }
 }

@@ -26,10 +26,11 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use redis::{Connection, PushKind, RedisResult, Value};
+use redis::{PushKind, RedisResult, Value};
 
 use super::{BACKOFF_MAX, BACKOFF_MIN, ChannelState, IDLE_TIMEOUT, Shared};
 use crate::connection::Backend;
+use crate::link::Link;
 
 /// The thread's side of classic pub/sub.
 pub(super) struct ClassicTask {
@@ -96,7 +97,7 @@ impl ClassicTask {
 
     /// Reads the connection until it fails, falls idle, or the client stops. `Ok` when it
     /// ended on purpose.
-    fn serve(&self, mut con: Connection, generation: u64) -> RedisResult<()> {
+    fn serve(&self, mut con: Link, generation: u64) -> RedisResult<()> {
         // Idle, the thread sleeps in the kernel. The long timeout bounds how long it outlives a
         // stopped client whose stop message could not be sent, and lets it give the connection
         // up when nobody has waited for a while; TCP keepalive finds a dead peer sooner.
@@ -106,18 +107,18 @@ impl ClassicTask {
         // nothing, and any other node would do (PUBLISH reaches every node). Failing here
         // makes `run` try the next one instead of staying deaf on that node.
         let awaiting_first = self.backend.is_cluster();
-        con.set_read_timeout(Some(if awaiting_first {
+        con.set_response_timeout(Some(if awaiting_first {
             self.backend.response_timeout()
         } else {
             IDLE_TIMEOUT
-        }))?;
+        }));
         // Once a failover moved the master past `generation`, messages are published there:
         // reconnecting wakes every waiter, to try again on the new master.
         let control = self.shared.control_channel.clone();
         let mut channels: HashMap<String, ChannelState> = HashMap::new();
-        con.send_packed_command(&redis::cmd("SUBSCRIBE").arg(&control).get_packed_command())?;
+        con.send(&redis::cmd("SUBSCRIBE").arg(&control).get_packed_command())?;
         while !self.stopping() && self.backend.generation() == generation {
-            let value = match con.recv_response() {
+            let value = match con.receive() {
                 Ok(value) => value,
                 // Quiet for IDLE_TIMEOUT: give the connection up (a timed-out read leaves it
                 // out of step anyway). `run` makes a new one if threads still wait.
@@ -145,7 +146,7 @@ impl ClassicTask {
                 b"message" => self.shared.deliver(&channel, &payload),
                 b"subscribe" if channel == control.as_bytes() => {
                     if awaiting_first && !self.shared.connected.load(Ordering::SeqCst) {
-                        con.set_read_timeout(Some(IDLE_TIMEOUT))?;
+                        con.set_response_timeout(Some(IDLE_TIMEOUT));
                     }
                     self.shared.connected.store(true, Ordering::SeqCst);
                     self.shared.ring_in_flight.store(false, Ordering::SeqCst);
@@ -183,7 +184,7 @@ impl ClassicTask {
     /// confirms new entries whose channel was subscribed all along.
     fn reconcile(
         &self,
-        con: &mut Connection,
+        con: &mut Link,
         channels: &mut HashMap<String, ChannelState>,
     ) -> RedisResult<()> {
         let mut to_subscribe = Vec::new();
@@ -211,14 +212,14 @@ impl ClassicTask {
             });
         }
         if !to_subscribe.is_empty() {
-            con.send_packed_command(
+            con.send(
                 &redis::cmd("SUBSCRIBE")
                     .arg(&to_subscribe)
                     .get_packed_command(),
             )?;
         }
         if !to_unsubscribe.is_empty() {
-            con.send_packed_command(
+            con.send(
                 &redis::cmd("UNSUBSCRIBE")
                     .arg(&to_unsubscribe)
                     .get_packed_command(),

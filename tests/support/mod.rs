@@ -560,6 +560,7 @@ pub fn read_reported(child: &mut Child, prefix: &str, within: Duration) -> Strin
 }
 
 pub mod checker;
+pub mod fake;
 pub mod soak;
 
 impl RedisServer {

@@ -1,0 +1,419 @@
+//! One command connection to one server, on which every round trip has a deadline.
+//!
+//! # Why not `redis::Connection`
+//! Its response timeout is a socket read timeout (`SO_RCVTIMEO`): it bounds each `read`, not
+//! the reply. A server that trickles a reply one byte per 100 ms (a broken proxy, a server
+//! swapping to death, a hostile peer) keeps every read inside its timeout and the caller
+//! waiting forever; measured: `build()` with 1 s timeouts had not returned after 8 s. The
+//! same holds for its handshake (AUTH, SELECT), and a pipeline's replies are read with one
+//! full timeout each even after the first one timed out.
+//!
+//! A [`Link`] instead fixes a deadline when a request is sent, and before every read or write
+//! of the socket sets the socket's timeout to what is left of it. A reply that is not
+//! complete by then fails with a timeout, however the bytes trickle in, and the link is
+//! closed: a late reply must never be read as the answer to the next request.
+//!
+//! - Making a link (TCP connect to each resolved address in turn, the TLS handshake, AUTH,
+//!   SELECT) must finish within the connect timeout.
+//! - A request (one command, or a pipeline of them) must be answered in full within the
+//!   response timeout from when it was sent.
+//!
+//! It speaks RESP2 only and parses replies with the `redis` crate's own parser, so a `Link` is
+//! a `redis::ConnectionLike` that every script call and command runs on unchanged, and a
+//! `redis::cluster::Connect`, so the cluster connection routes over links too.
+
+use std::cell::Cell;
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+#[cfg(unix)]
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use redis::{
+    Cmd, ConnectionAddr, ConnectionInfo, ConnectionLike, ErrorKind, IntoConnectionInfo, Parser,
+    RedisError, RedisResult, Value,
+};
+
+use crate::connection::configure_socket;
+
+/// A connection to one Redis server whose every request has a deadline (see the module docs).
+pub(crate) struct Link {
+    socket: Deadlined<Socket>,
+    parser: Parser,
+    db: i64,
+    /// Cleared by any transport or protocol failure: the stream may be out of step.
+    open: bool,
+    /// How long a request may take to be answered in full; `None`: no limit. A `Cell` because
+    /// `redis::cluster::Connect` sets it through `&self`.
+    response_timeout: Cell<Option<Duration>>,
+}
+
+impl Link {
+    /// Connects to the server `info` names and authenticates, all within `connect_timeout`.
+    /// Requests are then answered within `response_timeout` each.
+    pub fn connect(
+        info: &ConnectionInfo,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> RedisResult<Link> {
+        let deadline = Instant::now() + connect_timeout;
+        let socket = Socket::connect(info.addr(), deadline)?;
+        let mut link = Link {
+            socket: Deadlined {
+                inner: socket,
+                deadline: Some(deadline),
+            },
+            parser: Parser::new(),
+            db: info.redis_settings().db(),
+            open: true,
+            response_timeout: Cell::new(Some(response_timeout)),
+        };
+        link.handshake(info, deadline)?;
+        Ok(link)
+    }
+
+    /// AUTH and SELECT, in one round trip that must be over by `deadline`.
+    fn handshake(&mut self, info: &ConnectionInfo, deadline: Instant) -> RedisResult<()> {
+        let settings = info.redis_settings();
+        let mut setup = redis::pipe();
+        let authenticates = settings.password().is_some();
+        if let Some(password) = settings.password() {
+            let auth = setup.cmd("AUTH");
+            if let Some(username) = settings.username() {
+                auth.arg(username);
+            }
+            auth.arg(password);
+        }
+        if settings.db() != 0 {
+            setup.cmd("SELECT").arg(settings.db());
+        }
+        if setup.is_empty() {
+            return Ok(());
+        }
+        let packed = setup.get_packed_pipeline();
+        let replies = self.request(&packed, 0, setup.len(), Some(deadline))?;
+        for (index, reply) in replies.into_iter().enumerate() {
+            let Value::ServerError(e) = reply else {
+                continue;
+            };
+            self.open = false;
+            if index == 0 && authenticates {
+                // Classified as the `redis` crate does, so callers can tell a wrong password
+                // (`ErrorKind::AuthenticationFailed`) from a refused command.
+                let detail = RedisError::from(e).to_string();
+                return Err((
+                    ErrorKind::AuthenticationFailed,
+                    "authentication failed",
+                    detail,
+                )
+                    .into());
+            }
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Sends `packed` and reads `offset + count` replies, keeping the last `count`; all of it
+    /// by `deadline`. Any failure but a server's error reply closes the link.
+    fn request(
+        &mut self,
+        packed: &[u8],
+        offset: usize,
+        count: usize,
+        deadline: Option<Instant>,
+    ) -> RedisResult<Vec<Value>> {
+        if !self.open {
+            return Err(closed());
+        }
+        self.socket.deadline = deadline;
+        let result = self.send_and_read(packed, offset, count);
+        if result.is_err() {
+            self.open = false;
+        }
+        result
+    }
+
+    fn send_and_read(
+        &mut self,
+        packed: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.socket.write_all(packed)?;
+        let mut replies = Vec::with_capacity(count);
+        for index in 0..offset + count {
+            let reply = self.parser.parse_value(&mut self.socket)?;
+            if index >= offset {
+                replies.push(reply);
+            } else if let Value::ServerError(e) = reply {
+                // A command queued ahead of the ones asked for (MULTI) was refused.
+                return Err(e.into());
+            }
+        }
+        Ok(replies)
+    }
+
+    /// When a request sent now must be answered by.
+    fn deadline(&self) -> Option<Instant> {
+        self.response_timeout.get().map(|t| Instant::now() + t)
+    }
+}
+
+fn closed() -> RedisError {
+    RedisError::from(io::Error::new(
+        io::ErrorKind::NotConnected,
+        "this connection failed earlier and was closed",
+    ))
+}
+
+impl ConnectionLike for Link {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        let mut replies = self.request(cmd, 0, 1, self.deadline())?;
+        Ok(replies.pop().unwrap_or(Value::Nil))
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.request(cmd, offset, count, self.deadline())
+    }
+
+    fn req_command(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        self.req_packed_command(&cmd.get_packed_command())
+    }
+
+    fn get_db(&self) -> i64 {
+        self.db
+    }
+
+    fn check_connection(&mut self) -> bool {
+        redis::cmd("PING").query::<()>(self).is_ok()
+    }
+
+    fn is_open(&self) -> bool {
+        self.open
+    }
+}
+
+/// Lets `redis::cluster::ClusterConnection` make its node connections as links: its own would
+/// have the per-read timeout (see the module docs).
+impl redis::cluster::Connect for Link {
+    fn connect<T>(info: T, timeout: Option<Duration>) -> RedisResult<Self>
+    where
+        T: IntoConnectionInfo,
+    {
+        // The cluster connection sets the response timeout right after connecting; until
+        // then (its first PING) the connect timeout bounds the answer too.
+        let timeout = timeout.unwrap_or(Duration::from_secs(5));
+        Link::connect(&info.into_connection_info()?, timeout, timeout)
+    }
+
+    fn send_packed_command(&mut self, cmd: &[u8]) -> RedisResult<()> {
+        self.send(cmd)
+    }
+
+    fn set_write_timeout(&self, _: Option<Duration>) -> RedisResult<()> {
+        // Writes are bounded by the response timeout too.
+        Ok(())
+    }
+
+    fn set_read_timeout(&self, dur: Option<Duration>) -> RedisResult<()> {
+        self.set_response_timeout(dur);
+        Ok(())
+    }
+
+    fn recv_response(&mut self) -> RedisResult<Value> {
+        self.receive()
+    }
+}
+
+/// For a pub/sub connection (and the cluster connection's pipelines), which send and read
+/// apart.
+impl Link {
+    /// Sends `packed` without reading a reply; within the response timeout.
+    pub fn send(&mut self, packed: &[u8]) -> RedisResult<()> {
+        if !self.open {
+            return Err(closed());
+        }
+        self.socket.deadline = self.deadline();
+        let sent = self.socket.write_all(packed);
+        if sent.is_err() {
+            self.open = false;
+        }
+        Ok(sent?)
+    }
+
+    /// Reads one reply or pushed message, which must be complete within the response
+    /// timeout from now.
+    pub fn receive(&mut self) -> RedisResult<Value> {
+        if !self.open {
+            return Err(closed());
+        }
+        self.socket.deadline = self.deadline();
+        let reply = self.parser.parse_value(&mut self.socket);
+        if reply.is_err() {
+            self.open = false;
+        }
+        reply
+    }
+
+    /// Sets how long a request, a send or a receive may take from now on; `None`: no limit.
+    pub fn set_response_timeout(&self, timeout: Option<Duration>) {
+        self.response_timeout.set(timeout);
+    }
+}
+
+/// The byte stream under a link.
+enum Socket {
+    Tcp(TcpStream),
+    #[cfg(unix)]
+    Unix(UnixStream),
+}
+
+impl Socket {
+    /// Connects to `addr` by `deadline`: over TCP, to each address the name resolves to in
+    /// turn (as `redis::Connection` does: `localhost` may resolve to `::1` first while the
+    /// server listens on 127.0.0.1 only).
+    fn connect(addr: &ConnectionAddr, deadline: Instant) -> RedisResult<Socket> {
+        match addr {
+            ConnectionAddr::Tcp(host, port) => {
+                let stream = connect_tcp(host, *port, deadline)?;
+                Ok(Socket::Tcp(stream))
+            }
+            #[cfg(unix)]
+            ConnectionAddr::Unix(path) => Ok(Socket::Unix(UnixStream::connect(path)?)),
+            _ => Err(RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "this build cannot connect to that address (TLS needs the `tls` feature)",
+            ))),
+        }
+    }
+
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.set_read_timeout(timeout),
+            #[cfg(unix)]
+            Socket::Unix(s) => s.set_read_timeout(timeout),
+        }
+    }
+
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.set_write_timeout(timeout),
+            #[cfg(unix)]
+            Socket::Unix(s) => s.set_write_timeout(timeout),
+        }
+    }
+}
+
+impl Read for Socket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.read(buf),
+            #[cfg(unix)]
+            Socket::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Socket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.write(buf),
+            #[cfg(unix)]
+            Socket::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.flush(),
+            #[cfg(unix)]
+            Socket::Unix(s) => s.flush(),
+        }
+    }
+}
+
+/// Connects to each address `host` resolves to, in order, until one accepts by `deadline`.
+fn connect_tcp(host: &str, port: u16, deadline: Instant) -> RedisResult<TcpStream> {
+    let mut failure = None;
+    for addr in (host, port).to_socket_addrs()? {
+        let Some(left) = remaining(deadline) else {
+            break;
+        };
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(stream) => {
+                configure_socket(&stream)?;
+                return Ok(stream);
+            }
+            Err(e) => failure = Some(e),
+        }
+    }
+    Err(failure
+        .unwrap_or_else(|| timed_out("connecting took longer than the connect timeout"))
+        .into())
+}
+
+/// What is left until `deadline`, if anything.
+fn remaining(deadline: Instant) -> Option<Duration> {
+    deadline
+        .checked_duration_since(Instant::now())
+        .filter(|left| !left.is_zero())
+}
+
+fn timed_out(what: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, what)
+}
+
+/// A socket whose every read and write must be over by one deadline: before each, the
+/// socket's own timeout is set to what is left, so a reply that trickles in a byte at a time
+/// still fails when the deadline passes.
+struct Deadlined<S> {
+    inner: S,
+    deadline: Option<Instant>,
+}
+
+impl<S> Deadlined<S> {
+    /// What is left of the deadline for the next read or write (`None`: no deadline), or a
+    /// timeout if nothing is.
+    fn left(&self) -> io::Result<Option<Duration>> {
+        match self.deadline {
+            None => Ok(None),
+            Some(deadline) => remaining(deadline)
+                .map(Some)
+                .ok_or_else(|| timed_out("redis did not answer within the response timeout")),
+        }
+    }
+}
+
+// One timeout set per read or write, the one it needs: a syscall each, on the hot path.
+impl Read for Deadlined<Socket> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.set_read_timeout(self.left()?)?;
+        self.inner.read(buf).map_err(name_timeout)
+    }
+}
+
+impl Write for Deadlined<Socket> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.set_write_timeout(self.left()?)?;
+        self.inner.write(buf).map_err(name_timeout)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// A socket timeout shows as `WouldBlock` on Unix; it is a timeout to everyone above
+/// (`RedisError::is_timeout`, the retry policy).
+fn name_timeout(e: io::Error) -> io::Error {
+    if e.kind() == io::ErrorKind::WouldBlock {
+        timed_out("redis did not answer within the response timeout")
+    } else {
+        e
+    }
+}
