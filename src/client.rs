@@ -13,6 +13,9 @@ use crate::hold::Holds;
 use crate::lock::{Lock, validate_duration};
 use crate::sentinel::SentinelSpec;
 use crate::subscriber::Subscriber;
+use crate::tls::TlsConfig;
+#[cfg(feature = "tls")]
+use redis::TlsCertificates;
 
 const DEFAULT_PREFIX: &str = "redlatch";
 const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
@@ -230,6 +233,8 @@ pub struct ClientBuilder {
     replicas: Option<Replicas>,
     misused_master_credentials: bool,
     misused_classic_pubsub: bool,
+    #[cfg(feature = "tls")]
+    tls_certificates: Option<TlsCertificates>,
 }
 
 impl ClientBuilder {
@@ -243,10 +248,13 @@ impl ClientBuilder {
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 response_timeout: DEFAULT_RESPONSE_TIMEOUT,
                 classic_pubsub: false,
+                tls: TlsConfig::default(),
             },
             replicas: None,
             misused_master_credentials: false,
             misused_classic_pubsub: false,
+            #[cfg(feature = "tls")]
+            tls_certificates: None,
         }
     }
 
@@ -316,6 +324,32 @@ impl ClientBuilder {
         } else {
             self.misused_classic_pubsub = true;
         }
+        self
+    }
+
+    /// For `rediss://` servers (and Sentinel and Cluster nodes reached over TLS): trust the CA
+    /// in `root_cert` instead of the webpki roots, and with `client_tls`, present that
+    /// certificate and key (mutual TLS, for a server run with `tls-auth-clients yes`). Both
+    /// in PEM. A certificate or key that cannot be read fails `build()` with
+    /// [`Error::InvalidArgument`]; a server that refuses them fails it with [`Error::Redis`].
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let certs = redlatch::TlsCertificates {
+    ///     root_cert: Some(std::fs::read("ca.crt")?),
+    ///     client_tls: Some(redlatch::ClientTlsConfig {
+    ///         client_cert: std::fs::read("client.crt")?,
+    ///         client_key: std::fs::read("client.key")?,
+    ///     }),
+    /// };
+    /// let client = redlatch::Client::builder("rediss://redis.internal:6380/")
+    ///     .tls_certificates(certs)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_certificates(mut self, certs: TlsCertificates) -> Self {
+        self.tls_certificates = Some(certs);
         self
     }
 
@@ -393,7 +427,13 @@ impl ClientBuilder {
                 ));
             }
         }
-        let backend = Arc::new(Backend::new(&self.deployment, self.settings)?);
+        #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
+        let mut settings = self.settings;
+        #[cfg(feature = "tls")]
+        if let Some(certs) = &self.tls_certificates {
+            settings.tls = TlsConfig::new(certs)?;
+        }
+        let backend = Arc::new(Backend::new(&self.deployment, settings)?);
         backend.check()?;
 
         let id = uuid::Uuid::new_v4().to_string();

@@ -47,6 +47,7 @@ use crate::keys::SLOTS;
 use crate::link::Link;
 use crate::scripts::Freeing;
 use crate::sentinel::{SentinelSpec, Sentinels};
+use crate::tls::TlsConfig;
 
 /// Attempts per command when its connection fails at the transport level.
 const ATTEMPTS: usize = 3;
@@ -62,6 +63,8 @@ pub(crate) struct Settings {
     pub response_timeout: Duration,
     /// Cluster only: classic pub/sub even where sharded is available.
     pub classic_pubsub: bool,
+    /// For `rediss://` servers.
+    pub tls: TlsConfig,
 }
 
 /// Where the builder said Redis is.
@@ -77,7 +80,7 @@ pub(crate) enum Deployment {
 
 /// How connections find their server.
 enum Target {
-    Direct(redis::Client),
+    Direct(Box<redis::Client>),
     Sentinel(Box<Sentinels>),
     Cluster(Box<ClusterTarget>),
 }
@@ -168,13 +171,10 @@ impl Backend {
     pub fn new(deployment: &Deployment, settings: Settings) -> Result<Backend> {
         let tcp = tcp_settings();
         let target = match deployment {
-            Deployment::Url(url) => Target::Direct(direct_client(url, tcp)?),
-            Deployment::Sentinel(spec) => Target::Sentinel(Box::new(Sentinels::new(
-                spec,
-                tcp,
-                settings.connect_timeout,
-                settings.response_timeout,
-            )?)),
+            Deployment::Url(url) => Target::Direct(Box::new(direct_client(url, tcp)?)),
+            Deployment::Sentinel(spec) => {
+                Target::Sentinel(Box::new(Sentinels::new(spec, tcp, &settings)?))
+            }
             Deployment::Cluster(seeds) => {
                 Target::Cluster(Box::new(ClusterTarget::new(seeds, tcp, &settings)?))
             }
@@ -406,7 +406,7 @@ impl Backend {
     /// [generation](Backend::generation) it belongs to. Not for a Cluster.
     pub fn pubsub_server(&self) -> RedisResult<(String, Option<String>, Option<String>, u64)> {
         let (client, generation) = match &self.target {
-            Target::Direct(client) => (client.clone(), 0),
+            Target::Direct(client) => ((**client).clone(), 0),
             Target::Sentinel(sentinels) => sentinels.master()?,
             Target::Cluster(_) => {
                 return Err(RedisError::from((
@@ -502,6 +502,7 @@ fn link_to(client: &redis::Client, settings: &Settings) -> RedisResult<Link> {
         client.get_connection_info(),
         settings.connect_timeout,
         settings.response_timeout,
+        &settings.tls,
     )
 }
 
@@ -690,7 +691,8 @@ impl Backend {
                 }
             },
         };
-        let result = op(&mut *con);
+        // The cluster connection may connect to a node inside `op` (see `tls`).
+        let result = self.settings.tls.scoped(|| op(&mut *con));
         match &result {
             // On a Cluster a timeout says one node does not answer, not that the others are
             // gone: drop this connection (a late reply would put it out of step), keep the
@@ -716,7 +718,11 @@ impl Backend {
     fn connect_for_commands(&self) -> RedisResult<PooledConnection> {
         if let Target::Cluster(cluster) = &self.target {
             // Timeouts are set by the builder (ClusterTarget::new), for every node.
-            return Ok(Box::new(cluster.client.get_generic_connection::<Link>()?));
+            let connection = self
+                .settings
+                .tls
+                .scoped(|| cluster.client.get_generic_connection::<Link>())?;
+            return Ok(Box::new(connection));
         }
         Ok(Box::new(self.connect()?))
     }
@@ -926,6 +932,7 @@ mod tests {
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(3),
             classic_pubsub: false,
+            tls: TlsConfig::default(),
         };
         Backend::new(&deployment, settings).unwrap()
     }

@@ -55,11 +55,16 @@ mod renewal;
 mod scripts;
 mod sentinel;
 mod subscriber;
+mod tls;
 
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};
 pub use lock::{Lock, LockGuard};
 pub use multi::{MultiLock, MultiLockGuard};
+/// TLS settings for [`ClientBuilder::tls_certificates`]: the `redis` crate's own types, so
+/// certificates configured for it can be given as they are.
+#[cfg(feature = "tls")]
+pub use redis::{ClientTlsConfig, TlsCertificates};
 pub use redlock::{RedLock, RedLockGuard, Redlock};
 
 /// Measurement hooks for the crate's own benchmarks. Not part of the API: no stability promise.

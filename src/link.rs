@@ -35,10 +35,11 @@ use redis::{
 };
 
 use crate::connection::configure_socket;
+use crate::tls::TlsConfig;
 
 /// A connection to one Redis server whose every request has a deadline (see the module docs).
 pub(crate) struct Link {
-    socket: Deadlined<Socket>,
+    socket: Socket,
     parser: Parser,
     db: i64,
     /// Cleared by any transport or protocol failure: the stream may be out of step.
@@ -51,18 +52,17 @@ pub(crate) struct Link {
 impl Link {
     /// Connects to the server `info` names and authenticates, all within `connect_timeout`.
     /// Requests are then answered within `response_timeout` each.
+    /// Over TLS (`rediss://`), with `tls`.
     pub fn connect(
         info: &ConnectionInfo,
         connect_timeout: Duration,
         response_timeout: Duration,
+        tls: &TlsConfig,
     ) -> RedisResult<Link> {
         let deadline = Instant::now() + connect_timeout;
-        let socket = Socket::connect(info.addr(), deadline)?;
+        let socket = Socket::connect(info.addr(), deadline, tls)?;
         let mut link = Link {
-            socket: Deadlined {
-                inner: socket,
-                deadline: Some(deadline),
-            },
+            socket,
             parser: Parser::new(),
             db: info.redis_settings().db(),
             open: true,
@@ -125,7 +125,7 @@ impl Link {
         if !self.open {
             return Err(closed());
         }
-        self.socket.deadline = deadline;
+        self.socket.set_deadline(deadline);
         let result = self.send_and_read(packed, offset, count);
         if result.is_err() {
             self.open = false;
@@ -140,6 +140,7 @@ impl Link {
         count: usize,
     ) -> RedisResult<Vec<Value>> {
         self.socket.write_all(packed)?;
+        self.socket.flush()?;
         let mut replies = Vec::with_capacity(count);
         for index in 0..offset + count {
             let reply = self.parser.parse_value(&mut self.socket)?;
@@ -208,7 +209,8 @@ impl redis::cluster::Connect for Link {
         // The cluster connection sets the response timeout right after connecting; until
         // then (its first PING) the connect timeout bounds the answer too.
         let timeout = timeout.unwrap_or(Duration::from_secs(5));
-        Link::connect(&info.into_connection_info()?, timeout, timeout)
+        let info = info.into_connection_info()?;
+        Link::connect(&info, timeout, timeout, &TlsConfig::current())
     }
 
     fn send_packed_command(&mut self, cmd: &[u8]) -> RedisResult<()> {
@@ -238,8 +240,11 @@ impl Link {
         if !self.open {
             return Err(closed());
         }
-        self.socket.deadline = self.deadline();
-        let sent = self.socket.write_all(packed);
+        self.socket.set_deadline(self.deadline());
+        let sent = self
+            .socket
+            .write_all(packed)
+            .and_then(|()| self.socket.flush());
         if sent.is_err() {
             self.open = false;
         }
@@ -252,7 +257,7 @@ impl Link {
         if !self.open {
             return Err(closed());
         }
-        self.socket.deadline = self.deadline();
+        self.socket.set_deadline(self.deadline());
         let reply = self.parser.parse_value(&mut self.socket);
         if reply.is_err() {
             self.open = false;
@@ -266,45 +271,84 @@ impl Link {
     }
 }
 
-/// The byte stream under a link.
+/// The byte stream under a link; every read and write of the network is [`Deadlined`].
 enum Socket {
-    Tcp(TcpStream),
+    Tcp(Deadlined<TcpStream>),
     #[cfg(unix)]
-    Unix(UnixStream),
+    Unix(Deadlined<UnixStream>),
+    #[cfg(feature = "tls")]
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, Deadlined<TcpStream>>>),
 }
 
 impl Socket {
-    /// Connects to `addr` by `deadline`: over TCP, to each address the name resolves to in
-    /// turn (as `redis::Connection` does: `localhost` may resolve to `::1` first while the
-    /// server listens on 127.0.0.1 only).
-    fn connect(addr: &ConnectionAddr, deadline: Instant) -> RedisResult<Socket> {
+    /// Connects to `addr` by `deadline`, TLS handshake included: over TCP, to each address
+    /// the name resolves to in turn (as `redis::Connection` does: `localhost` may resolve to
+    /// `::1` first while the server listens on 127.0.0.1 only).
+    fn connect(addr: &ConnectionAddr, deadline: Instant, tls: &TlsConfig) -> RedisResult<Socket> {
+        let _ = tls; // used with the `tls` feature only
         match addr {
-            ConnectionAddr::Tcp(host, port) => {
-                let stream = connect_tcp(host, *port, deadline)?;
-                Ok(Socket::Tcp(stream))
-            }
+            ConnectionAddr::Tcp(host, port) => Ok(Socket::Tcp(Deadlined::new(
+                connect_tcp(host, *port, deadline)?,
+                deadline,
+            ))),
             #[cfg(unix)]
-            ConnectionAddr::Unix(path) => Ok(Socket::Unix(UnixStream::connect(path)?)),
+            ConnectionAddr::Unix(path) => {
+                let stream = Deadlined::new(UnixStream::connect(path)?, deadline);
+                Ok(Socket::Unix(stream))
+            }
+            #[cfg(feature = "tls")]
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                ..
+            } => {
+                if *insecure {
+                    return Err(RedisError::from((
+                        ErrorKind::InvalidClientConfig,
+                        "rediss://...#insecure is refused: give the server's CA to \
+                         ClientBuilder::tls_certificates instead",
+                    )));
+                }
+                let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| {
+                    RedisError::from((
+                        ErrorKind::InvalidClientConfig,
+                        "not a TLS server name",
+                        format!("{host}: {e}"),
+                    ))
+                })?;
+                let session = rustls::ClientConnection::new(tls.rustls(), name).map_err(|e| {
+                    RedisError::from((ErrorKind::InvalidClientConfig, "TLS", e.to_string()))
+                })?;
+                let tcp = Deadlined::new(connect_tcp(host, *port, deadline)?, deadline);
+                let mut stream = rustls::StreamOwned::new(session, tcp);
+                // The handshake now, within the connect timeout, rather than inside the first
+                // request; a refused certificate shows here.
+                while stream.conn.is_handshaking() {
+                    stream.conn.complete_io(&mut stream.sock)?;
+                }
+                Ok(Socket::Tls(Box::new(stream)))
+            }
+            #[cfg(not(feature = "tls"))]
+            ConnectionAddr::TcpTls { .. } => Err(RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "rediss:// needs the `tls` feature of redlatch",
+            ))),
             _ => Err(RedisError::from((
                 ErrorKind::InvalidClientConfig,
-                "this build cannot connect to that address (TLS needs the `tls` feature)",
+                "this build cannot connect to that kind of address",
             ))),
         }
     }
 
-    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+    /// Every read and write of the network from now on must be over by `deadline`.
+    fn set_deadline(&mut self, deadline: Option<Instant>) {
         match self {
-            Socket::Tcp(s) => s.set_read_timeout(timeout),
+            Socket::Tcp(s) => s.deadline = deadline,
             #[cfg(unix)]
-            Socket::Unix(s) => s.set_read_timeout(timeout),
-        }
-    }
-
-    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        match self {
-            Socket::Tcp(s) => s.set_write_timeout(timeout),
-            #[cfg(unix)]
-            Socket::Unix(s) => s.set_write_timeout(timeout),
+            Socket::Unix(s) => s.deadline = deadline,
+            #[cfg(feature = "tls")]
+            Socket::Tls(s) => s.sock.deadline = deadline,
         }
     }
 }
@@ -315,6 +359,8 @@ impl Read for Socket {
             Socket::Tcp(s) => s.read(buf),
             #[cfg(unix)]
             Socket::Unix(s) => s.read(buf),
+            #[cfg(feature = "tls")]
+            Socket::Tls(s) => s.read(buf),
         }
     }
 }
@@ -325,6 +371,8 @@ impl Write for Socket {
             Socket::Tcp(s) => s.write(buf),
             #[cfg(unix)]
             Socket::Unix(s) => s.write(buf),
+            #[cfg(feature = "tls")]
+            Socket::Tls(s) => s.write(buf),
         }
     }
 
@@ -333,6 +381,9 @@ impl Write for Socket {
             Socket::Tcp(s) => s.flush(),
             #[cfg(unix)]
             Socket::Unix(s) => s.flush(),
+            // Pushes the TLS records of what was written onto the network.
+            #[cfg(feature = "tls")]
+            Socket::Tls(s) => s.flush(),
         }
     }
 }
@@ -376,28 +427,60 @@ struct Deadlined<S> {
     deadline: Option<Instant>,
 }
 
+/// The socket timeouts [`Deadlined`] re-arms.
+trait Timeouts {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
+}
+
+impl Timeouts for TcpStream {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        TcpStream::set_read_timeout(self, timeout)
+    }
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        TcpStream::set_write_timeout(self, timeout)
+    }
+}
+
+#[cfg(unix)]
+impl Timeouts for UnixStream {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        UnixStream::set_read_timeout(self, timeout)
+    }
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        UnixStream::set_write_timeout(self, timeout)
+    }
+}
+
 impl<S> Deadlined<S> {
+    fn new(inner: S, deadline: Instant) -> Deadlined<S> {
+        Deadlined {
+            inner,
+            deadline: Some(deadline),
+        }
+    }
+
     /// What is left of the deadline for the next read or write (`None`: no deadline), or a
     /// timeout if nothing is.
     fn left(&self) -> io::Result<Option<Duration>> {
         match self.deadline {
             None => Ok(None),
-            Some(deadline) => remaining(deadline)
-                .map(Some)
-                .ok_or_else(|| timed_out("redis did not answer within the response timeout")),
+            Some(deadline) => remaining(deadline).map(Some).ok_or_else(|| {
+                timed_out("redis did not answer in time (connect or response timeout)")
+            }),
         }
     }
 }
 
 // One timeout set per read or write, the one it needs: a syscall each, on the hot path.
-impl Read for Deadlined<Socket> {
+impl<S: Read + Timeouts> Read for Deadlined<S> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.inner.set_read_timeout(self.left()?)?;
         self.inner.read(buf).map_err(name_timeout)
     }
 }
 
-impl Write for Deadlined<Socket> {
+impl<S: Write + Timeouts> Write for Deadlined<S> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.inner.set_write_timeout(self.left()?)?;
         self.inner.write(buf).map_err(name_timeout)
@@ -412,7 +495,7 @@ impl Write for Deadlined<Socket> {
 /// (`RedisError::is_timeout`, the retry policy).
 fn name_timeout(e: io::Error) -> io::Error {
     if e.kind() == io::ErrorKind::WouldBlock {
-        timed_out("redis did not answer within the response timeout")
+        timed_out("redis did not answer in time (connect or response timeout)")
     } else {
         e
     }

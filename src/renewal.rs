@@ -367,6 +367,7 @@ mod tests {
             connect_timeout: Duration::from_millis(200),
             response_timeout: Duration::from_millis(200),
             classic_pubsub: false,
+            tls: Default::default(),
         };
         let seeds = vec!["redis://127.0.0.1:1/".to_string()];
         Backend::new(&Deployment::Cluster(seeds), settings).unwrap()

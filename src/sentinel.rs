@@ -32,6 +32,7 @@ use redis::{
     RedisResult, Value,
 };
 
+use crate::connection::Settings;
 use crate::error::{Error, Result};
 use crate::link::Link;
 
@@ -56,8 +57,8 @@ pub(crate) struct Sentinels {
     /// How to talk to whichever server is the master: credentials, TCP settings.
     master_info: RedisConnectionInfo,
     tcp: TcpSettings,
-    connect_timeout: Duration,
-    response_timeout: Duration,
+    /// Timeouts and TLS, for the sentinels and the master alike.
+    settings: Settings,
     current: Mutex<Option<Master>>,
     /// `current` may be out of date: ask before using it again.
     stale: AtomicBool,
@@ -73,12 +74,7 @@ struct Master {
 
 impl Sentinels {
     /// Checks the sentinel URLs and the master name. No I/O.
-    pub fn new(
-        spec: &SentinelSpec,
-        tcp: TcpSettings,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-    ) -> Result<Sentinels> {
+    pub fn new(spec: &SentinelSpec, tcp: TcpSettings, settings: &Settings) -> Result<Sentinels> {
         if spec.sentinels.is_empty() {
             return Err(Error::invalid(
                 "a Sentinel client needs at least one sentinel",
@@ -118,8 +114,7 @@ impl Sentinels {
             master_name: spec.master_name.clone(),
             master_info,
             tcp,
-            connect_timeout,
-            response_timeout,
+            settings: settings.clone(),
             current: Mutex::new(None),
             stale: AtomicBool::new(false),
             generation: AtomicU64::new(0),
@@ -210,8 +205,18 @@ impl Sentinels {
         )))
     }
 
+    fn link(&self, info: &ConnectionInfo) -> RedisResult<Link> {
+        let settings = &self.settings;
+        Link::connect(
+            info,
+            settings.connect_timeout,
+            settings.response_timeout,
+            &settings.tls,
+        )
+    }
+
     fn ask(&self, sentinel: &ConnectionInfo) -> RedisResult<Master> {
-        let mut con = Link::connect(sentinel, self.connect_timeout, self.response_timeout)?;
+        let mut con = self.link(sentinel)?;
         let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
             .arg("GET-MASTER-ADDR-BY-NAME")
             .arg(&self.master_name)
@@ -227,7 +232,8 @@ impl Sentinels {
             .set_tcp_settings(self.tcp.clone())
             .set_redis_settings(self.master_info.clone());
         // The sentinel may not have seen a failover yet: the server itself must agree.
-        let role = Link::connect(&info, self.connect_timeout, self.response_timeout)
+        let role = self
+            .link(&info)
             .and_then(|mut master| redis::cmd("ROLE").query::<Vec<Value>>(&mut master))
             .map_err(|e| {
                 RedisError::from((

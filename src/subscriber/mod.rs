@@ -748,6 +748,7 @@ mod tests {
             connect_timeout: Duration::from_millis(10),
             response_timeout: Duration::from_millis(10),
             classic_pubsub: false,
+            tls: Default::default(),
         };
         // Never connected: rings go to the doorbell only, and nothing here does I/O.
         let backend = Arc::new(

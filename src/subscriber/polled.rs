@@ -713,6 +713,7 @@ mod tests {
             connect_timeout: Duration::from_millis(10),
             response_timeout: Duration::from_secs(10),
             classic_pubsub: false,
+            tls: Default::default(),
         };
         let backend = Arc::new(
             Backend::new(&Deployment::Url("redis://127.0.0.1:1/".into()), settings).unwrap(),

@@ -562,6 +562,7 @@ pub fn read_reported(child: &mut Child, prefix: &str, within: Duration) -> Strin
 pub mod checker;
 pub mod fake;
 pub mod soak;
+pub mod tls;
 
 impl RedisServer {
     /// Like [`RedisServer::start_with`], with arguments that depend on the port it gets (a

@@ -1,0 +1,173 @@
+//! TLS (`rediss://`, the `tls` feature): certificates made for the run, a redis-server with a
+//! TLS port. A client trusts the CA it is given; a wrong CA or a missing client certificate
+//! fails `build()` clearly and within its timeouts.
+#![cfg(feature = "tls")]
+
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlatch::{Client, ClientTlsConfig, Error, TlsCertificates};
+use support::tls::{Certificates, TlsServer};
+use support::{command_calls, unique};
+
+const TIMEOUT: Duration = Duration::from_secs(1);
+
+fn trusting(ca: &[u8], client: Option<&Certificates>) -> TlsCertificates {
+    TlsCertificates {
+        root_cert: Some(ca.to_vec()),
+        client_tls: client.map(|c| ClientTlsConfig {
+            client_cert: c.client_cert.clone(),
+            client_key: c.client_key.clone(),
+        }),
+    }
+}
+
+fn client(server: &TlsServer, with_client_cert: bool) -> redlatch::Result<Client> {
+    let certs = &server.certs;
+    Client::builder(&server.url())
+        .tls_certificates(trusting(&certs.ca, with_client_cert.then_some(certs)))
+        .connect_timeout(TIMEOUT)
+        .response_timeout(TIMEOUT)
+        .build()
+}
+
+/// `build()` fails with `Error::Redis`, within the timeouts (and some scheduling slack).
+fn refused(build: impl FnOnce() -> redlatch::Result<Client>, what: &str) {
+    let started = Instant::now();
+    match build() {
+        Err(Error::Redis(e)) => println!("{what}: {e}"),
+        other => panic!("{what}: expected Error::Redis, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < TIMEOUT * 2 + Duration::from_millis(1500),
+        "{what}: took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn two_tls_clients_exclude_each_other_and_a_release_wakes_the_waiter_without_polling() {
+    let server = TlsServer::start(false);
+    let mut admin = server.server.admin(); // over the plain port
+    let (holder, waiter) = (
+        client(&server, false).unwrap(),
+        client(&server, false).unwrap(),
+    );
+    let name = unique("tls");
+    let held = holder.lock(&name).lock().unwrap();
+    assert!(
+        waiter
+            .lock(&name)
+            .try_lock(Duration::ZERO, None)
+            .unwrap()
+            .is_none(),
+        "two TLS clients held one lock"
+    );
+    let lock = waiter.lock(&name);
+    let waiting = thread::spawn(move || {
+        let guard = lock.try_lock(Duration::from_secs(20), None).unwrap();
+        (Instant::now(), guard.map(|g| g.fencing_token()))
+    });
+    support::await_waiting(&mut admin, &name);
+    let before = command_calls(&mut admin, "evalsha");
+    thread::sleep(Duration::from_secs(1));
+    let during = command_calls(&mut admin, "evalsha") - before;
+    assert_eq!(
+        during, 0,
+        "the waiter sent {during} scripts while it waited"
+    );
+    let token = held.fencing_token();
+    let released = Instant::now();
+    held.unlock().unwrap();
+    let (woken, got) = waiting.join().unwrap();
+    assert!(
+        got.is_some_and(|t| t > token),
+        "the waiter did not get the lock"
+    );
+    let after = woken.duration_since(released);
+    assert!(
+        after < Duration::from_millis(500),
+        "woken {after:?} after the release"
+    );
+}
+
+#[test]
+fn a_ca_that_did_not_sign_the_server_fails_build_clearly() {
+    let server = TlsServer::start(false);
+    let url = server.url();
+    refused(
+        || {
+            Client::builder(&url)
+                .tls_certificates(trusting(&Certificates::stranger_ca(), None))
+                .connect_timeout(TIMEOUT)
+                .response_timeout(TIMEOUT)
+                .build()
+        },
+        "a stranger CA",
+    );
+    // Without a CA of its own, a client trusts the webpki roots, which did not sign it either.
+    refused(
+        || {
+            Client::builder(&url)
+                .connect_timeout(TIMEOUT)
+                .response_timeout(TIMEOUT)
+                .build()
+        },
+        "the webpki roots",
+    );
+    // The plain port does not speak TLS, and the TLS port does not speak plain RESP.
+    let plain_as_tls = format!("rediss://127.0.0.1:{}/", server.server.port);
+    let tls_as_plain = format!("redis://127.0.0.1:{}/", server.tls_port);
+    for url in [plain_as_tls, tls_as_plain] {
+        refused(
+            || {
+                Client::builder(&url)
+                    .tls_certificates(trusting(&server.certs.ca, None))
+                    .connect_timeout(TIMEOUT)
+                    .response_timeout(TIMEOUT)
+                    .build()
+            },
+            &url,
+        );
+    }
+}
+
+#[test]
+fn mutual_tls_needs_the_client_certificate() {
+    let server = TlsServer::start(true);
+    refused(|| client(&server, false), "no client certificate");
+    let client = client(&server, true).unwrap();
+    let guard = client.lock(&unique("mtls")).lock().unwrap();
+    guard.unlock().unwrap();
+}
+
+#[test]
+fn unreadable_certificates_are_invalid_arguments_before_any_io() {
+    let garbage = b"not a certificate".to_vec();
+    let cases = [
+        TlsCertificates {
+            root_cert: Some(garbage.clone()),
+            client_tls: None,
+        },
+        TlsCertificates {
+            root_cert: None,
+            client_tls: Some(ClientTlsConfig {
+                client_cert: garbage.clone(),
+                client_key: garbage.clone(),
+            }),
+        },
+    ];
+    for certs in cases {
+        // No server listens there: an InvalidArgument proves nothing was tried.
+        let port = support::free_port();
+        match Client::builder(&format!("rediss://127.0.0.1:{port}/"))
+            .tls_certificates(certs)
+            .build()
+        {
+            Err(Error::InvalidArgument(why)) => println!("{why}"),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+}
