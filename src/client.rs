@@ -10,6 +10,7 @@ use crossbeam_channel::Sender;
 use crate::connection::{Backend, Deployment, Settings};
 use crate::error::{Error, Result};
 use crate::hold::Holds;
+use crate::link::LinkSettings;
 use crate::lock::{Lock, validate_duration};
 use crate::sentinel::SentinelSpec;
 use crate::subscriber::Subscriber;
@@ -245,10 +246,12 @@ impl ClientBuilder {
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             settings: Settings {
                 pool_size: DEFAULT_POOL_SIZE,
-                connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-                response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+                link: LinkSettings {
+                    connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+                    response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+                    tls: TlsConfig::default(),
+                },
                 classic_pubsub: false,
-                tls: TlsConfig::default(),
             },
             replicas: None,
             misused_master_credentials: false,
@@ -281,7 +284,7 @@ impl ClientBuilder {
 
     /// How long to wait for a new connection, or for a pooled one to come free (default 5 s).
     pub fn connect_timeout(mut self, d: Duration) -> Self {
-        self.settings.connect_timeout = d;
+        self.settings.link.connect_timeout = d;
         self
     }
 
@@ -290,7 +293,7 @@ impl ClientBuilder {
     /// from its start, a call keeps retrying a command refused while the lock's slot migrates
     /// or a replica takes over.
     pub fn response_timeout(mut self, d: Duration) -> Self {
-        self.settings.response_timeout = d;
+        self.settings.link.response_timeout = d;
         self
     }
 
@@ -387,8 +390,8 @@ impl ClientBuilder {
             return Err(Error::invalid("pool_size must be at least 1"));
         }
         for (what, d) in [
-            ("connect_timeout", self.settings.connect_timeout),
-            ("response_timeout", self.settings.response_timeout),
+            ("connect_timeout", self.settings.link.connect_timeout),
+            ("response_timeout", self.settings.link.response_timeout),
         ] {
             validate_duration(what, d, Duration::from_millis(1))?;
         }
@@ -421,7 +424,7 @@ impl ClientBuilder {
                 replicas.timeout,
                 Duration::from_millis(1),
             )?;
-            if replicas.timeout >= self.settings.response_timeout {
+            if replicas.timeout >= self.settings.link.response_timeout {
                 return Err(Error::invalid(
                     "the wait_for_replicas timeout must be shorter than the response timeout",
                 ));
@@ -431,7 +434,7 @@ impl ClientBuilder {
         let mut settings = self.settings;
         #[cfg(feature = "tls")]
         if let Some(certs) = &self.tls_certificates {
-            settings.tls = TlsConfig::new(certs)?;
+            settings.link.tls = TlsConfig::new(certs)?;
         }
         let backend = Arc::new(Backend::new(&self.deployment, settings)?);
         backend.check()?;

@@ -36,7 +36,6 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
-use redis::io::tcp::{TcpSettings, socket2::TcpKeepalive};
 use redis::{
     ConnectionAddr, ConnectionInfo, ConnectionLike, IntoConnectionInfo, RedisError, RedisResult,
     Value,
@@ -44,10 +43,9 @@ use redis::{
 
 use crate::error::{Error, Result};
 use crate::keys::SLOTS;
-use crate::link::Link;
+use crate::link::{Link, LinkSettings};
 use crate::scripts::Freeing;
 use crate::sentinel::{SentinelSpec, Sentinels};
-use crate::tls::TlsConfig;
 
 /// Attempts per command when its connection fails at the transport level.
 const ATTEMPTS: usize = 3;
@@ -59,12 +57,10 @@ const BACKOFF: [Duration; ATTEMPTS - 1] = [Duration::from_millis(20), Duration::
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
     pub pool_size: u32,
-    pub connect_timeout: Duration,
-    pub response_timeout: Duration,
+    /// Timeouts and TLS of every connection.
+    pub link: LinkSettings,
     /// Cluster only: classic pub/sub even where sharded is available.
     pub classic_pubsub: bool,
-    /// For `rediss://` servers.
-    pub tls: TlsConfig,
 }
 
 /// Where the builder said Redis is.
@@ -169,14 +165,13 @@ impl SlotMap {
 impl Backend {
     /// Checks the URLs and that they name a transport this build supports. No I/O.
     pub fn new(deployment: &Deployment, settings: Settings) -> Result<Backend> {
-        let tcp = tcp_settings();
         let target = match deployment {
-            Deployment::Url(url) => Target::Direct(Box::new(direct_client(url, tcp)?)),
+            Deployment::Url(url) => Target::Direct(Box::new(direct_client(url)?)),
             Deployment::Sentinel(spec) => {
-                Target::Sentinel(Box::new(Sentinels::new(spec, tcp, &settings)?))
+                Target::Sentinel(Box::new(Sentinels::new(spec, &settings.link)?))
             }
             Deployment::Cluster(seeds) => {
-                Target::Cluster(Box::new(ClusterTarget::new(seeds, tcp, &settings)?))
+                Target::Cluster(Box::new(ClusterTarget::new(seeds, &settings.link)?))
             }
         };
         Ok(Backend {
@@ -276,12 +271,12 @@ impl Backend {
 
     /// How long a server may take to answer one command.
     pub fn response_timeout(&self) -> Duration {
-        self.settings.response_timeout
+        self.settings.link.response_timeout
     }
 
     /// How long making a connection may take.
     pub fn connect_timeout(&self) -> Duration {
-        self.settings.connect_timeout
+        self.settings.link.connect_timeout
     }
 
     /// Whether wake-ups go through sharded pub/sub (a Redis 7 Cluster reached without TLS;
@@ -498,51 +493,15 @@ fn master_ranges(ranges: Vec<Value>) -> Vec<(u16, u16, String)> {
 
 /// A new [`Link`] to the server `client` names, with the builder's timeouts.
 fn link_to(client: &redis::Client, settings: &Settings) -> RedisResult<Link> {
-    Link::connect(
-        client.get_connection_info(),
-        settings.connect_timeout,
-        settings.response_timeout,
-        &settings.tls,
-    )
+    Link::connect(client.get_connection_info(), &settings.link)
 }
 
 fn is_plain_tcp(client: &redis::Client) -> bool {
     matches!(client.get_connection_info().addr(), ConnectionAddr::Tcp(..))
 }
 
-/// Applies [`tcp_settings`] to a socket made outside the `redis` crate (the sharded
-/// subscriber's).
-pub(crate) fn configure_socket(socket: &impl std::os::fd::AsFd) -> std::io::Result<()> {
-    let tcp = tcp_settings();
-    let socket = redis::io::tcp::socket2::SockRef::from(socket);
-    socket.set_tcp_nodelay(tcp.nodelay())?;
-    if let Some(keepalive) = tcp.keepalive() {
-        socket.set_tcp_keepalive(keepalive)?;
-    }
-    if let Some(timeout) = tcp.user_timeout() {
-        socket.set_tcp_user_timeout(Some(timeout))?;
-    }
-    Ok(())
-}
-
-/// TCP settings of every connection.
-fn tcp_settings() -> TcpSettings {
-    // Lock hand-offs are latency-bound: never let Nagle hold back a small command. The
-    // keepalive finds a silently dead peer (pulled cable, blackholed route) on connections
-    // that sit idle, the pub/sub connection above all.
-    TcpSettings::default()
-        .set_nodelay(true)
-        .set_keepalive(
-            TcpKeepalive::new()
-                .with_time(Duration::from_secs(10))
-                .with_interval(Duration::from_secs(5))
-                .with_retries(3),
-        )
-        .set_user_timeout(Duration::from_secs(30))
-}
-
 impl ClusterTarget {
-    fn new(seeds: &[String], tcp: TcpSettings, settings: &Settings) -> Result<ClusterTarget> {
+    fn new(seeds: &[String], settings: &LinkSettings) -> Result<ClusterTarget> {
         if seeds.is_empty() {
             return Err(Error::invalid(
                 "a Cluster client needs at least one seed node",
@@ -550,7 +509,7 @@ impl ClusterTarget {
         }
         let nodes = seeds
             .iter()
-            .map(|url| direct_client(url, tcp.clone()))
+            .map(|url| direct_client(url))
             .collect::<Result<Vec<_>>>()?;
         let infos: Vec<ConnectionInfo> = nodes
             .iter()
@@ -563,7 +522,6 @@ impl ClusterTarget {
             .max_retry_wait(max_wait)
             .connection_timeout(settings.connect_timeout)
             .response_timeout(settings.response_timeout)
-            .tcp_settings(tcp)
             .build()
             .map_err(|e| Error::invalid(format!("cluster seeds: {e}")))?;
         Ok(ClusterTarget {
@@ -604,7 +562,7 @@ impl ClusterTarget {
 }
 
 /// A client for the server at `url`.
-fn direct_client(url: &str, tcp: TcpSettings) -> Result<redis::Client> {
+fn direct_client(url: &str) -> Result<redis::Client> {
     let info: ConnectionInfo = url
         .into_connection_info()
         .map_err(|e| Error::invalid(format!("redis URL {url:?}: {e}")))?;
@@ -616,9 +574,7 @@ fn direct_client(url: &str, tcp: TcpSettings) -> Result<redis::Client> {
     // No CLIENT SETINFO on connect: its replies are read one timeout each, so against a
     // stopped server a new connection would cost several timeouts instead of one.
     let redis_settings = info.redis_settings().clone().set_skip_set_lib_name();
-    let info = info
-        .set_tcp_settings(tcp)
-        .set_redis_settings(redis_settings);
+    let info = info.set_redis_settings(redis_settings);
     redis::Client::open(info).map_err(|e| Error::invalid(e.to_string()))
 }
 
@@ -657,14 +613,15 @@ impl Backend {
     /// slowest retry can arrive (every attempt waiting for a pooled connection, connecting and
     /// timing out, plus the pauses).
     pub fn latch_ttl(&self) -> Duration {
-        let mut attempt = self.settings.connect_timeout * 2 + self.settings.response_timeout;
+        let mut attempt =
+            self.settings.link.connect_timeout * 2 + self.settings.link.response_timeout;
         let mut refusals = Duration::ZERO;
         if self.is_cluster() {
             // The cluster connection tries each command up to CLUSTER_RETRIES more times.
             attempt *= CLUSTER_RETRIES + 1;
             // A refusal (TRYAGAIN, CLUSTERDOWN) is retried only within one response timeout
             // of the call's start; after that, only transport failures, as many as are left.
-            refusals = self.settings.response_timeout;
+            refusals = self.settings.link.response_timeout;
         }
         attempt * ATTEMPTS as u32
             + BACKOFF.iter().sum::<Duration>()
@@ -678,7 +635,7 @@ impl Backend {
     ) -> RedisResult<T> {
         let (mut con, epoch) = match self
             .pool
-            .take(Instant::now() + self.settings.connect_timeout)?
+            .take(Instant::now() + self.settings.link.connect_timeout)?
         {
             Some(idle) => idle,
             // The epoch from before connecting: a failover noticed meanwhile must not adopt a
@@ -692,7 +649,7 @@ impl Backend {
             },
         };
         // The cluster connection may connect to a node inside `op` (see `tls`).
-        let result = self.settings.tls.scoped(|| op(&mut *con));
+        let result = self.settings.link.tls.scoped(|| op(&mut *con));
         match &result {
             // On a Cluster a timeout says one node does not answer, not that the others are
             // gone: drop this connection (a late reply would put it out of step), keep the
@@ -720,6 +677,7 @@ impl Backend {
             // Timeouts are set by the builder (ClusterTarget::new), for every node.
             let connection = self
                 .settings
+                .link
                 .tls
                 .scoped(|| cluster.client.get_generic_connection::<Link>())?;
             return Ok(Box::new(connection));
@@ -752,6 +710,7 @@ impl Backend {
         if self.slot_moving(e) {
             let left = self
                 .settings
+                .link
                 .response_timeout
                 .checked_sub(retries.started.elapsed())
                 .filter(|left| !left.is_zero())?;
@@ -929,10 +888,12 @@ mod tests {
     fn backend(deployment: Deployment) -> Backend {
         let settings = Settings {
             pool_size: 1,
-            connect_timeout: Duration::from_secs(5),
-            response_timeout: Duration::from_secs(3),
+            link: LinkSettings {
+                connect_timeout: Duration::from_secs(5),
+                response_timeout: Duration::from_secs(3),
+                tls: Default::default(),
+            },
             classic_pubsub: false,
-            tls: TlsConfig::default(),
         };
         Backend::new(&deployment, settings).unwrap()
     }

@@ -34,8 +34,18 @@ use redis::{
     RedisError, RedisResult, Value,
 };
 
-use crate::connection::configure_socket;
 use crate::tls::TlsConfig;
+
+/// How links are made: the builder's timeouts and TLS settings.
+#[derive(Clone, Debug)]
+pub(crate) struct LinkSettings {
+    /// For making a link: connect, TLS handshake, AUTH, SELECT.
+    pub connect_timeout: Duration,
+    /// For each request, from when it is sent until its reply is complete.
+    pub response_timeout: Duration,
+    /// For `rediss://` servers.
+    pub tls: TlsConfig,
+}
 
 /// A connection to one Redis server whose every request has a deadline (see the module docs).
 pub(crate) struct Link {
@@ -50,23 +60,17 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    /// Connects to the server `info` names and authenticates, all within `connect_timeout`.
-    /// Requests are then answered within `response_timeout` each.
-    /// Over TLS (`rediss://`), with `tls`.
-    pub fn connect(
-        info: &ConnectionInfo,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-        tls: &TlsConfig,
-    ) -> RedisResult<Link> {
-        let deadline = Instant::now() + connect_timeout;
-        let socket = Socket::connect(info.addr(), deadline, tls)?;
+    /// Connects to the server `info` names and authenticates, all within the connect timeout.
+    /// Requests are then answered within the response timeout each.
+    pub fn connect(info: &ConnectionInfo, settings: &LinkSettings) -> RedisResult<Link> {
+        let deadline = Instant::now() + settings.connect_timeout;
+        let socket = Socket::connect(info.addr(), deadline, &settings.tls)?;
         let mut link = Link {
             socket,
             parser: Parser::new(),
             db: info.redis_settings().db(),
             open: true,
-            response_timeout: Cell::new(Some(response_timeout)),
+            response_timeout: Cell::new(Some(settings.response_timeout)),
         };
         link.handshake(info, deadline)?;
         Ok(link)
@@ -209,8 +213,12 @@ impl redis::cluster::Connect for Link {
         // The cluster connection sets the response timeout right after connecting; until
         // then (its first PING) the connect timeout bounds the answer too.
         let timeout = timeout.unwrap_or(Duration::from_secs(5));
-        let info = info.into_connection_info()?;
-        Link::connect(&info, timeout, timeout, &TlsConfig::current())
+        let settings = LinkSettings {
+            connect_timeout: timeout,
+            response_timeout: timeout,
+            tls: TlsConfig::current(),
+        };
+        Link::connect(&info.into_connection_info()?, &settings)
     }
 
     fn send_packed_command(&mut self, cmd: &[u8]) -> RedisResult<()> {
@@ -406,6 +414,23 @@ fn connect_tcp(host: &str, port: u16, deadline: Instant) -> RedisResult<TcpStrea
     Err(failure
         .unwrap_or_else(|| timed_out("connecting took longer than the connect timeout"))
         .into())
+}
+
+/// Sets up a TCP socket, ours or the polled subscriber's. Lock hand-offs are latency-bound:
+/// never let Nagle hold back a small command. The keepalive finds a silently dead peer (a
+/// pulled cable, a blackholed route) on connections that sit idle, the pub/sub connection
+/// above all; the user timeout gives up on one whose sent data goes unacknowledged.
+pub(crate) fn configure_socket(socket: &impl std::os::fd::AsFd) -> io::Result<()> {
+    use redis::io::tcp::socket2::{SockRef, TcpKeepalive};
+    let socket = SockRef::from(socket);
+    socket.set_tcp_nodelay(true)?;
+    socket.set_tcp_keepalive(
+        &TcpKeepalive::new()
+            .with_time(Duration::from_secs(10))
+            .with_interval(Duration::from_secs(5))
+            .with_retries(3),
+    )?;
+    socket.set_tcp_user_timeout(Some(Duration::from_secs(30)))
 }
 
 /// What is left until `deadline`, if anything.

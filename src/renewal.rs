@@ -364,10 +364,12 @@ mod tests {
     fn unreachable_cluster() -> Backend {
         let settings = crate::connection::Settings {
             pool_size: 1,
-            connect_timeout: Duration::from_millis(200),
-            response_timeout: Duration::from_millis(200),
+            link: crate::link::LinkSettings {
+                connect_timeout: Duration::from_millis(200),
+                response_timeout: Duration::from_millis(200),
+                tls: Default::default(),
+            },
             classic_pubsub: false,
-            tls: Default::default(),
         };
         let seeds = vec!["redis://127.0.0.1:1/".to_string()];
         Backend::new(&Deployment::Cluster(seeds), settings).unwrap()

@@ -26,15 +26,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use redis::io::tcp::TcpSettings;
 use redis::{
     ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, RedisConnectionInfo, RedisError,
     RedisResult, Value,
 };
 
-use crate::connection::Settings;
 use crate::error::{Error, Result};
-use crate::link::Link;
+use crate::link::{Link, LinkSettings};
 
 /// How often the renewal thread asks the sentinels whether the master moved.
 pub(crate) const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
@@ -56,9 +54,8 @@ pub(crate) struct Sentinels {
     master_name: String,
     /// How to talk to whichever server is the master: credentials, TCP settings.
     master_info: RedisConnectionInfo,
-    tcp: TcpSettings,
     /// Timeouts and TLS, for the sentinels and the master alike.
-    settings: Settings,
+    settings: LinkSettings,
     current: Mutex<Option<Master>>,
     /// `current` may be out of date: ask before using it again.
     stale: AtomicBool,
@@ -74,7 +71,7 @@ struct Master {
 
 impl Sentinels {
     /// Checks the sentinel URLs and the master name. No I/O.
-    pub fn new(spec: &SentinelSpec, tcp: TcpSettings, settings: &Settings) -> Result<Sentinels> {
+    pub fn new(spec: &SentinelSpec, settings: &LinkSettings) -> Result<Sentinels> {
         if spec.sentinels.is_empty() {
             return Err(Error::invalid(
                 "a Sentinel client needs at least one sentinel",
@@ -97,9 +94,7 @@ impl Sentinels {
                     )));
                 }
                 let settings = info.redis_settings().clone().set_skip_set_lib_name();
-                Ok(info
-                    .set_tcp_settings(tcp.clone())
-                    .set_redis_settings(settings))
+                Ok(info.set_redis_settings(settings))
             })
             .collect::<Result<Vec<_>>>()?;
         let mut master_info = RedisConnectionInfo::default().set_skip_set_lib_name();
@@ -113,7 +108,6 @@ impl Sentinels {
             sentinels: Mutex::new(sentinels),
             master_name: spec.master_name.clone(),
             master_info,
-            tcp,
             settings: settings.clone(),
             current: Mutex::new(None),
             stale: AtomicBool::new(false),
@@ -206,13 +200,7 @@ impl Sentinels {
     }
 
     fn link(&self, info: &ConnectionInfo) -> RedisResult<Link> {
-        let settings = &self.settings;
-        Link::connect(
-            info,
-            settings.connect_timeout,
-            settings.response_timeout,
-            &settings.tls,
-        )
+        Link::connect(info, &self.settings)
     }
 
     fn ask(&self, sentinel: &ConnectionInfo) -> RedisResult<Master> {
@@ -229,7 +217,6 @@ impl Sentinels {
         };
         let info = ConnectionAddr::Tcp(host.clone(), port)
             .into_connection_info()?
-            .set_tcp_settings(self.tcp.clone())
             .set_redis_settings(self.master_info.clone());
         // The sentinel may not have seen a failover yet: the server itself must agree.
         let role = self

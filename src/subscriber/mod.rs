@@ -745,10 +745,12 @@ mod tests {
     fn subscriber() -> (Subscriber, Receiver<Errand>, Arc<LockKeys>) {
         let settings = Settings {
             pool_size: 1,
-            connect_timeout: Duration::from_millis(10),
-            response_timeout: Duration::from_millis(10),
+            link: crate::link::LinkSettings {
+                connect_timeout: Duration::from_millis(10),
+                response_timeout: Duration::from_millis(10),
+                tls: Default::default(),
+            },
             classic_pubsub: false,
-            tls: Default::default(),
         };
         // Never connected: rings go to the doorbell only, and nothing here does I/O.
         let backend = Arc::new(

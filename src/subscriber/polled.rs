@@ -422,7 +422,7 @@ impl PolledTask {
             .next()
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
         let mut stream = TcpStream::connect(addr)?;
-        crate::connection::configure_socket(&stream)?;
+        crate::link::configure_socket(&stream)?;
         let token = Token(self.next_token);
         self.next_token += 1;
         self.poll.registry().register(
@@ -710,10 +710,12 @@ mod tests {
     fn task() -> (Subscriber, PolledTask, std::net::TcpListener, String) {
         let settings = Settings {
             pool_size: 1,
-            connect_timeout: Duration::from_millis(10),
-            response_timeout: Duration::from_secs(10),
+            link: crate::link::LinkSettings {
+                connect_timeout: Duration::from_millis(10),
+                response_timeout: Duration::from_secs(10),
+                tls: Default::default(),
+            },
             classic_pubsub: false,
-            tls: Default::default(),
         };
         let backend = Arc::new(
             Backend::new(&Deployment::Url("redis://127.0.0.1:1/".into()), settings).unwrap(),
