@@ -57,6 +57,7 @@ mod subscriber;
 
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};
+pub use keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
 pub use lock::{Lock, LockGuard};
 pub use multi::{MultiLock, MultiLockGuard};
 pub use redlock::{RedLock, RedLockGuard, Redlock};
