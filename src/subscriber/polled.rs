@@ -34,7 +34,7 @@
 //! names the new master; a Cluster's slot map shows the promoted replica). A connection with
 //! no subscriptions for [`IDLE_TIMEOUT`] is closed.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::ToSocketAddrs;
 use std::sync::Arc;
@@ -47,6 +47,14 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use super::resp::{self, Frame};
 use super::{BACKOFF_MAX, BACKOFF_MIN, ChannelState, Entry, IDLE_TIMEOUT, Shared};
 use crate::connection::{Backend, SlotMap};
+use crate::keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
+
+/// The longest channel whose subscription confirmation and messages the reader keeps whole.
+const MAX_CHANNEL: usize = resp::MAX_BULK;
+
+// The name and prefix limits exist so that every lock's channel can be read back.
+const _: () =
+    assert!(MAX_PREFIX_LEN + ":{".len() + MAX_NAME_LEN + "}:unlocked".len() <= MAX_CHANNEL);
 
 /// A connection with subscriptions and nothing to say for this long sends a PING.
 pub(super) const HEARTBEAT: Duration = Duration::from_secs(5);
@@ -82,6 +90,9 @@ pub(super) struct PolledTask {
     /// Something said `slots` or `server` is out of date since it was read.
     stale: bool,
     shards: Vec<Shard>,
+    /// Channels of entries that are never subscribed, because their confirmations and
+    /// messages would be too long to read (see [`MAX_CHANNEL`]); kept to warn once.
+    unreadable: HashSet<String>,
     next_token: usize,
     /// After a failure, no new connection, subscription or slot map before this.
     paused_until: Option<Instant>,
@@ -95,7 +106,7 @@ struct Shard {
     stream: TcpStream,
     /// The TCP handshake completed.
     established: bool,
-    inbox: Vec<u8>,
+    reader: resp::Reader,
     outbox: Vec<u8>,
     /// Registered for writable events too (the outbox did not drain).
     want_writable: bool,
@@ -176,6 +187,7 @@ impl PolledTask {
             server: None,
             stale: true,
             shards: Vec::new(),
+            unreadable: HashSet::new(),
             next_token: 1,
             paused_until: None,
             backoff: BACKOFF_MIN,
@@ -244,7 +256,22 @@ impl PolledTask {
         // Where each channel should be subscribed now.
         let mut wanted: HashMap<&str, (String, &Arc<Entry>)> = HashMap::new();
         let mut unserved = false;
+        self.unreadable
+            .retain(|channel| entries.iter().any(|(c, _)| c == channel));
         for (channel, entry) in &entries {
+            if channel.len() > MAX_CHANNEL {
+                // Its confirmation could not be read, and the connection would fail again at
+                // each try, taking every other lock's wake-ups with it. The name limits keep
+                // our own locks' channels short; this guards the thread itself.
+                if self.unreadable.insert(channel.clone()) {
+                    log::warn!(
+                        "redlatch: a channel of {} bytes is too long to subscribe; its waiters \
+                         wake at the lock's TTL",
+                        channel.len()
+                    );
+                }
+                continue;
+            }
             match self.node_of(entry.keys.slot()) {
                 Some(node) => {
                     wanted.insert(channel, (node.to_string(), entry));
@@ -435,7 +462,7 @@ impl PolledTask {
             token,
             stream,
             established: false,
-            inbox: Vec::new(),
+            reader: resp::Reader::default(),
             outbox: Vec::new(),
             want_writable: true,
             sent: VecDeque::new(),
@@ -472,40 +499,85 @@ impl PolledTask {
             }
         }
         let mut buf = [0u8; 8192];
-        loop {
+        let mut frames = Vec::new();
+        let mut failure = None;
+        'read: loop {
             match shard.stream.read(&mut buf) {
                 Ok(0) => {
-                    return Err(io::Error::new(
+                    failure = Some(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "the node closed the connection",
                     ));
+                    break;
                 }
-                Ok(n) => shard.inbox.extend_from_slice(&buf[..n]),
+                Ok(n) => {
+                    // Frames are taken out as the bytes come, so that a huge message being
+                    // read past is never held whole.
+                    shard.reader.feed(&buf[..n]);
+                    loop {
+                        match shard.reader.next() {
+                            Ok(Some(frame)) => frames.push(frame),
+                            Ok(None) => break,
+                            Err(e) => {
+                                failure = Some(io::Error::new(io::ErrorKind::InvalidData, e));
+                                break 'read;
+                            }
+                        }
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
             }
         }
-        let mut used = 0;
-        let mut frames = Vec::new();
-        while let Some((frame, n)) = resp::parse(&shard.inbox[used..])
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?
-        {
-            frames.push(frame);
-            used += n;
-        }
-        shard.inbox.drain(..used);
         if !frames.is_empty() {
             shard.last_heard = Instant::now();
         }
+        // Whatever ends the connection, the frames read before it are served: one bad frame
+        // costs no other lock its wake-up. Once answers are out of step, messages still
+        // name their channel and are still delivered; answers are not trusted.
         for frame in frames {
-            self.handle(i, frame)?;
+            if failure.is_none() {
+                if let Err(e) = self.handle(i, frame) {
+                    failure = Some(e);
+                }
+            } else {
+                self.deliver_message(&frame);
+            }
         }
-        self.flush(i)
+        match failure {
+            Some(e) => Err(e),
+            None => self.flush(i),
+        }
+    }
+
+    /// Delivers `frame` if it is a message on a channel; whether it was one. A message whose
+    /// channel or payload was too long to keep is dropped: it cannot be one of ours.
+    fn deliver_message(&self, frame: &Frame) -> bool {
+        let Frame::Array(Some(items)) = frame else {
+            return false;
+        };
+        if items.first().and_then(Frame::bytes) != Some(self.routing.verbs().message) {
+            return false;
+        }
+        match (
+            items.get(1).and_then(Frame::bytes),
+            items.get(2).and_then(Frame::bytes),
+        ) {
+            (Some(channel), Some(payload)) => self.shared.deliver(channel, payload),
+            _ => log::debug!("redlatch subscriber: a message it cannot read, dropped"),
+        }
+        true
     }
 
     /// One frame from shard `i`.
     fn handle(&mut self, i: usize, frame: Frame) -> io::Result<()> {
+        if self.deliver_message(&frame) {
+            return Ok(());
+        }
         let shard = &mut self.shards[i];
         let part = |n: usize| match &frame {
             Frame::Array(Some(items)) => items.get(n).and_then(Frame::bytes).unwrap_or_default(),
@@ -514,10 +586,6 @@ impl PolledTask {
         let (kind, channel) = (part(0).to_vec(), part(1).to_vec());
         let verbs = self.routing.verbs();
         match kind.as_slice() {
-            k if k == verbs.message => {
-                self.shared.deliver(&channel, part(2));
-                return Ok(());
-            }
             k if k == verbs.unsubscribed
                 && !matches!(shard.sent.front(), Some((Sent::Unsubscribe(c), _))
                     if c.as_bytes() == channel) =>
@@ -704,7 +772,7 @@ mod tests {
     use super::*;
     use crate::connection::{Deployment, Settings};
     use crate::keys::LockKeys;
-    use crate::subscriber::{Flavor, Subscriber, SubscriberTask};
+    use crate::subscriber::{Flavor, Subscriber, SubscriberTask, Wake};
 
     /// A subscriber and its polled task, routing by slots, every slot on `node`.
     fn task() -> (Subscriber, PolledTask, std::net::TcpListener, String) {
@@ -743,6 +811,89 @@ mod tests {
             .state
             .lock()
             .confirmed
+    }
+
+    /// The frames a node sends for a message on `channel`.
+    fn message_bytes(channel: &str, payload: &[u8]) -> Vec<u8> {
+        let mut m = format!(
+            "*3\r\n$8\r\nsmessage\r\n${}\r\n{channel}\r\n${}\r\n",
+            channel.len(),
+            payload.len()
+        )
+        .into_bytes();
+        m.extend_from_slice(payload);
+        m.extend_from_slice(b"\r\n");
+        m
+    }
+
+    /// Anyone may PUBLISH on our channels: a message too big to keep, followed in the same
+    /// read by a grant, costs the grant nothing and the connection is kept.
+    #[test]
+    fn a_message_too_big_to_keep_is_skipped_and_the_grant_behind_it_delivered() {
+        let (sub, mut task, listener, _node) = task();
+        let keys = Arc::new(LockKeys::new("p", "x"));
+        let waiter = sub.join(sub.expect(&keys, 1));
+        task.reconcile(Instant::now());
+        let (mut node, _) = listener.accept().unwrap();
+        let mut bytes = b"+PONG\r\n".to_vec();
+        bytes.extend(
+            format!(
+                "*3\r\n$10\r\nssubscribe\r\n${}\r\n{}\r\n:1\r\n",
+                keys.channel.len(),
+                keys.channel
+            )
+            .as_bytes(),
+        );
+        bytes.extend(message_bytes(&keys.channel, &vec![b'x'; 3 << 20]));
+        bytes.extend(message_bytes(
+            &keys.channel,
+            format!("grant 9 30000 {}:1", "c0ffee").as_bytes(),
+        ));
+        let writer = std::thread::spawn(move || node.write_all(&bytes).map(|_| node));
+
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut woken = Vec::new();
+        while !woken.contains(&Wake::HandedOver { token: 9 }) && Instant::now() < deadline {
+            if !task.shards.is_empty()
+                && let Err(e) = task.serve(0)
+            {
+                task.fail(0, &e); // as `run` does
+            }
+            match waiter.wait(Duration::from_millis(5)) {
+                Wake::Timeout => {}
+                wake => woken.push(wake),
+            }
+        }
+        let _node = writer.join().unwrap();
+        assert_eq!(woken.last(), Some(&Wake::HandedOver { token: 9 }));
+        assert_eq!(task.shards.len(), 1, "the connection was given up");
+        assert!(confirmed(&sub, &keys));
+    }
+
+    /// A channel too long to read back is never subscribed, and the channels beside it are.
+    #[test]
+    fn a_channel_too_long_to_read_back_is_not_subscribed_and_costs_the_others_nothing() {
+        let (sub, mut task, _listener, _node) = task();
+        let long = Arc::new(LockKeys::new("p", &"n".repeat(MAX_CHANNEL)));
+        let keys = Arc::new(LockKeys::new("p", "x"));
+        let _long_waiter = sub.join(sub.expect(&long, 1));
+        let _waiter = sub.join(sub.expect(&keys, 2));
+        for _ in 0..3 {
+            task.reconcile(Instant::now());
+        }
+        let subscribed: Vec<&Sent> = task.shards[0]
+            .sent
+            .iter()
+            .map(|(sent, _)| sent)
+            .filter(|sent| matches!(sent, Sent::Subscribe(_)))
+            .collect();
+        assert!(
+            subscribed == [&Sent::Subscribe(keys.channel.clone())],
+            "{} subscriptions sent, the long channel's among them",
+            subscribed.len()
+        );
+        assert!(task.unreadable.contains(&long.channel));
+        assert!(task.paused_until.is_none());
     }
 
     #[test]
