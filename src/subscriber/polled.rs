@@ -36,7 +36,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{self, Read, Write};
-use std::net::ToSocketAddrs;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -106,6 +106,10 @@ struct Shard {
     stream: TcpStream,
     /// The TCP handshake completed.
     established: bool,
+    /// Until the handshake completes: the addresses of `node` not tried yet, and when the
+    /// one being tried is given up for the next.
+    untried: VecDeque<SocketAddr>,
+    connect_by: Instant,
     reader: resp::Reader,
     outbox: Vec<u8>,
     /// Registered for writable events too (the outbox did not drain).
@@ -360,6 +364,14 @@ impl PolledTask {
                     shard.sent.push_back((Sent::Ping, deadline));
                 }
             }
+            if !shard.established && now >= shard.connect_by {
+                let e = io::Error::new(io::ErrorKind::TimedOut, "no handshake in time");
+                match self.try_next_address(i, e, now) {
+                    Ok(()) => i += 1,
+                    Err(e) => self.fail(i, &e), // removes it: `i` is the next one now
+                }
+                continue;
+            }
             let failure = if shard.sent.front().is_some_and(|(_, by)| now >= *by) {
                 Some(io::Error::new(
                     io::ErrorKind::TimedOut,
@@ -388,6 +400,9 @@ impl PolledTask {
         let mut next = self.paused_until;
         let mut consider = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
         for shard in &self.shards {
+            if !shard.established {
+                consider(shard.connect_by);
+            }
             if let Some((_, by)) = shard.sent.front() {
                 consider(*by);
             } else if !shard.channels.is_empty() {
@@ -444,12 +459,19 @@ impl PolledTask {
     /// Starts a connection to `node`; its handshake, AUTH and first subscription go out as the
     /// socket allows. The index of the new shard.
     fn open(&mut self, node: &str, now: Instant) -> io::Result<usize> {
-        let addr = node
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
-        let mut stream = TcpStream::connect(addr)?;
-        crate::connection::configure_socket(&stream)?;
+        self.open_addresses(node, node.to_socket_addrs()?.collect(), now)
+    }
+
+    /// [`PolledTask::open`] for `node` at `addresses`, tried in turn: a name such as
+    /// `localhost` may resolve to `::1` first while the server listens on 127.0.0.1 only,
+    /// and the `redis` crate's command connections would reach it through the next one.
+    fn open_addresses(
+        &mut self,
+        node: &str,
+        mut untried: VecDeque<SocketAddr>,
+        now: Instant,
+    ) -> io::Result<usize> {
+        let mut stream = connect_next(&mut untried)?;
         let token = Token(self.next_token);
         self.next_token += 1;
         self.poll.registry().register(
@@ -462,6 +484,8 @@ impl PolledTask {
             token,
             stream,
             established: false,
+            untried,
+            connect_by: now + self.backend.connect_timeout(),
             reader: resp::Reader::default(),
             outbox: Vec::new(),
             want_writable: true,
@@ -485,19 +509,55 @@ impl PolledTask {
         Ok(self.shards.len() - 1)
     }
 
+    /// Shard `i`'s connection attempt failed with `e` (refused, unreachable, or no handshake
+    /// within the connect timeout): start one to its next address, on the same token and
+    /// with the same commands waiting, or give `e` back when none is left.
+    fn try_next_address(&mut self, i: usize, e: io::Error, now: Instant) -> io::Result<()> {
+        let shard = &mut self.shards[i];
+        if shard.untried.is_empty() {
+            return Err(e);
+        }
+        log::debug!(
+            "redlatch: pub/sub connection to {} failed: {e}; trying its next address",
+            shard.node
+        );
+        let mut stream = connect_next(&mut shard.untried)?;
+        let registry = self.poll.registry();
+        let _ = registry.deregister(&mut shard.stream);
+        registry.register(
+            &mut stream,
+            shard.token,
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        shard.stream = stream;
+        shard.want_writable = true;
+        shard.connect_by = now + self.backend.connect_timeout();
+        // The first answer may take this handshake as well as a command.
+        let deadline = now + self.backend.connect_timeout() + self.backend.response_timeout();
+        for (_, by) in &mut shard.sent {
+            *by = (*by).max(deadline);
+        }
+        Ok(())
+    }
+
     /// A socket is ready: finish the handshake, read and handle every whole frame, write.
     fn serve(&mut self, i: usize) -> io::Result<()> {
         let shard = &mut self.shards[i];
         if !shard.established {
-            if let Some(e) = shard.stream.take_error()? {
-                return Err(e);
+            let refused = match shard.stream.take_error() {
+                Ok(None) => match shard.stream.peer_addr() {
+                    Ok(_) => None,
+                    Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(()),
+                    Err(e) => Some(e),
+                },
+                Ok(Some(e)) | Err(e) => Some(e),
+            };
+            if let Some(e) = refused {
+                return self.try_next_address(i, e, Instant::now());
             }
-            match shard.stream.peer_addr() {
-                Ok(_) => shard.established = true,
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(()),
-                Err(e) => return Err(e),
-            }
+            self.shards[i].established = true;
         }
+        let shard = &mut self.shards[i];
         let mut buf = [0u8; 8192];
         let mut frames = Vec::new();
         let mut failure = None;
@@ -751,6 +811,21 @@ impl PolledTask {
     }
 }
 
+/// Starts a connection to the first of `untried` that takes one, removing the addresses it
+/// tried. A refusal that comes later, on the socket, is [`PolledTask::try_next_address`]'s.
+fn connect_next(untried: &mut VecDeque<SocketAddr>) -> io::Result<TcpStream> {
+    let mut failure = io::Error::new(io::ErrorKind::NotFound, "no address");
+    while let Some(addr) = untried.pop_front() {
+        match TcpStream::connect(addr)
+            .and_then(|stream| crate::connection::configure_socket(&stream).map(|()| stream))
+        {
+            Ok(stream) => return Ok(stream),
+            Err(e) => failure = e,
+        }
+    }
+    Err(failure)
+}
+
 /// AUTH with these credentials, if there is a password.
 fn auth_command(username: Option<String>, password: Option<String>) -> Option<Vec<u8>> {
     let mut auth = redis::cmd("AUTH");
@@ -868,6 +943,57 @@ mod tests {
         assert_eq!(woken.last(), Some(&Wake::HandedOver { token: 9 }));
         assert_eq!(task.shards.len(), 1, "the connection was given up");
         assert!(confirmed(&sub, &keys));
+    }
+
+    /// Where a name resolves to an address nobody listens on first (`localhost` as `::1`,
+    /// the server on 127.0.0.1 only), the connection goes on to the next address. This
+    /// machine resolves `localhost` to 127.0.0.1 alone, so the list is made by hand.
+    #[test]
+    fn a_connection_refused_at_one_address_goes_on_to_the_next() {
+        let (_sub, mut task, listener, _node) = task();
+        let refusing = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap(); // closed again: connections to it are refused
+        let good = listener.local_addr().unwrap();
+        let i = task
+            .open_addresses("node", VecDeque::from([refusing, good]), Instant::now())
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !task.shards[i].established && Instant::now() < deadline {
+            if let Err(e) = task.serve(i) {
+                panic!("the connection failed: {e}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(task.shards[i].established);
+        assert_eq!(task.shards[i].stream.peer_addr().unwrap(), good);
+        assert_eq!(
+            task.shards[i].sent.len(),
+            1,
+            "the first command still waits"
+        );
+    }
+
+    /// An address that does not complete the handshake within the connect timeout is given
+    /// up for the next one; the last one's failure fails the connection.
+    #[test]
+    fn an_address_silent_past_the_connect_timeout_is_given_up_for_the_next() {
+        let (_sub, mut task, listener, _node) = task();
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (first, second) = (listener.local_addr().unwrap(), other.local_addr().unwrap());
+        task.open_addresses("node", VecDeque::from([first, second]), Instant::now())
+            .unwrap();
+        // As if the handshake with the first had not completed in time (the test's connect
+        // timeout is 10 ms).
+        task.reconcile(Instant::now() + Duration::from_millis(20));
+        assert_eq!(task.shards.len(), 1);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !task.shards[0].established && Instant::now() < deadline {
+            task.serve(0).unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(task.shards[0].stream.peer_addr().unwrap(), second);
     }
 
     /// A channel too long to read back is never subscribed, and the channels beside it are.
