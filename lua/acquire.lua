@@ -33,6 +33,7 @@
 -- earlier attempt whose reply was lost, a release that never reached Redis, a hand-over from
 -- an earlier wait) gets a *new* token, so tokens are never handed out twice. Neither ever
 -- shortens the lease.
+-- Queueing never shortens the expiry of the queue or of the terms, only extends it.
 -- Nothing is written before every check has passed, so an error leaves no partial change.
 -- Each redis.call costs about as much as the script's dispatch: the free path makes five.
 
@@ -137,9 +138,14 @@ if mine == 0 then
       end
       return refused(terms_ok, 'waiters')
     end
-    -- The queue outlives its last valid place, so an abandoned lock leaves nothing behind.
+    -- The queue and the terms outlive their last valid place, so an abandoned lock leaves
+    -- nothing behind. Each key is only ever extended: the terms may hold a hand-over's
+    -- "granted" ones, which release.lua made outlive that hand-over's lease (they tell an
+    -- unused hand-over from one taken up), while the queue may be younger or gone.
     if redis.call('pttl', queue) < queue_for then
       redis.call('pexpire', queue, queue_for)
+    end
+    if redis.call('pttl', waiters) < queue_for then
       redis.call('pexpire', waiters, queue_for)
     end
   end

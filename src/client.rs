@@ -175,7 +175,9 @@ impl Client {
         ))
     }
 
-    /// A handle on the lock called `name`. No I/O; the name is checked when the lock is used.
+    /// A handle on the lock called `name`. No I/O; the name is checked when the lock is used:
+    /// an empty one, or one longer than [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, makes
+    /// every call fail with [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     pub fn lock(&self, name: &str) -> Lock {
         Lock::new(self.clone(), name)
     }
@@ -262,7 +264,8 @@ impl ClientBuilder {
     }
 
     /// The first part of every key and channel (default `redlatch`): lock `name` lives at
-    /// `<prefix>:{name}`. Must not be empty or contain `{` or `}`.
+    /// `<prefix>:{name}`. Must not be empty or contain `{` or `}`, and at most
+    /// [`MAX_PREFIX_LEN`](crate::MAX_PREFIX_LEN) bytes long.
     pub fn key_prefix(mut self, prefix: &str) -> Self {
         self.prefix = prefix.to_string();
         self
@@ -375,12 +378,7 @@ impl ClientBuilder {
     /// Checks the settings, connects once to check the server and the credentials, and starts
     /// the subscriber and renewal threads.
     pub fn build(self) -> Result<Client> {
-        if self.prefix.is_empty() || self.prefix.contains(['{', '}']) {
-            return Err(Error::invalid(format!(
-                "key prefix {:?} must be non-empty and free of braces",
-                self.prefix
-            )));
-        }
+        crate::keys::check_prefix(&self.prefix)?;
         validate_duration(
             "watchdog_timeout",
             self.watchdog_timeout,

@@ -10,8 +10,9 @@ pub enum Error {
     /// connection refused or reset, timeout, wrong password, missing ACL permission,
     /// `READONLY` replica, ... The inner error says which.
     Redis(redis::RedisError),
-    /// An argument can never work: an empty lock name, a zero lease, a duration too large to
-    /// express in milliseconds, a malformed URL. Nothing was sent to Redis.
+    /// An argument can never work: an empty lock name or one over
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN), a zero lease, a duration too large to express in
+    /// milliseconds, a malformed URL. Nothing was sent to Redis.
     InvalidArgument(String),
     /// The lock expired or was taken from its holder (released by `force_unlock`, its lease
     /// ran out while the holder was paused or Redis was unreachable, Redis restarted). Work

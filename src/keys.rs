@@ -17,7 +17,62 @@
 //! Lock keys always begin `p:{`; the control channel begins `p:control:`, so no lock name can
 //! collide with it.
 
-use crate::error::Error;
+use crate::error::{Error, Result};
+
+/// The longest lock name accepted, in bytes of UTF-8: 64 KiB.
+///
+/// A name is a key, not data: every script call carries it in four to six keys, and every
+/// waiting client reads it back inside the subscription confirmations of the lock's channel.
+/// The subscriber reads no bulk string over 1 MiB (a longer one means a broken stream to
+/// it), so a name near that size would make the channel unreadable and its waiters wake only
+/// at the lease. 64 KiB is far beyond any sensible name and leaves a wide margin, with the
+/// longest [prefix](MAX_PREFIX_LEN) and key suffix, under that frame limit.
+pub const MAX_NAME_LEN: usize = 64 * 1024;
+
+/// The longest key prefix ([`ClientBuilder::key_prefix`](crate::ClientBuilder::key_prefix))
+/// accepted, in bytes: 1 KiB. Every key and channel starts with it, so it counts against the
+/// same frame limit as [`MAX_NAME_LEN`].
+pub const MAX_PREFIX_LEN: usize = 1024;
+
+/// Checks a lock name before anything is sent for it, for every kind of lock: the one place
+/// where a name's limits are known.
+///
+/// On a Cluster a name must not begin with `}`: `p:{}x}` has no hash tag, so its keys would
+/// hash to different slots.
+pub(crate) fn check_name(name: &str, cluster: bool) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid("lock name must not be empty"));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::invalid(format!(
+            "lock name of {} bytes is longer than the {MAX_NAME_LEN} bytes allowed",
+            name.len()
+        )));
+    }
+    if name.starts_with('}') && cluster {
+        return Err(Error::invalid(
+            "on a Redis Cluster, a lock name must not begin with '}'",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a key prefix: not empty, no braces (a brace would move the hash tag), and at most
+/// [`MAX_PREFIX_LEN`] bytes.
+pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() || prefix.contains(['{', '}']) {
+        return Err(Error::invalid(format!(
+            "key prefix {prefix:?} must be non-empty and free of braces"
+        )));
+    }
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(Error::invalid(format!(
+            "key prefix of {} bytes is longer than the {MAX_PREFIX_LEN} bytes allowed",
+            prefix.len()
+        )));
+    }
+    Ok(())
+}
 
 /// The keys and channel of one lock.
 #[derive(Debug)]

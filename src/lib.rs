@@ -59,6 +59,7 @@ mod tls;
 
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};
+pub use keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
 pub use lock::{Lock, LockGuard};
 pub use multi::{MultiLock, MultiLockGuard};
 /// TLS settings for [`ClientBuilder::tls_certificates`]: the `redis` crate's own types, so

@@ -180,16 +180,7 @@ impl Lock {
     }
 
     pub(crate) fn validate_name(&self) -> Result<()> {
-        if self.keys.name.is_empty() {
-            return Err(Error::invalid("lock name must not be empty"));
-        }
-        if self.keys.name.starts_with('}') && self.core().backend.is_cluster() {
-            // `p:{}x}` has no hash tag: its keys would hash to different slots.
-            return Err(Error::invalid(
-                "on a Redis Cluster, a lock name must not begin with '}'",
-            ));
-        }
-        Ok(())
+        crate::keys::check_name(&self.keys.name, self.core().backend.is_cluster())
     }
 
     /// The waiting path. `wait: None` waits forever.

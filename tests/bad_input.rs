@@ -186,6 +186,80 @@ fn empty_names_zero_and_absurd_durations_are_refused_before_any_io() {
     invalid(Client::builder(&server.url()).key_prefix("a{b").build());
 }
 
+/// Over-long names would make the lock's channel too long for the subscriber to read back,
+/// and every waiter of the client would then sleep to its lease: they are refused first.
+#[test]
+fn names_and_prefixes_over_the_limits_are_refused_before_any_io() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = Client::open(&server.url()).unwrap();
+    let too_long = "n".repeat(redlatch::MAX_NAME_LEN + 1);
+    let scripts_before = command_calls(&mut admin, "evalsha") + command_calls(&mut admin, "eval");
+    let lock = client.lock(&too_long);
+    for (what, message) in [
+        ("lock", invalid(lock.lock())),
+        (
+            "lock_with_lease",
+            invalid(lock.lock_with_lease(Duration::from_secs(1))),
+        ),
+        (
+            "try_lock",
+            invalid(lock.try_lock(Duration::from_secs(1), None)),
+        ),
+        ("is_locked", invalid(lock.is_locked())),
+        (
+            "is_held_by_current_thread",
+            invalid(lock.is_held_by_current_thread()),
+        ),
+        ("hold_count", invalid(lock.hold_count())),
+        ("remaining_ttl", invalid(lock.remaining_ttl())),
+        ("force_unlock", invalid(lock.force_unlock())),
+        (
+            "multi_lock",
+            invalid(
+                client
+                    .multi_lock(&["a-normal-name", &too_long])
+                    .try_lock(Duration::from_secs(1), None),
+            ),
+        ),
+        (
+            "redlock",
+            invalid(
+                redlatch::Redlock::new(vec![client.clone()])
+                    .unwrap()
+                    .lock(&too_long)
+                    .try_lock(Duration::from_secs(1), None),
+            ),
+        ),
+    ] {
+        assert!(message.contains("bytes"), "{what}: {message}");
+    }
+    assert_eq!(
+        command_calls(&mut admin, "evalsha") + command_calls(&mut admin, "eval"),
+        scripts_before,
+        "a refused name reached Redis"
+    );
+    assert_eq!(command_calls(&mut admin, "subscribe"), 0);
+    assert_eq!(dbsize(&mut admin), 0);
+
+    // The limit itself is a name like any other.
+    let longest = "n".repeat(redlatch::MAX_NAME_LEN);
+    let guard = client
+        .lock(&longest)
+        .try_lock(Duration::ZERO, None)
+        .unwrap()
+        .expect("a free lock");
+    guard.unlock().unwrap();
+
+    let prefix = "p".repeat(redlatch::MAX_PREFIX_LEN + 1);
+    invalid(Client::builder(&server.url()).key_prefix(&prefix).build());
+    let prefix = "p".repeat(redlatch::MAX_PREFIX_LEN);
+    Client::builder(&server.url())
+        .key_prefix(&prefix)
+        .build()
+        .unwrap();
+}
+
 #[test]
 fn bad_urls_wrong_passwords_and_unreachable_servers_fail_fast() {
     for url in [

@@ -436,6 +436,61 @@ fn a_hand_over_costs_the_new_holder_no_command() {
     assert_eq!(terms, 0, "a hand-over's terms outlived its hold");
 }
 
+/// A release hands the lock over with "granted" terms made to outlive the hand-over's lease:
+/// they are what tells a hand-over nobody took up (given back) from one taken up. A waiter
+/// queueing afterwards with a shorter wait must not cut them short.
+#[test]
+fn a_hand_overs_grant_outlives_a_later_waiter_with_a_shorter_wait() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("grant-outlives-queue");
+    let waiters_key = format!("redlatch:{{{name}}}:waiters");
+    let held = client(&server).lock(&name).lock().unwrap(); // 30 s watchdog lease
+    let lock = client(&server).lock(&name);
+    let (token_tx, token_rx) = crossbeam_channel::bounded(1);
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+    let handed = thread::spawn(move || {
+        // Handed over with the watchdog's 30 s lease.
+        let guard = lock
+            .try_lock(Duration::from_secs(20), None)
+            .unwrap()
+            .expect("handed over");
+        token_tx.send(guard.fencing_token()).unwrap();
+        let _ = done_rx.recv_timeout(Duration::from_secs(30));
+    });
+    support::await_waiting(&mut admin, &name);
+    held.unlock().unwrap();
+    let token = token_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let granted = format!("granted {token}");
+    let terms = |admin: &mut redis::Connection| -> Vec<String> {
+        redis::cmd("HVALS").arg(&waiters_key).query(admin).unwrap()
+    };
+    let pttl = |admin: &mut redis::Connection| -> i64 {
+        redis::cmd("PTTL").arg(&waiters_key).query(admin).unwrap()
+    };
+    assert_eq!(terms(&mut admin), std::slice::from_ref(&granted));
+    assert!(pttl(&mut admin) > 25_000);
+
+    // Another waiter queues, for a place valid about 2.3 s (its wait plus the slack), and
+    // gives up.
+    let queued_at = Instant::now();
+    let other = client(&server).lock(&name);
+    assert!(
+        other
+            .try_lock(Duration::from_millis(300), None)
+            .unwrap()
+            .is_none()
+    );
+    let left = pttl(&mut admin);
+    assert!(left > 20_000, "the grant's terms now expire in {left} ms");
+    // Past that place's expiry, the grant is still there.
+    thread::sleep(Duration::from_secs(3).saturating_sub(queued_at.elapsed()));
+    assert_eq!(terms(&mut admin), [granted]);
+
+    done_tx.send(()).unwrap();
+    handed.join().unwrap();
+}
+
 #[test]
 fn an_uncontended_release_publishes_nothing() {
     let server = RedisServer::start();

@@ -44,7 +44,11 @@
 //! that has waiters, and the confirmations give every waiter a permit. Meanwhile, and whenever
 //! a message is lost, waiters still wake when the lock's TTL or their deadline says so. A
 //! refused subscription (an ACL without our channels) is logged and retried with backoff;
-//! waiting then degrades to waking at the lock's TTL. A connection that carried nothing for
+//! waiting then degrades to waking at the lock's TTL. A frame the polled flavor cannot use (a
+//! message too big to keep, which anyone with PUBLISH on the channel can send) is read past
+//! and costs only itself; a connection fails only on bytes that are not RESP, which no answer
+//! to our commands can be, since no channel we subscribe is too long to read back. A
+//! connection that carried nothing for
 //! [`IDLE_TIMEOUT`] is given up, and made anew only if threads still wait.
 
 use std::collections::{HashMap, VecDeque};

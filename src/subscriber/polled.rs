@@ -34,9 +34,9 @@
 //! names the new master; a Cluster's slot map shows the promoted replica). A connection with
 //! no subscriptions for [`IDLE_TIMEOUT`] is closed.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{self, Read, Write};
-use std::net::ToSocketAddrs;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -47,6 +47,14 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use super::resp::{self, Frame};
 use super::{BACKOFF_MAX, BACKOFF_MIN, ChannelState, Entry, IDLE_TIMEOUT, Shared};
 use crate::connection::{Backend, SlotMap};
+use crate::keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
+
+/// The longest channel whose subscription confirmation and messages the reader keeps whole.
+const MAX_CHANNEL: usize = resp::MAX_BULK;
+
+// The name and prefix limits exist so that every lock's channel can be read back.
+const _: () =
+    assert!(MAX_PREFIX_LEN + ":{".len() + MAX_NAME_LEN + "}:unlocked".len() <= MAX_CHANNEL);
 
 /// A connection with subscriptions and nothing to say for this long sends a PING.
 pub(super) const HEARTBEAT: Duration = Duration::from_secs(5);
@@ -82,6 +90,9 @@ pub(super) struct PolledTask {
     /// Something said `slots` or `server` is out of date since it was read.
     stale: bool,
     shards: Vec<Shard>,
+    /// Channels of entries that are never subscribed, because their confirmations and
+    /// messages would be too long to read (see [`MAX_CHANNEL`]); kept to warn once.
+    unreadable: HashSet<String>,
     next_token: usize,
     /// After a failure, no new connection, subscription or slot map before this.
     paused_until: Option<Instant>,
@@ -95,7 +106,11 @@ struct Shard {
     stream: TcpStream,
     /// The TCP handshake completed.
     established: bool,
-    inbox: Vec<u8>,
+    /// Until the handshake completes: the addresses of `node` not tried yet, and when the
+    /// one being tried is given up for the next.
+    untried: VecDeque<SocketAddr>,
+    connect_by: Instant,
+    reader: resp::Reader,
     outbox: Vec<u8>,
     /// Registered for writable events too (the outbox did not drain).
     want_writable: bool,
@@ -176,6 +191,7 @@ impl PolledTask {
             server: None,
             stale: true,
             shards: Vec::new(),
+            unreadable: HashSet::new(),
             next_token: 1,
             paused_until: None,
             backoff: BACKOFF_MIN,
@@ -244,7 +260,22 @@ impl PolledTask {
         // Where each channel should be subscribed now.
         let mut wanted: HashMap<&str, (String, &Arc<Entry>)> = HashMap::new();
         let mut unserved = false;
+        self.unreadable
+            .retain(|channel| entries.iter().any(|(c, _)| c == channel));
         for (channel, entry) in &entries {
+            if channel.len() > MAX_CHANNEL {
+                // Its confirmation could not be read, and the connection would fail again at
+                // each try, taking every other lock's wake-ups with it. The name limits keep
+                // our own locks' channels short; this guards the thread itself.
+                if self.unreadable.insert(channel.clone()) {
+                    log::warn!(
+                        "redlatch: a channel of {} bytes is too long to subscribe; its waiters \
+                         wake at the lock's TTL",
+                        channel.len()
+                    );
+                }
+                continue;
+            }
             match self.node_of(entry.keys.slot()) {
                 Some(node) => {
                     wanted.insert(channel, (node.to_string(), entry));
@@ -333,6 +364,14 @@ impl PolledTask {
                     shard.sent.push_back((Sent::Ping, deadline));
                 }
             }
+            if !shard.established && now >= shard.connect_by {
+                let e = io::Error::new(io::ErrorKind::TimedOut, "no handshake in time");
+                match self.try_next_address(i, e, now) {
+                    Ok(()) => i += 1,
+                    Err(e) => self.fail(i, &e), // removes it: `i` is the next one now
+                }
+                continue;
+            }
             let failure = if shard.sent.front().is_some_and(|(_, by)| now >= *by) {
                 Some(io::Error::new(
                     io::ErrorKind::TimedOut,
@@ -361,6 +400,9 @@ impl PolledTask {
         let mut next = self.paused_until;
         let mut consider = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
         for shard in &self.shards {
+            if !shard.established {
+                consider(shard.connect_by);
+            }
             if let Some((_, by)) = shard.sent.front() {
                 consider(*by);
             } else if !shard.channels.is_empty() {
@@ -417,12 +459,19 @@ impl PolledTask {
     /// Starts a connection to `node`; its handshake, AUTH and first subscription go out as the
     /// socket allows. The index of the new shard.
     fn open(&mut self, node: &str, now: Instant) -> io::Result<usize> {
-        let addr = node
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
-        let mut stream = TcpStream::connect(addr)?;
-        crate::link::configure_socket(&stream)?;
+        self.open_addresses(node, node.to_socket_addrs()?.collect(), now)
+    }
+
+    /// [`PolledTask::open`] for `node` at `addresses`, tried in turn: a name such as
+    /// `localhost` may resolve to `::1` first while the server listens on 127.0.0.1 only,
+    /// and the `redis` crate's command connections would reach it through the next one.
+    fn open_addresses(
+        &mut self,
+        node: &str,
+        mut untried: VecDeque<SocketAddr>,
+        now: Instant,
+    ) -> io::Result<usize> {
+        let mut stream = connect_next(&mut untried)?;
         let token = Token(self.next_token);
         self.next_token += 1;
         self.poll.registry().register(
@@ -435,7 +484,9 @@ impl PolledTask {
             token,
             stream,
             established: false,
-            inbox: Vec::new(),
+            untried,
+            connect_by: now + self.backend.connect_timeout(),
+            reader: resp::Reader::default(),
             outbox: Vec::new(),
             want_writable: true,
             sent: VecDeque::new(),
@@ -458,54 +509,135 @@ impl PolledTask {
         Ok(self.shards.len() - 1)
     }
 
+    /// Shard `i`'s connection attempt failed with `e` (refused, unreachable, or no handshake
+    /// within the connect timeout): start one to its next address, on the same token and
+    /// with the same commands waiting, or give `e` back when none is left.
+    fn try_next_address(&mut self, i: usize, e: io::Error, now: Instant) -> io::Result<()> {
+        let shard = &mut self.shards[i];
+        if shard.untried.is_empty() {
+            return Err(e);
+        }
+        log::debug!(
+            "redlatch: pub/sub connection to {} failed: {e}; trying its next address",
+            shard.node
+        );
+        let mut stream = connect_next(&mut shard.untried)?;
+        let registry = self.poll.registry();
+        let _ = registry.deregister(&mut shard.stream);
+        registry.register(
+            &mut stream,
+            shard.token,
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        shard.stream = stream;
+        shard.want_writable = true;
+        shard.connect_by = now + self.backend.connect_timeout();
+        // The first answer may take this handshake as well as a command.
+        let deadline = now + self.backend.connect_timeout() + self.backend.response_timeout();
+        for (_, by) in &mut shard.sent {
+            *by = (*by).max(deadline);
+        }
+        Ok(())
+    }
+
     /// A socket is ready: finish the handshake, read and handle every whole frame, write.
     fn serve(&mut self, i: usize) -> io::Result<()> {
         let shard = &mut self.shards[i];
         if !shard.established {
-            if let Some(e) = shard.stream.take_error()? {
-                return Err(e);
+            let refused = match shard.stream.take_error() {
+                Ok(None) => match shard.stream.peer_addr() {
+                    Ok(_) => None,
+                    Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(()),
+                    Err(e) => Some(e),
+                },
+                Ok(Some(e)) | Err(e) => Some(e),
+            };
+            if let Some(e) = refused {
+                return self.try_next_address(i, e, Instant::now());
             }
-            match shard.stream.peer_addr() {
-                Ok(_) => shard.established = true,
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(()),
-                Err(e) => return Err(e),
-            }
+            self.shards[i].established = true;
         }
+        let shard = &mut self.shards[i];
         let mut buf = [0u8; 8192];
-        loop {
+        let mut frames = Vec::new();
+        let mut failure = None;
+        'read: loop {
             match shard.stream.read(&mut buf) {
                 Ok(0) => {
-                    return Err(io::Error::new(
+                    failure = Some(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "the node closed the connection",
                     ));
+                    break;
                 }
-                Ok(n) => shard.inbox.extend_from_slice(&buf[..n]),
+                Ok(n) => {
+                    // Frames are taken out as the bytes come, so that a huge message being
+                    // read past is never held whole.
+                    shard.reader.feed(&buf[..n]);
+                    loop {
+                        match shard.reader.next() {
+                            Ok(Some(frame)) => frames.push(frame),
+                            Ok(None) => break,
+                            Err(e) => {
+                                failure = Some(io::Error::new(io::ErrorKind::InvalidData, e));
+                                break 'read;
+                            }
+                        }
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
             }
         }
-        let mut used = 0;
-        let mut frames = Vec::new();
-        while let Some((frame, n)) = resp::parse(&shard.inbox[used..])
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?
-        {
-            frames.push(frame);
-            used += n;
-        }
-        shard.inbox.drain(..used);
         if !frames.is_empty() {
             shard.last_heard = Instant::now();
         }
+        // Whatever ends the connection, the frames read before it are served: one bad frame
+        // costs no other lock its wake-up. Once answers are out of step, messages still
+        // name their channel and are still delivered; answers are not trusted.
         for frame in frames {
-            self.handle(i, frame)?;
+            if failure.is_none() {
+                if let Err(e) = self.handle(i, frame) {
+                    failure = Some(e);
+                }
+            } else {
+                self.deliver_message(&frame);
+            }
         }
-        self.flush(i)
+        match failure {
+            Some(e) => Err(e),
+            None => self.flush(i),
+        }
+    }
+
+    /// Delivers `frame` if it is a message on a channel; whether it was one. A message whose
+    /// channel or payload was too long to keep is dropped: it cannot be one of ours.
+    fn deliver_message(&self, frame: &Frame) -> bool {
+        let Frame::Array(Some(items)) = frame else {
+            return false;
+        };
+        if items.first().and_then(Frame::bytes) != Some(self.routing.verbs().message) {
+            return false;
+        }
+        match (
+            items.get(1).and_then(Frame::bytes),
+            items.get(2).and_then(Frame::bytes),
+        ) {
+            (Some(channel), Some(payload)) => self.shared.deliver(channel, payload),
+            _ => log::debug!("redlatch subscriber: a message it cannot read, dropped"),
+        }
+        true
     }
 
     /// One frame from shard `i`.
     fn handle(&mut self, i: usize, frame: Frame) -> io::Result<()> {
+        if self.deliver_message(&frame) {
+            return Ok(());
+        }
         let shard = &mut self.shards[i];
         let part = |n: usize| match &frame {
             Frame::Array(Some(items)) => items.get(n).and_then(Frame::bytes).unwrap_or_default(),
@@ -514,10 +646,6 @@ impl PolledTask {
         let (kind, channel) = (part(0).to_vec(), part(1).to_vec());
         let verbs = self.routing.verbs();
         match kind.as_slice() {
-            k if k == verbs.message => {
-                self.shared.deliver(&channel, part(2));
-                return Ok(());
-            }
             k if k == verbs.unsubscribed
                 && !matches!(shard.sent.front(), Some((Sent::Unsubscribe(c), _))
                     if c.as_bytes() == channel) =>
@@ -683,6 +811,21 @@ impl PolledTask {
     }
 }
 
+/// Starts a connection to the first of `untried` that takes one, removing the addresses it
+/// tried. A refusal that comes later, on the socket, is [`PolledTask::try_next_address`]'s.
+fn connect_next(untried: &mut VecDeque<SocketAddr>) -> io::Result<TcpStream> {
+    let mut failure = io::Error::new(io::ErrorKind::NotFound, "no address");
+    while let Some(addr) = untried.pop_front() {
+        match TcpStream::connect(addr)
+            .and_then(|stream| crate::link::configure_socket(&stream).map(|()| stream))
+        {
+            Ok(stream) => return Ok(stream),
+            Err(e) => failure = e,
+        }
+    }
+    Err(failure)
+}
+
 /// AUTH with these credentials, if there is a password.
 fn auth_command(username: Option<String>, password: Option<String>) -> Option<Vec<u8>> {
     let mut auth = redis::cmd("AUTH");
@@ -704,7 +847,7 @@ mod tests {
     use super::*;
     use crate::connection::{Deployment, Settings};
     use crate::keys::LockKeys;
-    use crate::subscriber::{Flavor, Subscriber, SubscriberTask};
+    use crate::subscriber::{Flavor, Subscriber, SubscriberTask, Wake};
 
     /// A subscriber and its polled task, routing by slots, every slot on `node`.
     fn task() -> (Subscriber, PolledTask, std::net::TcpListener, String) {
@@ -746,6 +889,140 @@ mod tests {
             .state
             .lock()
             .confirmed
+    }
+
+    /// The frames a node sends for a message on `channel`.
+    fn message_bytes(channel: &str, payload: &[u8]) -> Vec<u8> {
+        let mut m = format!(
+            "*3\r\n$8\r\nsmessage\r\n${}\r\n{channel}\r\n${}\r\n",
+            channel.len(),
+            payload.len()
+        )
+        .into_bytes();
+        m.extend_from_slice(payload);
+        m.extend_from_slice(b"\r\n");
+        m
+    }
+
+    /// Anyone may PUBLISH on our channels: a message too big to keep, followed in the same
+    /// read by a grant, costs the grant nothing and the connection is kept.
+    #[test]
+    fn a_message_too_big_to_keep_is_skipped_and_the_grant_behind_it_delivered() {
+        let (sub, mut task, listener, _node) = task();
+        let keys = Arc::new(LockKeys::new("p", "x"));
+        let waiter = sub.join(sub.expect(&keys, 1));
+        task.reconcile(Instant::now());
+        let (mut node, _) = listener.accept().unwrap();
+        let mut bytes = b"+PONG\r\n".to_vec();
+        bytes.extend(
+            format!(
+                "*3\r\n$10\r\nssubscribe\r\n${}\r\n{}\r\n:1\r\n",
+                keys.channel.len(),
+                keys.channel
+            )
+            .as_bytes(),
+        );
+        bytes.extend(message_bytes(&keys.channel, &vec![b'x'; 3 << 20]));
+        bytes.extend(message_bytes(
+            &keys.channel,
+            format!("grant 9 30000 {}:1", "c0ffee").as_bytes(),
+        ));
+        let writer = std::thread::spawn(move || node.write_all(&bytes).map(|_| node));
+
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut woken = Vec::new();
+        while !woken.contains(&Wake::HandedOver { token: 9 }) && Instant::now() < deadline {
+            if !task.shards.is_empty()
+                && let Err(e) = task.serve(0)
+            {
+                task.fail(0, &e); // as `run` does
+            }
+            match waiter.wait(Duration::from_millis(5)) {
+                Wake::Timeout => {}
+                wake => woken.push(wake),
+            }
+        }
+        let _node = writer.join().unwrap();
+        assert_eq!(woken.last(), Some(&Wake::HandedOver { token: 9 }));
+        assert_eq!(task.shards.len(), 1, "the connection was given up");
+        assert!(confirmed(&sub, &keys));
+    }
+
+    /// Where a name resolves to an address nobody listens on first (`localhost` as `::1`,
+    /// the server on 127.0.0.1 only), the connection goes on to the next address. This
+    /// machine resolves `localhost` to 127.0.0.1 alone, so the list is made by hand.
+    #[test]
+    fn a_connection_refused_at_one_address_goes_on_to_the_next() {
+        let (_sub, mut task, listener, _node) = task();
+        let refusing = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap(); // closed again: connections to it are refused
+        let good = listener.local_addr().unwrap();
+        let i = task
+            .open_addresses("node", VecDeque::from([refusing, good]), Instant::now())
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !task.shards[i].established && Instant::now() < deadline {
+            if let Err(e) = task.serve(i) {
+                panic!("the connection failed: {e}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(task.shards[i].established);
+        assert_eq!(task.shards[i].stream.peer_addr().unwrap(), good);
+        assert_eq!(
+            task.shards[i].sent.len(),
+            1,
+            "the first command still waits"
+        );
+    }
+
+    /// An address that does not complete the handshake within the connect timeout is given
+    /// up for the next one; the last one's failure fails the connection.
+    #[test]
+    fn an_address_silent_past_the_connect_timeout_is_given_up_for_the_next() {
+        let (_sub, mut task, listener, _node) = task();
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (first, second) = (listener.local_addr().unwrap(), other.local_addr().unwrap());
+        task.open_addresses("node", VecDeque::from([first, second]), Instant::now())
+            .unwrap();
+        // As if the handshake with the first had not completed in time (the test's connect
+        // timeout is 10 ms).
+        task.reconcile(Instant::now() + Duration::from_millis(20));
+        assert_eq!(task.shards.len(), 1);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !task.shards[0].established && Instant::now() < deadline {
+            task.serve(0).unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(task.shards[0].stream.peer_addr().unwrap(), second);
+    }
+
+    /// A channel too long to read back is never subscribed, and the channels beside it are.
+    #[test]
+    fn a_channel_too_long_to_read_back_is_not_subscribed_and_costs_the_others_nothing() {
+        let (sub, mut task, _listener, _node) = task();
+        let long = Arc::new(LockKeys::new("p", &"n".repeat(MAX_CHANNEL)));
+        let keys = Arc::new(LockKeys::new("p", "x"));
+        let _long_waiter = sub.join(sub.expect(&long, 1));
+        let _waiter = sub.join(sub.expect(&keys, 2));
+        for _ in 0..3 {
+            task.reconcile(Instant::now());
+        }
+        let subscribed: Vec<&Sent> = task.shards[0]
+            .sent
+            .iter()
+            .map(|(sent, _)| sent)
+            .filter(|sent| matches!(sent, Sent::Subscribe(_)))
+            .collect();
+        assert!(
+            subscribed == [&Sent::Subscribe(keys.channel.clone())],
+            "{} subscriptions sent, the long channel's among them",
+            subscribed.len()
+        );
+        assert!(task.unreadable.contains(&long.channel));
+        assert!(task.paused_until.is_none());
     }
 
     #[test]
