@@ -1,13 +1,10 @@
 //! [`Client`] and its builder: one connection pool, one subscriber thread, one renewal thread.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
-
 use crate::connection::{Backend, Deployment, Settings};
+use crate::core::{Core, Replicas, Runtime};
 use crate::error::{Error, Result};
 use crate::hold::Holds;
 use crate::link::LinkSettings;
@@ -43,53 +40,7 @@ const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<ClientInner>,
-}
-
-/// Owns the threads; dropping it stops them. The threads hold only [`Core`].
-struct ClientInner {
-    core: Arc<Core>,
-    stop_renewal: Option<Sender<()>>,
-    renewal: Option<JoinHandle<()>>,
-    subscriber: Option<JoinHandle<()>>,
-}
-
-/// State shared by the client's handles and its threads (two; three with Sentinel).
-pub(crate) struct Core {
-    /// The client id: a random UUID v4, the first half of every owner id.
-    pub id: String,
-    pub prefix: String,
-    pub watchdog_timeout: Duration,
-    pub backend: Arc<Backend>,
-    pub holds: Holds,
-    pub subscriber: Subscriber,
-    /// Origin of the holds' compact timestamps.
-    pub epoch: Instant,
-    /// Replicas that must acknowledge an acquisition, if any.
-    pub replicas: Option<Replicas>,
-}
-
-/// `WAIT <count> <timeout>` after each acquisition: see [`ClientBuilder::wait_for_replicas`].
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Replicas {
-    pub count: u32,
-    pub timeout: Duration,
-}
-
-impl Core {
-    /// The owner id of the calling thread: `<client id>:<thread number>`.
-    pub fn owner(&self, thread: u64) -> String {
-        format!("{}:{thread}", self.id)
-    }
-}
-
-/// The calling thread's number: unique within the process, never reused.
-pub(crate) fn thread_number() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    thread_local! {
-        static NUMBER: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    NUMBER.with(|n| *n)
+    runtime: Arc<Runtime>,
 }
 
 impl Client {
@@ -179,39 +130,25 @@ impl Client {
     /// an empty one, or one longer than [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, makes
     /// every call fail with [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     pub fn lock(&self, name: &str) -> Lock {
-        Lock::new(self.clone(), name)
+        Lock::new(self.runtime.clone(), name)
     }
 
     /// This client's id, the first half of its owner ids (`<id>:<thread number>`).
     pub fn id(&self) -> &str {
-        &self.inner.core.id
+        &self.runtime.core.id
     }
 
     pub(crate) fn core(&self) -> &Arc<Core> {
-        &self.inner.core
+        &self.runtime.core
     }
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("id", &self.inner.core.id)
-            .field("prefix", &self.inner.core.prefix)
+            .field("id", &self.runtime.core.id)
+            .field("prefix", &self.runtime.core.prefix)
             .finish_non_exhaustive()
-    }
-}
-
-impl Drop for ClientInner {
-    fn drop(&mut self) {
-        drop(self.stop_renewal.take()); // disconnects the renewal thread's stop channel
-        self.core.subscriber.stop();
-        if let Some(renewal) = self.renewal.take() {
-            let _ = renewal.join();
-        }
-        // The subscriber leaves at its next wake-up, which stop() just caused. It is not
-        // joined: on a blackholed connection that wake-up waits for TCP keepalive, and a drop
-        // must not block that long.
-        drop(self.subscriber.take());
     }
 }
 
@@ -475,7 +412,7 @@ impl ClientBuilder {
             .map_err(Error::Thread)?;
 
         Ok(Client {
-            inner: Arc::new(ClientInner {
+            runtime: Arc::new(Runtime {
                 core,
                 stop_renewal: Some(stop_renewal),
                 renewal: Some(renewal),

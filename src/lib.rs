@@ -44,6 +44,7 @@
 
 mod client;
 mod connection;
+mod core;
 mod error;
 mod hold;
 mod keys;
@@ -83,7 +84,7 @@ pub mod bench_support {
         let keys = std::sync::Arc::new(LockKeys::new(&core.prefix, name));
         let start = Instant::now();
         let subscriber = &core.subscriber;
-        let waiter = subscriber.join(subscriber.expect(&keys, crate::client::thread_number()));
+        let waiter = subscriber.join(subscriber.expect(&keys, crate::core::thread_number()));
         (waiter.wait(Duration::from_secs(5)) == crate::subscriber::Wake::Permit)
             .then(|| start.elapsed())
     }

@@ -4,7 +4,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, Core, thread_number};
+use crate::core::{Core, Runtime, thread_number};
 use crate::error::{Error, Result};
 use crate::hold::Hold;
 use crate::keys::LockKeys;
@@ -19,7 +19,7 @@ const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// round trip of the attempt that renews it.
 const QUEUE_SLACK: Duration = Duration::from_secs(2);
 
-/// A handle on the lock called [`name`](Lock::name), made by [`Client::lock`].
+/// A handle on the lock called [`name`](Lock::name), made by [`Client::lock`](crate::Client::lock).
 ///
 /// Cheap to clone and to make; holds no lock itself. `Send + Sync`: share it between threads.
 /// Ownership belongs to a thread: the same thread may acquire again (re-entry, with a new
@@ -59,7 +59,8 @@ const QUEUE_SLACK: Duration = Duration::from_secs(2);
 /// ```
 #[derive(Clone)]
 pub struct Lock {
-    client: Client,
+    /// Keeps the client's threads alive while the handle lives.
+    runtime: Arc<Runtime>,
     keys: Arc<LockKeys>,
 }
 
@@ -92,12 +93,12 @@ impl Lock {
         &self.keys
     }
 
-    pub(crate) fn new(client: Client, name: &str) -> Lock {
-        let keys = Arc::new(LockKeys::new(&client.core().prefix, name));
-        Lock { client, keys }
+    pub(crate) fn new(runtime: Arc<Runtime>, name: &str) -> Lock {
+        let keys = Arc::new(LockKeys::new(&runtime.core.prefix, name));
+        Lock { runtime, keys }
     }
 
-    /// The lock's name, as given to [`Client::lock`].
+    /// The lock's name, as given to [`Client::lock`](crate::Client::lock).
     pub fn name(&self) -> &str {
         &self.keys.name
     }
@@ -176,7 +177,7 @@ impl Lock {
     }
 
     pub(crate) fn core(&self) -> &Arc<Core> {
-        self.client.core()
+        &self.runtime.core
     }
 
     pub(crate) fn validate_name(&self) -> Result<()> {
@@ -493,7 +494,7 @@ pub(crate) fn drop_lost(held: &mut [Option<LockGuard>]) {
 /// held without a guard; a failed connection is an error, retried with the acquisition.
 pub(crate) fn replicas_acknowledging(
     con: &mut dyn redis::ConnectionLike,
-    replicas: crate::client::Replicas,
+    replicas: crate::core::Replicas,
 ) -> redis::RedisResult<u32> {
     let reply = redis::cmd("WAIT")
         .arg(replicas.count)

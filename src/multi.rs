@@ -2,7 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, thread_number};
+use crate::client::Client;
+use crate::core::thread_number;
 use crate::error::{Error, Result};
 use crate::hold::Hold;
 use crate::lock::{

@@ -17,7 +17,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, thread_number};
+use crate::client::Client;
+use crate::core::thread_number;
 use crate::error::{Error, Result};
 use crate::lock::{Lock, LockGuard, check_composite, deadline_after, drop_lost, validate_duration};
 

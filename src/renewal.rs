@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, select};
 
-use crate::client::Core;
+use crate::core::Core;
 use crate::connection::Backend;
 use crate::hold::Hold;
 use crate::keys::LockKeys;

@@ -1,0 +1,78 @@
+//! What a client shares: its ids and settings, the handles of its threads, and the registry
+//! of the locks its threads hold.
+//!
+//! [`Core`] is what the threads see; [`Runtime`] owns the threads, so that they end when the
+//! last [`Client`](crate::Client) clone and the last lock handle and guard made from it are
+//! gone. Handles keep a `Runtime`, the threads only a `Core`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+
+use crate::connection::Backend;
+use crate::hold::Holds;
+use crate::subscriber::Subscriber;
+
+/// State shared by the client's handles and its threads (two; three with Sentinel).
+pub(crate) struct Core {
+    /// The client id: a random UUID v4, the first half of every owner id.
+    pub id: String,
+    pub prefix: String,
+    pub watchdog_timeout: Duration,
+    pub backend: Arc<Backend>,
+    pub holds: Holds,
+    pub subscriber: Subscriber,
+    /// Origin of the holds' compact timestamps.
+    pub epoch: Instant,
+    /// Replicas that must acknowledge an acquisition, if any.
+    pub replicas: Option<Replicas>,
+}
+
+/// `WAIT <count> <timeout>` after each acquisition: see
+/// [`ClientBuilder::wait_for_replicas`](crate::ClientBuilder::wait_for_replicas).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Replicas {
+    pub count: u32,
+    pub timeout: Duration,
+}
+
+impl Core {
+    /// The owner id of the calling thread: `<client id>:<thread number>`.
+    pub fn owner(&self, thread: u64) -> String {
+        format!("{}:{thread}", self.id)
+    }
+}
+
+/// The calling thread's number: unique within the process, never reused.
+pub(crate) fn thread_number() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static NUMBER: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    NUMBER.with(|n| *n)
+}
+
+/// Owns the client's threads; dropping it stops them. The threads hold only [`Core`].
+pub(crate) struct Runtime {
+    pub core: Arc<Core>,
+    pub stop_renewal: Option<Sender<()>>,
+    pub renewal: Option<JoinHandle<()>>,
+    pub subscriber: Option<JoinHandle<()>>,
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        drop(self.stop_renewal.take()); // disconnects the renewal thread's stop channel
+        self.core.subscriber.stop();
+        if let Some(renewal) = self.renewal.take() {
+            let _ = renewal.join();
+        }
+        // The subscriber leaves at its next wake-up, which stop() just caused. It is not
+        // joined: on a blackholed connection that wake-up waits for TCP keepalive, and a drop
+        // must not block that long.
+        drop(self.subscriber.take());
+    }
+}
