@@ -260,7 +260,7 @@ impl Backend {
                 }
                 Err(failure.expect("at least one seed node").into())
             }
-            _ => self.run(|con| redis::cmd("PING").query::<()>(con)),
+            _ => Ok(self.run(|con| redis::cmd("PING").query::<()>(con))?),
         }
     }
 
@@ -585,7 +585,7 @@ impl Backend {
     pub fn run<T>(
         &self,
         mut op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
-    ) -> Result<T> {
+    ) -> RedisResult<T> {
         let mut retries = Retries::new();
         loop {
             match self.run_once(&mut op) {
@@ -594,7 +594,7 @@ impl Backend {
                         log::debug!("redis command failed ({e}), retrying in {pause:?}");
                         std::thread::sleep(pause);
                     }
-                    None => return Err(e.into()),
+                    None => return Err(e),
                 },
                 Ok(value) => return Ok(value),
             }
@@ -605,8 +605,8 @@ impl Backend {
     pub fn run_once_only<T>(
         &self,
         mut op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
-    ) -> Result<T> {
-        self.run_once(&mut op).map_err(Error::from)
+    ) -> RedisResult<T> {
+        self.run_once(&mut op)
     }
 
     /// How long a latch that makes a retried script idempotent must live: longer than the

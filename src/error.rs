@@ -87,19 +87,9 @@ impl std::error::Error for Error {
 }
 
 impl From<redis::RedisError> for Error {
-    /// Our scripts answer `WRONGTYPE lock`, `fence`, `queue` or `waiters` for foreign data
-    /// (Redis's own WRONGTYPE says none of these). Each becomes [`Error::WrongType`]; the lock
-    /// module, which knows the keys, puts the real key name in.
+    /// A failure of Redis or of the way to it. A script's refusal of foreign data is not
+    /// built here but where the script's keys are known (`scripts::failure`).
     fn from(e: redis::RedisError) -> Self {
-        if e.code() == Some("WRONGTYPE") {
-            let which = e
-                .detail()
-                .and_then(|d| d.split_whitespace().next())
-                .unwrap_or("lock");
-            return Error::WrongType {
-                key: which.to_string(),
-            };
-        }
         Error::Redis(e)
     }
 }

@@ -113,23 +113,6 @@ impl LockKeys {
     pub fn force_latch(&self, request: &str) -> String {
         format!("{}:forced:{request}", self.lock)
     }
-
-    /// Names the key in a [`Error::WrongType`]: the scripts say which of the lock's keys
-    /// holds foreign data ("lock", "fence", "queue" or "waiters"), not the key itself, which
-    /// may be any text.
-    pub fn resolve(&self, e: Error) -> Error {
-        match e {
-            Error::WrongType { key } => Error::WrongType {
-                key: match key.as_str() {
-                    "fence" => self.fence.clone(),
-                    "queue" => self.queue.clone(),
-                    "waiters" => self.waiters.clone(),
-                    _ => self.lock.clone(),
-                },
-            },
-            other => other,
-        }
-    }
 }
 
 /// The channel a client's requesters publish on to wake its subscriber thread.

@@ -163,7 +163,7 @@ impl Lock {
         let freeing = backend.freeing();
         backend
             .run(|con| scripts::force_unlock(con, keys, &request, freeing))
-            .map_err(|e| keys.resolve(e))
+            .map_err(|e| scripts::failure(keys, e))
     }
 
     fn inspect(&self) -> Result<scripts::Inspection> {
@@ -173,7 +173,7 @@ impl Lock {
         let keys = &self.keys;
         core.backend
             .run(|con| scripts::inspect(con, keys, &owner))
-            .map_err(|e| keys.resolve(e))
+            .map_err(|e| scripts::failure(keys, e))
     }
 
     pub(crate) fn core(&self) -> &Arc<Core> {
@@ -310,7 +310,7 @@ impl Lock {
         let token = core
             .backend
             .run(|con| scripts::withdraw(con, keys, &owner, lease_set))
-            .map_err(|e| keys.resolve(e))?;
+            .map_err(|e| scripts::failure(keys, e))?;
         Ok(token
             .map(|token| self.new_hold(thread, owner.into(), token, TakenBy::Attempt, sent, lease)))
     }
@@ -401,7 +401,7 @@ impl Lock {
                 };
                 Ok((reply, acknowledged))
             })
-            .map_err(|e| keys.resolve(e))?;
+            .map_err(|e| scripts::failure(keys, e))?;
         match reply {
             Acquire::Acquired { token } => {
                 let guard = match existing {
@@ -632,7 +632,7 @@ impl LockGuard {
             // Whatever Redis said, the holder was told it had lost the lock: stay consistent.
             _ if was_lost => Err(self.lock.lost()),
             Ok(Release::Released | Release::StillHeld) => Ok(()),
-            Err(e) => Err(e),
+            Err(e) => Err(scripts::failure(keys, e)),
         }
     }
 }

@@ -152,7 +152,7 @@ pub(crate) fn renew_now(core: &Core, holds: &[&Hold], lease: Duration) -> crate:
         .collect();
     let Renewed { done, failure } = renew_batches(core, &batches, lease, &|| false);
     if let Some(e) = failure {
-        return Err(e);
+        return Err(e.into());
     }
     let mut ours = vec![false; holds.len()];
     for (batch, _, replies) in done {
@@ -256,8 +256,8 @@ fn renew_batches(
 }
 
 /// The server refused the command (it answered with an error), rather than not answering.
-fn is_refusal(e: &crate::Error) -> bool {
-    matches!(e, crate::Error::Redis(e) if e.code().is_some())
+fn is_refusal(e: &redis::RedisError) -> bool {
+    e.code().is_some()
 }
 
 /// What [`renew_batches`] did.
@@ -265,7 +265,7 @@ struct Renewed {
     /// The batches renewed: index, when the call was sent, Redis's replies.
     done: Vec<(usize, Instant, Vec<bool>)>,
     /// The first failure; the batches not in `done` were not renewed.
-    failure: Option<crate::Error>,
+    failure: Option<redis::RedisError>,
 }
 
 /// The batches that go together (see [`renew_batches`]), with their master: all of them on

@@ -8,8 +8,11 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult, Script, ToRedisArgs};
+use redis::{
+    Cmd, ConnectionLike, FromRedisValue, RedisError, RedisResult, Script, ToRedisArgs,
+};
 
+use crate::error::Error;
 use crate::keys::LockKeys;
 
 static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../lua/acquire.lua")));
@@ -91,6 +94,23 @@ impl Invocation<'_> {
             .arg(&self.args[..]);
         cmd
     }
+}
+
+/// The error a failed script call on the lock `keys` means. Our scripts refuse foreign data
+/// with `WRONGTYPE <which>`, naming which of the lock's keys holds it (`lock`, `fence`,
+/// `queue` or `waiters`): the key itself may be any text, so the reply names its role and
+/// the key is put back here. Anything else is a failure of Redis or of the way to it.
+pub(crate) fn failure(keys: &LockKeys, e: RedisError) -> Error {
+    if e.code() != Some("WRONGTYPE") {
+        return Error::Redis(e);
+    }
+    let key = match e.detail().and_then(|d| d.split_whitespace().next()) {
+        Some("fence") => &keys.fence,
+        Some("queue") => &keys.queue,
+        Some("waiters") => &keys.waiters,
+        _ => &keys.lock,
+    };
+    Error::WrongType { key: key.clone() }
 }
 
 /// What the scripts that free a lock (release, give-back, force-unlock) need to know of the

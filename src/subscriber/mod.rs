@@ -591,11 +591,12 @@ impl Subscriber {
                 .arg(what)
                 .query::<i64>(con)
         };
-        if retry {
+        let published = if retry {
             self.backend.run(publish)
         } else {
             self.backend.run_once_only(publish)
-        }
+        };
+        Ok(published?)
     }
 
     /// Has the client's renewal thread ring for us: for a waiter leaving, which has just got
