@@ -37,8 +37,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::{
-    ConnectionAddr, ConnectionInfo, ConnectionLike, IntoConnectionInfo, RedisError, RedisResult,
-    Value,
+    ConnectionAddr, ConnectionInfo, ConnectionLike, ErrorKind, IntoConnectionInfo, RedisError,
+    RedisResult, ServerErrorKind, Value,
 };
 
 use crate::error::{Error, Result};
@@ -735,7 +735,16 @@ impl Backend {
     /// (no key at all): so releases of the slot's locks are refused from `SETSLOT MIGRATING`
     /// until the slot is handed over (`SETSLOT NODE`), not only once its keys are split.
     fn slot_moving(&self, e: &RedisError) -> bool {
-        self.is_cluster() && matches!(e.code(), Some("TRYAGAIN" | "CLUSTERDOWN" | "ASK" | "MOVED"))
+        self.is_cluster()
+            && matches!(
+                e.kind(),
+                ErrorKind::Server(
+                    ServerErrorKind::TryAgain
+                        | ServerErrorKind::ClusterDown
+                        | ServerErrorKind::Ask
+                        | ServerErrorKind::Moved
+                )
+            )
     }
 }
 
@@ -759,9 +768,10 @@ impl Retries {
     }
 }
 
-/// A `READONLY` refusal, from a command or from a write inside a script.
+/// A `READONLY` refusal, from a command or from a write inside a script (Redis 7 keeps the
+/// code of an error raised inside a script, and our scripts pass refusals on as they came).
 fn is_readonly(e: &RedisError) -> bool {
-    e.code() == Some("READONLY") || e.to_string().contains("READONLY")
+    e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
 }
 
 /// Errors after which the connection cannot be trusted: the transport failed, so the command
@@ -971,6 +981,33 @@ mod tests {
         // One server never sends a Cluster refusal; if it did, it would not be one.
         let tryagain = refusal(ServerErrorKind::TryAgain);
         assert_eq!(single().retry_pause(&tryagain, &mut Retries::new()), None);
+    }
+
+    /// The retry policy reads the `redis` crate's classification of the server's reply, as it
+    /// comes off the wire (also from inside a script, where Redis 7 keeps the code).
+    #[test]
+    fn refusals_are_classified_from_the_reply_code() {
+        let reply = |wire: &[u8]| -> RedisError {
+            match redis::parse_redis_value(wire).unwrap() {
+                Value::ServerError(e) => e.into(),
+                other => panic!("not an error reply: {other:?}"),
+            }
+        };
+        let readonly = reply(b"-READONLY You can't write against a read only replica. script: f_1, on @user_script:9.\r\n");
+        assert!(is_readonly(&readonly));
+        assert!(!is_readonly(&reply(b"-ERR something else\r\n")));
+        let cluster = cluster();
+        let mut retries = Retries::new();
+        for wire in [
+            &b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n"[..],
+            b"-CLUSTERDOWN The cluster is down\r\n",
+            b"-MOVED 3999 127.0.0.1:6381\r\n",
+            b"-ASK 3999 127.0.0.1:6381\r\n",
+        ] {
+            assert!(cluster.slot_moving(&reply(wire)), "{wire:?}");
+            assert!(cluster.retry_pause(&reply(wire), &mut retries).is_some());
+        }
+        assert!(!single().slot_moving(&reply(b"-TRYAGAIN x\r\n")));
     }
 
     #[test]

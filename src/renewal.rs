@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, select};
 
-use crate::core::Core;
 use crate::connection::Backend;
+use crate::core::Core;
 use crate::hold::Hold;
 use crate::keys::LockKeys;
 use crate::scripts::{self, Release, Renewal};

@@ -9,7 +9,8 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::{
-    Cmd, ConnectionLike, FromRedisValue, RedisError, RedisResult, Script, ToRedisArgs,
+    Cmd, ConnectionLike, ErrorKind, FromRedisValue, RedisError, RedisResult, Script,
+    ServerErrorKind, ToRedisArgs,
 };
 
 use crate::error::Error;
@@ -79,7 +80,7 @@ impl Invocation<'_> {
 
     fn invoke<T: FromRedisValue>(&self, con: &mut dyn ConnectionLike) -> RedisResult<T> {
         match self.command("EVALSHA", &self.lua.hash).query(con) {
-            Err(e) if e.code() == Some("NOSCRIPT") => {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 self.command("EVAL", self.lua.code).query(con)
             }
             other => other,
