@@ -5,10 +5,11 @@ use std::time::{Duration, Instant};
 
 use crate::connection::{Backend, Deployment, Settings};
 use crate::core::{Core, Replicas, Runtime};
+use crate::engine::Holds;
+use crate::engine::validate_duration;
 use crate::error::{Error, Result};
-use crate::hold::Holds;
+use crate::kinds::lock::Lock;
 use crate::link::LinkSettings;
-use crate::lock::{Lock, validate_duration};
 use crate::sentinel::SentinelSpec;
 use crate::subscriber::Subscriber;
 use crate::tls::TlsConfig;

@@ -320,7 +320,7 @@ impl Backend {
     /// subscriber (which subscribes where a lock's slot lives).
     ///
     /// [forgotten]: Backend::forget_slot_map
-    pub fn slot_map(&self) -> Result<Arc<SlotMap>> {
+    pub fn slot_map(&self) -> RedisResult<Arc<SlotMap>> {
         if let (Some(map), true) = &*self.slot_map.lock() {
             return Ok(map.clone());
         }
@@ -364,8 +364,79 @@ impl Backend {
         self.silent.lock().iter().any(|n| n == node)
     }
 
+    /// The indices of `slots` grouped so that each group may go in one script call: on a
+    /// Cluster, where a script may only touch keys of one slot (else CROSSSLOT), one group
+    /// per slot, in the order each slot first appears, indices ascending; on one server, one
+    /// group of all. The one place calls are grouped by slot.
+    pub fn group_by_slot(&self, slots: impl IntoIterator<Item = u16>) -> Vec<Vec<usize>> {
+        let slots = slots.into_iter().enumerate();
+        if !self.is_cluster() {
+            let all: Vec<usize> = slots.map(|(i, _)| i).collect();
+            return if all.is_empty() {
+                Vec::new()
+            } else {
+                vec![all]
+            };
+        }
+        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+        for (i, slot) in slots {
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, group)) => group.push(i),
+                None => groups.push((slot, vec![i])),
+            }
+        }
+        groups.into_iter().map(|(_, group)| group).collect()
+    }
+
+    /// The indices of calls (each given by the slot it goes to) grouped by the server that
+    /// serves them, with that master's `host:port` on a Cluster: all of them on one server;
+    /// those of each master on a Cluster, by the slot map (one each if the map cannot be
+    /// read). Masters that did not answer last time ([`Backend::note_answer`]) go last, so
+    /// that the time they cost does not delay the calls to the others.
+    pub fn group_by_master(
+        &self,
+        slots: impl IntoIterator<Item = u16>,
+    ) -> Vec<(Option<String>, Vec<usize>)> {
+        let slots: Vec<u16> = slots.into_iter().collect();
+        if !self.is_cluster() {
+            return vec![(None, (0..slots.len()).collect())];
+        }
+        // Read again when forgotten; if that fails, the last map read: it is likely still
+        // right (CLUSTER SLOTS goes to a node at random, and fails when that one is the
+        // stopped master that had the map forgotten), and a call it sends to the wrong
+        // master is refused and run again on its own. Without a map, one call per slot, each
+        // waiting out its timeouts on a stopped master, would hold a renewal round up until
+        // the locks on the others expired.
+        let map = match self.slot_map() {
+            Ok(map) => map,
+            Err(e) => match self.last_slot_map() {
+                Some(map) => {
+                    log::debug!("cannot read the slot map again ({e}); grouping by the last one");
+                    map
+                }
+                None => {
+                    log::debug!("cannot read the slot map ({e}); one call at a time");
+                    return (0..slots.len()).map(|i| (None, vec![i])).collect();
+                }
+            },
+        };
+        let mut by_node: Vec<(Option<String>, Vec<usize>)> = Vec::new();
+        for (i, slot) in slots.into_iter().enumerate() {
+            let node = map.node_of(slot);
+            match by_node
+                .iter_mut()
+                .find(|(n, _)| n.is_some() && n.as_deref() == node)
+            {
+                Some((_, group)) => group.push(i),
+                None => by_node.push((node.map(str::to_string), vec![i])),
+            }
+        }
+        by_node.sort_by_key(|(node, _)| node.as_deref().is_some_and(|n| self.is_silent(n)));
+        by_node
+    }
+
     /// Who serves which slots: `(first, last, "host:port" of the master)` (CLUSTER SLOTS).
-    fn cluster_slots(&self) -> Result<Vec<(u16, u16, String)>> {
+    fn cluster_slots(&self) -> RedisResult<Vec<(u16, u16, String)>> {
         let ranges: Vec<Value> = self.run(|con| redis::cmd("CLUSTER").arg("SLOTS").query(con))?;
         Ok(master_ranges(ranges))
     }
@@ -981,6 +1052,65 @@ mod tests {
         // One server never sends a Cluster refusal; if it did, it would not be one.
         let tryagain = refusal(ServerErrorKind::TryAgain);
         assert_eq!(single().retry_pause(&tryagain, &mut Retries::new()), None);
+    }
+
+    /// A cluster client whose seed refuses connections: every read of the slot map fails
+    /// at once.
+    fn unreachable_cluster() -> Backend {
+        let settings = Settings {
+            pool_size: 1,
+            link: LinkSettings {
+                connect_timeout: Duration::from_millis(200),
+                response_timeout: Duration::from_millis(200),
+                tls: Default::default(),
+            },
+            classic_pubsub: false,
+        };
+        let seeds = vec!["redis://127.0.0.1:1/".to_string()];
+        Backend::new(&Deployment::Cluster(seeds), settings).unwrap()
+    }
+
+    /// A slot map that cannot be read again (a master stopped, and CLUSTER SLOTS went to it:
+    /// the cluster connection sends it to a node at random) must not undo the grouping by
+    /// master: one call per slot, each waiting out its timeouts on the stopped master, held
+    /// a renewal round up until the locks on the other masters expired.
+    #[test]
+    fn a_map_that_cannot_be_read_again_still_groups_the_calls_by_master() {
+        let backend = unreachable_cluster();
+        backend.set_slot_map(SlotMap::new(vec![
+            (0, 8191, "10.0.0.1:7000".to_string()),
+            (8192, 16383, "10.0.0.2:7000".to_string()),
+        ]));
+        let slots = [10, 20, 30, 9000, 9001, 16000];
+        backend.note_answer("10.0.0.1:7000", false);
+        assert_eq!(
+            backend.group_by_master(slots).len(),
+            2,
+            "one group per master"
+        );
+
+        // Something said the map is out of date; reading it again fails.
+        backend.forget_slot_map();
+        assert_eq!(
+            backend.group_by_master(slots),
+            [
+                (Some("10.0.0.2:7000".to_string()), vec![3, 4, 5]),
+                (Some("10.0.0.1:7000".to_string()), vec![0, 1, 2]),
+            ],
+            "grouped by the last map read, the silent master last"
+        );
+    }
+
+    #[test]
+    fn calls_are_grouped_by_slot_on_a_cluster_only() {
+        let slots = [7, 3, 7, 9, 3];
+        assert_eq!(
+            cluster().group_by_slot(slots),
+            [vec![0, 2], vec![1, 4], vec![3]],
+            "one group per slot, in order of first appearance"
+        );
+        assert_eq!(single().group_by_slot(slots), [vec![0, 1, 2, 3, 4]]);
+        assert!(single().group_by_slot([]).is_empty());
     }
 
     /// The retry policy reads the `redis` crate's classification of the server's reply, as it

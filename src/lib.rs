@@ -45,13 +45,11 @@
 mod client;
 mod connection;
 mod core;
+mod engine;
 mod error;
-mod hold;
 mod keys;
+mod kinds;
 mod link;
-mod lock;
-mod multi;
-mod redlock;
 mod renewal;
 mod scripts;
 mod sentinel;
@@ -61,13 +59,13 @@ mod tls;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};
 pub use keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
-pub use lock::{Lock, LockGuard};
-pub use multi::{MultiLock, MultiLockGuard};
+pub use kinds::lock::{Lock, LockGuard};
+pub use kinds::multi::{MultiLock, MultiLockGuard};
+pub use kinds::redlock::{RedLock, RedLockGuard, Redlock};
 /// TLS settings for [`ClientBuilder::tls_certificates`]: the `redis` crate's own types, so
 /// certificates configured for it can be given as they are.
 #[cfg(feature = "tls")]
 pub use redis::{ClientTlsConfig, TlsCertificates};
-pub use redlock::{RedLock, RedLockGuard, Redlock};
 
 /// Measurement hooks for the crate's own benchmarks. Not part of the API: no stability promise.
 #[doc(hidden)]

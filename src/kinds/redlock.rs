@@ -19,8 +19,10 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::core::thread_number;
+use crate::engine::{deadline_after, validate_duration};
 use crate::error::{Error, Result};
-use crate::lock::{Lock, LockGuard, check_composite, deadline_after, drop_lost, validate_duration};
+use crate::kinds::lock::{Lock, LockGuard};
+use crate::kinds::{check_composite, drop_lost};
 
 /// Redlock's allowance for clock drift between the client and the masters: this fraction of
 /// the lease, plus [`DRIFT_MIN`].

@@ -1,15 +1,14 @@
 //! [`MultiLock`]: several named locks taken all or none, with one wait and one lease.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::core::thread_number;
+use crate::engine::{self, Acquired, Hold, Kind, Terms, deadline_after, validate_duration};
 use crate::error::{Error, Result};
-use crate::hold::Hold;
-use crate::lock::{
-    Lock, LockGuard, check_composite, deadline_after, drop_lost, replicas_acknowledging,
-    validate_duration,
-};
+use crate::kinds::lock::{Lock, LockGuard};
+use crate::kinds::{check_composite, drop_lost};
 use crate::scripts::{self, AcquireMany, TakenBy};
 
 /// Several locks taken together, made by [`Client::multi_lock`].
@@ -88,9 +87,8 @@ impl MultiLock {
         let first = &self.locks[0];
         let core = first.core();
         let deadline = deadline_after(wait);
-        let owner: std::sync::Arc<str> = core.owner(thread).into();
+        let terms = first.terms(lease);
         let mut held: Vec<Option<LockGuard>> = self.locks.iter().map(|_| None).collect();
-        let lease_set = first.lease_set(lease);
         loop {
             // A member kept while waiting for a later one may have been lost meanwhile (its
             // fixed lease ran out, or it was taken): it is not held, so take it again, in order.
@@ -98,56 +96,18 @@ impl MultiLock {
             let missing: Vec<usize> = (0..held.len()).filter(|&i| held[i].is_none()).collect();
             let mut busy = None;
             let mut last: (&[usize], Instant) = (&[], Instant::now());
-            let groups = self.groups(&missing, core.backend.is_cluster());
+            let groups = core
+                .backend
+                .group_by_slot(missing.iter().map(|&i| self.locks[i].keys().slot()));
+            let groups: Vec<Vec<usize>> = groups
+                .into_iter()
+                .map(|g| g.into_iter().map(|j| missing[j]).collect())
+                .collect();
             for group in &groups {
-                let keys: Vec<_> = group.iter().map(|&i| self.locks[i].keys()).collect();
                 let sent = Instant::now();
-                let (reply, acknowledged) = core.backend.run(|con| {
-                    let reply = scripts::acquire_many(con, &keys, &owner, lease_set)?;
-                    // On the same connection, so that WAIT counts this call's writes.
-                    let acknowledged = match (&reply, core.replicas) {
-                        (AcquireMany::Acquired(_), Some(replicas)) => {
-                            Some(replicas_acknowledging(con, replicas)?)
-                        }
-                        _ => None,
-                    };
-                    Ok((reply, acknowledged))
-                })?;
-                match reply {
-                    AcquireMany::Acquired(tokens) => {
-                        // Guards first: any failure below releases what was just taken.
-                        for (&i, token) in group.iter().zip(tokens) {
-                            let lock = &self.locks[i];
-                            let guard = lock.new_hold(
-                                thread,
-                                owner.clone(),
-                                token,
-                                TakenBy::Attempt,
-                                sent,
-                                lease,
-                            );
-                            held[i] = Some(guard);
-                        }
-                        if let (Some(acknowledged), Some(replicas)) = (acknowledged, core.replicas)
-                            && acknowledged < replicas.count
-                        {
-                            // Not safe against a failover, as asked: give everything back.
-                            let name = self.locks[group[0]].name().to_string();
-                            drop(held);
-                            return Err(Error::NotReplicated {
-                                name,
-                                acknowledged,
-                                wanted: replicas.count,
-                            });
-                        }
-                        last = (group, sent);
-                    }
-                    AcquireMany::Foreign { index, fence } => {
-                        let keys = self.locks[group[index]].keys();
-                        let key = if fence { &keys.fence } else { &keys.lock };
-                        return Err(Error::WrongType { key: key.clone() }); // `held` is released
-                    }
-                    AcquireMany::Busy { index, .. } => {
+                match self.attempt_all(group, thread, terms, &mut held)? {
+                    None => last = (group, sent),
+                    Some(index) => {
                         busy = Some(group[index]);
                         break;
                     }
@@ -155,9 +115,9 @@ impl MultiLock {
             }
             let Some(busy) = busy else {
                 // With a fixed lease, the members taken before the last call (while others
-                // were awaited, or in an earlier slot's call) get theirs again from then, so
-                // that all of them end together.
-                let (last_group, last_sent) = last;
+                // were awaited, or in an earlier slot's call) get theirs again, so that all
+                // of them end together.
+                let (last_group, _) = last;
                 if lease.is_some() {
                     let holds: Vec<&Hold> = held
                         .iter()
@@ -165,22 +125,14 @@ impl MultiLock {
                         .filter(|(i, _)| !last_group.contains(i))
                         .filter_map(|(_, g)| g.as_ref().map(|g| &**g.hold()))
                         .collect();
-                    if !holds.is_empty() {
-                        let ours = crate::renewal::renew_now(core, &holds, lease_set)?;
-                        let mut all_ours = true;
-                        for (hold, ours) in holds.iter().zip(ours) {
-                            if ours {
-                                hold.extend(last_sent, lease_set, None);
-                            } else {
-                                hold.mark_lost();
-                                all_ours = false;
-                            }
-                        }
-                        if !all_ours {
-                            // Its lease ran out while we waited for the others: we do not
-                            // hold them all. The top of the loop takes the lost ones again.
-                            continue;
-                        }
+                    if !holds.is_empty()
+                        && !engine::extend_all(core, &holds, terms.lease_set())?
+                            .into_iter()
+                            .all(|ours| ours)
+                    {
+                        // Its lease ran out while we waited for the others: we do not hold
+                        // them all. The top of the loop takes the lost ones again.
+                        continue;
                     }
                 }
                 return Ok(Some(MultiLockGuard {
@@ -202,25 +154,61 @@ impl MultiLock {
             }
         }
     }
-}
 
-impl MultiLock {
-    /// The script calls one attempt at `missing` (indices into `locks`, ascending) makes:
-    /// one for all of them, or on a Cluster, where a script must stay in one slot, one per
-    /// slot, in the order of each slot's first member.
-    fn groups(&self, missing: &[usize], cluster: bool) -> Vec<Vec<usize>> {
-        if !cluster {
-            return vec![missing.to_vec()];
-        }
-        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
-        for &i in missing {
-            let slot = self.locks[i].keys().slot();
-            match groups.iter_mut().find(|(s, _)| *s == slot) {
-                Some((_, group)) => group.push(i),
-                None => groups.push((slot, vec![i])),
+    /// One attempt at the members `group` (indices, all in one slot), in one script call
+    /// (`acquire_many.lua`): every one of them taken into `held`, and `None`; or none taken,
+    /// and the position in `group` of the first busy one.
+    fn attempt_all(
+        &self,
+        group: &[usize],
+        thread: u64,
+        terms: Terms,
+        held: &mut [Option<LockGuard>],
+    ) -> Result<Option<usize>> {
+        let core = self.locks[0].core();
+        let lease = terms.lease_set();
+        let owner: Arc<str> = core.owner(thread).into();
+        let keys: Vec<_> = group.iter().map(|&i| &**self.locks[i].keys()).collect();
+        let sent = Instant::now();
+        let (reply, acknowledged) = engine::acquisition(
+            core,
+            |con| scripts::acquire_many(con, &keys, &owner, lease),
+            |reply| matches!(reply, AcquireMany::Acquired(_)),
+        )?;
+        let tokens = match reply {
+            AcquireMany::Acquired(tokens) => tokens,
+            AcquireMany::Busy { index, .. } => return Ok(Some(index)),
+            AcquireMany::Foreign { index, fence } => {
+                let keys = self.locks[group[index]].keys();
+                let key = if fence { &keys.fence } else { &keys.lock };
+                return Err(Error::WrongType { key: key.clone() }); // `held` is released
             }
+        };
+        // Guards first: any failure below releases what was just taken.
+        for (&i, token) in group.iter().zip(tokens) {
+            let lock = &self.locks[i];
+            let hold = engine::register(
+                core,
+                lock.keys(),
+                thread,
+                owner.clone(),
+                token,
+                TakenBy::Attempt,
+            );
+            hold.extend(sent, lease, terms.renew_every());
+            held[i] = Some(lock.guard(Acquired { hold, thread }));
         }
-        groups.into_iter().map(|(_, group)| group).collect()
+        match (acknowledged, core.replicas) {
+            (Some(acknowledged), Some(replicas)) if acknowledged < replicas.count => {
+                // Not safe against a failover, as asked: the caller drops everything.
+                Err(Error::NotReplicated {
+                    name: self.locks[group[0]].name().to_string(),
+                    acknowledged,
+                    wanted: replicas.count,
+                })
+            }
+            _ => Ok(None),
+        }
     }
 }
 

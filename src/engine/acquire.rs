@@ -1,0 +1,330 @@
+//! Attempt, queue, wait, withdraw, release: the path every acquisition takes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::ConnectionLike;
+
+use super::hold::Hold;
+use super::lease::{Terms, deadline_after};
+use super::{Kind, renew};
+use crate::core::{Core, Replicas, thread_number};
+use crate::error::{Error, Result};
+use crate::keys::LockKeys;
+use crate::scripts::{self, Acquire, Queueing, Release, TakenBy};
+use crate::subscriber::Wake;
+
+/// How much longer than the waiter's own horizon its place in the queue stays valid: the
+/// round trip of the attempt that renews it.
+const QUEUE_SLACK: Duration = Duration::from_secs(2);
+
+/// A hold of the calling thread, with one guard counted for the caller to wrap.
+pub(crate) struct Acquired {
+    pub hold: Arc<Hold>,
+    pub thread: u64,
+}
+
+/// Another owner held the object when an attempt sent at `sent` ran: for `ttl` more, with
+/// the fencing counter at `fence` (a hand-over issued later carries a larger token).
+#[derive(Clone, Copy)]
+struct Busy {
+    ttl: Duration,
+    fence: u64,
+    sent: Instant,
+}
+
+/// Acquires `kind` for the calling thread, waiting at most `wait` (`None`: as long as it
+/// takes; `ZERO`: one attempt, no queueing). `Ok(None)`: not acquired in time. A thread that
+/// holds it already re-enters at once (or learns its hold was lost).
+///
+/// An attempt that finds the object busy also queues the thread in Redis, so that the
+/// release which frees it hands it straight to the oldest waiter anywhere in the fleet: the
+/// new holder learns it from the release's message and needs no attempt of its own, nobody
+/// else is woken to race for it, and a thread that releases and asks again queues behind
+/// those already waiting. Attempts after a sleep remain the fallback for every message lost
+/// and every holder that died.
+pub(crate) fn acquire(
+    core: &Core,
+    kind: &dyn Kind,
+    wait: Option<Duration>,
+    terms: Terms,
+) -> Result<Option<Acquired>> {
+    let keys = kind.keys();
+    // A wait too long to represent is a wait without end.
+    let deadline = deadline_after(wait);
+    let thread = thread_number();
+    let existing = core.holds.get(&keys.lock, thread);
+    // A re-entry never waits (it either succeeds or finds its hold lost), and a single
+    // attempt does not queue.
+    let queues = wait != Some(Duration::ZERO) && existing.is_none();
+    let queueing = |queued| queueing(core, queues, queued, deadline, terms);
+    let expecting = queues.then(|| core.subscriber.expect(keys, thread));
+
+    let mut busy = match attempt(core, kind, existing, terms, queueing(false))? {
+        Ok(acquired) => return Ok(Some(acquired)),
+        Err(busy) => busy,
+    };
+    let Some(expecting) = expecting else {
+        return Ok(None);
+    };
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        drop(expecting);
+        return give_up(core, kind, terms); // no time left: don't subscribe for nothing
+    }
+    // Make sure the channel is subscribed: unless it was since before the attempt, the first
+    // wait returns when it is, and the attempt after it cannot miss a release.
+    let mut waiter = core.subscriber.join(expecting);
+
+    // A sleep ends at a hand-over, a wake-up, the object's TTL (its holder may have died
+    // without a message), the time to renew our place in the queue, or our deadline.
+    loop {
+        let bound = busy
+            .ttl
+            .clamp(Duration::from_millis(1), core.watchdog_timeout);
+        let sleep = match deadline {
+            Some(deadline) => bound.min(deadline.saturating_duration_since(Instant::now())),
+            None => bound,
+        };
+        let mut confirm = false;
+        if let Wake::HandedOver { token } = waiter.wait(sleep) {
+            // Only a hand-over issued after our last attempt is news: an older one's hold is
+            // gone (that attempt found someone else holding it). And since it came after that
+            // attempt was sent, its lease ran from then at the latest.
+            if token > busy.fence {
+                // With replicas to wait for, only an attempt of our own can WAIT for them.
+                if terms.handover_lease() == terms.lease_set()
+                    && busy.sent.elapsed() < terms.handover_lease() / 3
+                    && core.replicas.is_none()
+                {
+                    waiter.acquired();
+                    let owner = core.owner(thread).into();
+                    let hold = register(core, keys, thread, owner, token, TakenBy::Message);
+                    hold.extend(busy.sent, terms.lease_set(), terms.renew_every());
+                    return Ok(Some(Acquired { hold, thread }));
+                }
+                // Too little of the lease is known to be left, or it was handed over with a
+                // shorter lease than asked for: take it up with a round trip, which sets the
+                // full lease and confirms it is ours.
+                confirm = true;
+            }
+        }
+        if !confirm && deadline.is_some_and(|d| Instant::now() >= d) {
+            drop(waiter);
+            return give_up(core, kind, terms);
+        }
+        match attempt(core, kind, None, terms, queueing(true))? {
+            Ok(acquired) => {
+                waiter.acquired();
+                return Ok(Some(acquired));
+            }
+            Err(again) => busy = again,
+        }
+    }
+}
+
+/// How an attempt of this wait treats the queue: a place in it stays valid until the
+/// deadline, or for one watchdog timeout (the longest a waiter sleeps before its next
+/// attempt renews it), plus slack for the round trip.
+fn queueing(
+    core: &Core,
+    queues: bool,
+    queued: bool,
+    deadline: Option<Instant>,
+    terms: Terms,
+) -> Queueing {
+    if !queues {
+        return Queueing::NONE;
+    }
+    let refresh = core.watchdog_timeout;
+    let until_deadline = deadline.map_or(refresh, |d| d.saturating_duration_since(Instant::now()));
+    Queueing {
+        queue_for: until_deadline.min(refresh) + QUEUE_SLACK,
+        queued,
+        handover_lease: terms.handover_lease(),
+    }
+}
+
+/// The wait is over: leave the queue, unless the object was handed to us meanwhile.
+fn give_up(core: &Core, kind: &dyn Kind, terms: Terms) -> Result<Option<Acquired>> {
+    let thread = thread_number();
+    let owner = core.owner(thread);
+    let keys = kind.keys();
+    let sent = Instant::now();
+    let token = core
+        .backend
+        .run(|con| kind.withdraw(con, &owner, terms.lease_set()))
+        .map_err(|e| scripts::failure(keys, e))?;
+    Ok(token.map(|token| {
+        let hold = register(core, keys, thread, owner.into(), token, TakenBy::Attempt);
+        hold.extend(sent, terms.lease_set(), terms.renew_every());
+        Acquired { hold, thread }
+    }))
+}
+
+/// One round trip: acquire or re-enter (`existing` is this thread's hold, if any), or learn
+/// how long the holder has left (and, when `queueing` says so, take a place in the queue).
+fn attempt(
+    core: &Core,
+    kind: &dyn Kind,
+    existing: Option<Arc<Hold>>,
+    terms: Terms,
+    queueing: Queueing,
+) -> Result<std::result::Result<Acquired, Busy>> {
+    let keys = kind.keys();
+    let thread = thread_number();
+    if existing.as_ref().is_some_and(|h| h.is_lost()) {
+        return Err(lost(keys));
+    }
+    let held = existing.as_ref().map(|h| (h.guards(), h.token));
+    let owner: Arc<str> = match &existing {
+        Some(hold) => hold.owner.clone(),
+        None => core.owner(thread).into(),
+    };
+    let lease = terms.lease_set();
+    let sent = Instant::now();
+    let (reply, acknowledged) = acquisition(
+        core,
+        |con| kind.attempt(con, &owner, held, lease, queueing),
+        |reply| matches!(reply, Acquire::Acquired { .. }),
+    )
+    .map_err(|e| scripts::failure(keys, e))?;
+    match reply {
+        Acquire::Acquired { token } => {
+            let hold = match existing {
+                Some(hold) => {
+                    hold.add_guard();
+                    hold
+                }
+                None => register(core, keys, thread, owner, token, TakenBy::Attempt),
+            };
+            hold.extend(sent, lease, terms.renew_every());
+            let acquired = Acquired { hold, thread };
+            match (acknowledged, core.replicas) {
+                (Some(acknowledged), Some(replicas)) if acknowledged < replicas.count => {
+                    // Not safe against a failover, as asked: give it back.
+                    let _ = release(core, kind, &acquired.hold, thread);
+                    Err(Error::NotReplicated {
+                        name: keys.name.to_string(),
+                        acknowledged,
+                        wanted: replicas.count,
+                    })
+                }
+                _ => Ok(Ok(acquired)),
+            }
+        }
+        Acquire::Busy { ttl, fence } => Ok(Err(Busy { ttl, fence, sent })),
+        Acquire::Lost => {
+            if existing.is_some_and(|h| h.mark_lost()) {
+                log::warn!("lock {:?} was lost under its holder", keys.name);
+            }
+            Err(lost(keys))
+        }
+    }
+}
+
+/// Runs an acquisition script (`op`) and, when it `took` something and the client asks for
+/// replicas, `WAIT`s for them on the same connection, so that WAIT counts this write: the
+/// reply, and how many replicas acknowledged it (`None` when not asked).
+pub(crate) fn acquisition<R>(
+    core: &Core,
+    mut op: impl FnMut(&mut dyn ConnectionLike) -> redis::RedisResult<R>,
+    took: impl Fn(&R) -> bool,
+) -> redis::RedisResult<(R, Option<u32>)> {
+    core.backend.run(|con| {
+        let reply = op(con)?;
+        let acknowledged = match core.replicas {
+            Some(replicas) if took(&reply) => Some(replicas_acknowledging(con, replicas)?),
+            _ => None,
+        };
+        Ok((reply, acknowledged))
+    })
+}
+
+/// Registers a first hold, for renewal, before its guard exists; counts that guard.
+pub(crate) fn register(
+    core: &Core,
+    keys: &Arc<LockKeys>,
+    thread: u64,
+    owner: Arc<str>,
+    token: u64,
+    taken_by: TakenBy,
+) -> Arc<Hold> {
+    let hold = Arc::new(Hold::new(keys.clone(), owner, token, taken_by, core.epoch));
+    hold.add_guard();
+    core.holds.insert(thread, hold.clone());
+    hold
+}
+
+/// Releases one guard of `hold`, thread `thread`'s hold of `kind`. `Err(Error::LockLost)`
+/// if it was no longer ours (then nothing in Redis was changed) or had already been reported
+/// lost (then a hold Redis still had is released all the same); `Err(Error::Redis)` if
+/// Redis could not be reached, and then the object expires with its lease: renewal stopped
+/// before the release was sent, since a hold nobody wants must not be kept alive.
+pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>, thread: u64) -> Result<()> {
+    let holds = hold.guards();
+    if holds == 1 {
+        // Stop renewal before the lock is released, never after.
+        core.holds.remove(thread, hold);
+    }
+    hold.remove_guard();
+    let was_lost = hold.is_lost();
+    let keys = kind.keys();
+    let freeing = core.backend.freeing();
+    let reply = core.backend.run(|con| {
+        let (owner, token, taken_by) = (&hold.owner, hold.token, hold.taken_by);
+        kind.release(con, owner, holds, token, freeing, taken_by)
+    });
+    match reply {
+        Ok(Release::NotOurs) => {
+            hold.mark_lost();
+            Err(lost(keys))
+        }
+        // Whatever Redis said, the holder was told it had lost the lock: stay consistent.
+        _ if was_lost => Err(lost(keys)),
+        Ok(Release::Released | Release::StillHeld) => Ok(()),
+        Err(e) => Err(scripts::failure(keys, e)),
+    }
+}
+
+/// Gives `holds` (taken at different times, each for `lease`) the same lease again from
+/// now, so that they all end together; `true` where the object is still ours. Those no
+/// longer ours are marked lost.
+pub(crate) fn extend_all(core: &Core, holds: &[&Hold], lease: Duration) -> Result<Vec<bool>> {
+    let sent = Instant::now();
+    let ours = renew::renew_now(core, holds, lease)?;
+    for (hold, ours) in holds.iter().zip(&ours) {
+        if *ours {
+            hold.extend(sent, lease, None);
+        } else {
+            hold.mark_lost();
+        }
+    }
+    Ok(ours)
+}
+
+fn lost(keys: &LockKeys) -> Error {
+    Error::LockLost {
+        name: keys.name.clone(),
+    }
+}
+
+/// `WAIT` for `replicas` on the connection that just wrote. A refusal (an ACL without WAIT,
+/// say) counts as no replica, so that the caller gives the lock back instead of leaving it
+/// held without a guard; a failed connection is an error, retried with the acquisition.
+fn replicas_acknowledging(
+    con: &mut dyn ConnectionLike,
+    replicas: Replicas,
+) -> redis::RedisResult<u32> {
+    let reply = redis::cmd("WAIT")
+        .arg(replicas.count)
+        .arg(replicas.timeout.as_millis() as u64)
+        .query::<u32>(con);
+    match reply {
+        Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() => Err(e),
+        Err(e) => {
+            log::warn!("WAIT refused ({e}): the acquisition counts as not replicated");
+            Ok(0)
+        }
+        ok => ok,
+    }
+}

@@ -1,0 +1,77 @@
+//! The acquisition engine: every kind of lock is a policy over it.
+//!
+//! A [`Kind`] says what is in Redis: its keys and its scripts (attempt, withdraw, release,
+//! each idempotent under retry) and, through what its release script publishes, whom a
+//! release grants. The engine does the rest, once, for every kind:
+//!
+//! - attempt, and on a busy object queue in Redis and wait on the subscriber for a hand-over
+//!   or a wake-up, then attempt again ([`acquire`]);
+//! - withdraw from the queue when the wait is over, taking up a hand-over that came
+//!   meanwhile;
+//! - `WAIT` for replicas after an acquisition, when the client asks for it;
+//! - register every hold with the client's registry *before* its first guard exists, so the
+//!   renewal thread renews it from that moment ([`Holds`]);
+//! - lease deadlines and the lost signal ([`Hold::is_lost`]);
+//! - release ([`release`]) and renewal ([`renew`]), grouped by slot or master on a Cluster.
+//!
+//! Kinds (`kinds/`) add only what their users see: typed handles and guards, and their rules
+//! (re-entry, composition). None of them reaches the transport, the subscriber or the
+//! renewal thread.
+
+mod acquire;
+mod hold;
+mod lease;
+mod renew;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{ConnectionLike, RedisResult};
+
+use crate::keys::LockKeys;
+use crate::scripts::{Acquire, Freeing, Queueing, Release, TakenBy};
+
+pub(crate) use acquire::{Acquired, acquire, acquisition, extend_all, register, release};
+pub(crate) use hold::{Hold, Holds};
+pub(crate) use lease::{Terms, deadline_after, validate_duration, validate_lease};
+pub(crate) use renew::{Renewed, renew};
+
+/// What one kind of lock does in Redis. The engine calls these inside its retry policy, so
+/// each must be idempotent: a call whose reply was lost runs again.
+pub(crate) trait Kind {
+    /// The object's keys and channel (all in one slot).
+    fn keys(&self) -> &Arc<LockKeys>;
+
+    /// Takes or re-enters the object for `owner` (who holds `held`: its guard count and
+    /// token, if it holds it already), setting `lease`; if another owner holds it, answers
+    /// how long for, and queues `owner` as `queueing` says.
+    fn attempt(
+        &self,
+        con: &mut dyn ConnectionLike,
+        owner: &str,
+        held: Option<(u32, u64)>,
+        lease: Duration,
+        queueing: Queueing,
+    ) -> RedisResult<Acquire>;
+
+    /// Takes `owner` out of the queue; `Some(token)` if the object had been handed to it,
+    /// which then holds it with at least `lease`.
+    fn withdraw(
+        &self,
+        con: &mut dyn ConnectionLike,
+        owner: &str,
+        lease: Duration,
+    ) -> RedisResult<Option<u64>>;
+
+    /// Releases one of `owner`'s `holds` guards of the hold taken with `token`; the last one
+    /// frees the object and grants it as the kind grants (see the module docs).
+    fn release(
+        &self,
+        con: &mut dyn ConnectionLike,
+        owner: &str,
+        holds: u32,
+        token: u64,
+        freeing: Freeing,
+        taken_by: TakenBy,
+    ) -> RedisResult<Release>;
+}

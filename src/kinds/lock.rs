@@ -1,0 +1,348 @@
+//! [`Lock`], the handle on one named lock, and [`LockGuard`], proof of holding it.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{ConnectionLike, RedisResult};
+
+use crate::core::{Core, Runtime, thread_number};
+use crate::engine::{self, Acquired, Hold, Kind, Terms, validate_duration, validate_lease};
+use crate::error::{Error, Result};
+use crate::keys::LockKeys;
+use crate::scripts::{self, Acquire, Freeing, Queueing, Release, TakenBy};
+
+/// A handle on the lock called [`name`](Lock::name), made by [`Client::lock`](crate::Client::lock).
+///
+/// Cheap to clone and to make; holds no lock itself. `Send + Sync`: share it between threads.
+/// Ownership belongs to a thread: the same thread may acquire again (re-entry, with a new
+/// guard), and another thread, of this client or any other, waits.
+///
+/// # Re-entry and leases
+/// A re-entry succeeds at once, keeps the first acquisition's fencing token, and never
+/// shortens the lease: Redis keeps the longer of the current lease and the new one. Once any
+/// guard of a hold was taken without a lease, the watchdog renews the hold until its last
+/// guard is gone. A re-entry into a hold that was [lost](LockGuard::is_lost) fails with
+/// [`Error::LockLost`] until the thread has dropped the lost guards.
+///
+/// # Waiting
+/// Waiters queue in Redis in arrival order, across all clients, and the release that frees
+/// the lock hands it to the first of them still waiting: that thread returns holding it
+/// without another round trip, and no other thread is woken. A thread that releases and asks
+/// again queues behind those already waiting. A waiter whose time runs out leaves the queue
+/// (one command); a waiter that dies in the queue can be handed the lock, which then frees
+/// itself when the lease that waiter asked for runs out.
+///
+/// # Time
+/// Every Redis round trip is bounded by the client's response timeout (3 s by default), so a
+/// call may overrun its `wait` by up to that much when Redis stops answering, and then fails
+/// with [`Error::Redis`]. On a Cluster, a call also retries a command refused while the lock's
+/// slot migrates or a replica takes over, for up to one response timeout from its start.
+///
+/// ```no_run
+/// # fn main() -> redlatch::Result<()> {
+/// use std::time::Duration;
+/// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+/// let lock = client.lock("report:daily");
+/// match lock.try_lock(Duration::from_secs(2), None)? {
+///     Some(guard) => println!("got it, token {}", guard.fencing_token()),
+///     None => println!("busy"),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Lock {
+    /// Keeps the client's threads alive while the handle lives.
+    runtime: Arc<Runtime>,
+    keys: Arc<LockKeys>,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &self.keys.name)
+            .finish()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(runtime: Arc<Runtime>, name: &str) -> Lock {
+        let keys = Arc::new(LockKeys::new(&runtime.core.prefix, name));
+        Lock { runtime, keys }
+    }
+
+    /// The lock's name, as given to [`Client::lock`](crate::Client::lock).
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// Waits as long as it takes, then holds the lock with the watchdog: the renewal thread
+    /// extends it until the guard is dropped.
+    pub fn lock(&self) -> Result<LockGuard> {
+        self.acquire(None, None)
+            .map(|g| g.expect("an unbounded wait only ends with the lock"))
+    }
+
+    /// Waits as long as it takes, then holds the lock for at most `lease` (no renewal).
+    pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.acquire(None, Some(lease))
+            .map(|g| g.expect("an unbounded wait only ends with the lock"))
+    }
+
+    /// Waits at most `wait` for the lock; `Ok(None)` if it did not come free in time.
+    ///
+    /// `wait == Duration::ZERO` makes exactly one attempt. `lease: None` holds the lock with
+    /// the watchdog; `Some(lease)` lets it expire after `lease` unless released before.
+    /// Waiting costs no Redis command while nothing happens: the release that frees the lock
+    /// hands it to the oldest waiter in the fleet and tells it through pub/sub, and a waiter
+    /// also wakes when the lock's lease would run out, so a crashed holder or a lost message
+    /// costs time, never a hang.
+    pub fn try_lock(&self, wait: Duration, lease: Option<Duration>) -> Result<Option<LockGuard>> {
+        validate_duration("wait", wait, Duration::ZERO)?;
+        self.acquire(Some(wait), lease)
+    }
+
+    /// Whether anybody holds the lock.
+    pub fn is_locked(&self) -> Result<bool> {
+        Ok(self.inspect()?.locked)
+    }
+
+    /// Whether the calling thread holds the lock (according to Redis).
+    pub fn is_held_by_current_thread(&self) -> Result<bool> {
+        Ok(self.inspect()?.holds > 0)
+    }
+
+    /// How many holds the calling thread has on the lock (according to Redis): 0 if none.
+    pub fn hold_count(&self) -> Result<u32> {
+        Ok(self.inspect()?.holds)
+    }
+
+    /// How long until the lock's current lease runs out; `None` when it is not locked.
+    pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        Ok(self.inspect()?.ttl)
+    }
+
+    /// Deletes the lock whoever holds it and wakes every waiter. `true` if it was locked.
+    ///
+    /// The holder is not interrupted: its guard reports the loss at its next renewal
+    /// (watchdog), when its lease runs out, or when it releases.
+    pub fn force_unlock(&self) -> Result<bool> {
+        self.validate_name()?;
+        let keys = &self.keys;
+        let backend = &self.core().backend;
+        // Names this call, so that a retry after a lost reply answers the same rather than
+        // deleting a lock somebody took in the meantime.
+        let request = uuid::Uuid::new_v4().simple().to_string();
+        let freeing = backend.freeing();
+        backend
+            .run(|con| scripts::force_unlock(con, keys, &request, freeing))
+            .map_err(|e| scripts::failure(keys, e))
+    }
+
+    fn inspect(&self) -> Result<scripts::Inspection> {
+        self.validate_name()?;
+        let core = self.core();
+        let owner = core.owner(thread_number());
+        let keys = &self.keys;
+        core.backend
+            .run(|con| scripts::inspect(con, keys, &owner))
+            .map_err(|e| scripts::failure(keys, e))
+    }
+
+    /// Whether thread `thread` of this client holds the lock (by the client's registry).
+    pub(crate) fn is_held_by(&self, thread: u64) -> bool {
+        self.core().holds.get(&self.keys.lock, thread).is_some()
+    }
+
+    pub(crate) fn core(&self) -> &Arc<Core> {
+        &self.runtime.core
+    }
+
+    pub(crate) fn validate_name(&self) -> Result<()> {
+        crate::keys::check_name(&self.keys.name, self.core().backend.is_cluster())
+    }
+
+    /// The lease terms of an acquisition asking for `lease`.
+    pub(crate) fn terms(&self, lease: Option<Duration>) -> Terms {
+        Terms {
+            asked: lease,
+            watchdog: self.core().watchdog_timeout,
+        }
+    }
+
+    /// Acquires through the engine; `wait: None` waits forever.
+    pub(crate) fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        self.validate_name()?;
+        validate_lease(lease)?;
+        let acquired = engine::acquire(self.core(), self, wait, self.terms(lease))?;
+        Ok(acquired.map(|acquired| self.guard(acquired)))
+    }
+
+    /// The guard of a hold the engine registered (and counted the guard of).
+    pub(crate) fn guard(&self, Acquired { hold, thread }: Acquired) -> LockGuard {
+        LockGuard {
+            lock: self.clone(),
+            hold,
+            thread,
+            released: false,
+            _not_send: PhantomData,
+        }
+    }
+
+    fn lost(&self) -> Error {
+        Error::LockLost {
+            name: self.keys.name.clone(),
+        }
+    }
+}
+
+/// The engine's view of a lock: its keys and its scripts. The release grants the lock to
+/// the oldest waiter still waiting (`release.lua`).
+impl Kind for Lock {
+    fn keys(&self) -> &Arc<LockKeys> {
+        &self.keys
+    }
+
+    fn attempt(
+        &self,
+        con: &mut dyn ConnectionLike,
+        owner: &str,
+        held: Option<(u32, u64)>,
+        lease: Duration,
+        queueing: Queueing,
+    ) -> RedisResult<Acquire> {
+        scripts::acquire(con, &self.keys, owner, held, lease, queueing)
+    }
+
+    fn withdraw(
+        &self,
+        con: &mut dyn ConnectionLike,
+        owner: &str,
+        lease: Duration,
+    ) -> RedisResult<Option<u64>> {
+        scripts::withdraw(con, &self.keys, owner, lease)
+    }
+
+    fn release(
+        &self,
+        con: &mut dyn ConnectionLike,
+        owner: &str,
+        holds: u32,
+        token: u64,
+        freeing: Freeing,
+        taken_by: TakenBy,
+    ) -> RedisResult<Release> {
+        scripts::release(con, &self.keys, owner, holds, token, freeing, taken_by)
+    }
+}
+
+/// Proof that the current thread holds a lock; releases it when dropped.
+///
+/// Not `Send`: the hold belongs to the thread that acquired it (its owner id is the client
+/// id plus the thread number). Owns what it needs, so it can live in a request's state.
+/// Dropping it releases the lock, also during a panic; a failure is logged, never raised.
+/// Use [`unlock`](LockGuard::unlock) to see the outcome.
+///
+/// A guard cannot move to another thread:
+///
+/// ```compile_fail
+/// fn send<T: Send>(_: T) {}
+/// let client = redlatch::Client::open("redis://127.0.0.1/").unwrap();
+/// send(client.lock("x").lock().unwrap());
+/// ```
+///
+/// while the client and lock handles can:
+///
+/// ```
+/// fn send_sync<T: Send + Sync>() {}
+/// send_sync::<redlatch::Client>();
+/// send_sync::<redlatch::Lock>();
+/// ```
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct LockGuard {
+    lock: Lock,
+    hold: Arc<Hold>,
+    thread: u64,
+    released: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.lock.keys.name)
+            .field("fencing_token", &self.hold.token)
+            .finish()
+    }
+}
+
+impl LockGuard {
+    /// Releases this hold. `Err(Error::LockLost)` if the lock was no longer ours (then nothing
+    /// in Redis was changed) or had already been reported lost (then a hold Redis still had is
+    /// released all the same); `Err(Error::Redis)` if Redis could not be reached, in which case
+    /// the lock expires with its lease.
+    pub fn unlock(mut self) -> Result<()> {
+        self.release()
+    }
+
+    /// The fencing token of this hold: strictly increasing per lock name across all clients,
+    /// never reused. Send it with every write the lock protects and have the resource reject
+    /// tokens older than the newest it has seen; that, not the lock alone, is what makes the
+    /// write safe against a holder that was paused past its lease. Re-entries share the first
+    /// acquisition's token.
+    pub fn fencing_token(&self) -> u64 {
+        self.hold.token
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.lock.keys.name
+    }
+
+    pub(crate) fn hold(&self) -> &Arc<Hold> {
+        &self.hold
+    }
+
+    /// Whether the lock is known to be lost: renewal found it gone, or the last lease Redis
+    /// confirmed has run out. Advisory: a pause can fall between this check and the write it
+    /// guards, which is why writes carry the [fencing token](LockGuard::fencing_token).
+    pub fn is_lost(&self) -> bool {
+        self.hold.is_lost()
+    }
+
+    /// `Err(Error::LockLost)` when [`is_lost`](LockGuard::is_lost).
+    pub fn check(&self) -> Result<()> {
+        if self.is_lost() {
+            Err(self.lock.lost())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn release(&mut self) -> Result<()> {
+        self.released = true;
+        engine::release(self.lock.core(), &self.lock, &self.hold, self.thread)
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        match self.release() {
+            Ok(()) => {}
+            Err(Error::LockLost { name }) => {
+                log::warn!("lock {name:?} was lost before its guard was dropped")
+            }
+            Err(e) => log::error!(
+                "releasing lock {:?} failed ({e}); it expires when its lease runs out",
+                self.lock.keys.name
+            ),
+        }
+    }
+}

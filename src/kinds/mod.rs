@@ -1,0 +1,52 @@
+//! The kinds of lock users hold, each a thin policy over the engine (`engine`): typed
+//! handles and guards, and each kind's own rules.
+//!
+//! - [`lock`]: the reentrant, owner-checked, leased lock;
+//! - [`multi`]: several locks taken all or none;
+//! - [`redlock`]: one lock over independent masters, held by majority.
+
+pub(crate) mod lock;
+pub(crate) mod multi;
+pub(crate) mod redlock;
+
+use std::time::Duration;
+
+use crate::engine::validate_lease;
+use crate::error::{Error, Result};
+use lock::{Lock, LockGuard};
+
+/// The checks an acquisition over several locks (a [`MultiLock`](crate::MultiLock), a
+/// [`RedLock`](crate::RedLock)) starts with: every name and the lease are valid, and the
+/// calling thread holds none of the locks, since `what` does not re-enter and the thread
+/// would wait for itself.
+pub(crate) fn check_composite(
+    locks: &[Lock],
+    lease: Option<Duration>,
+    thread: u64,
+    what: &str,
+) -> Result<()> {
+    if locks.is_empty() {
+        return Err(Error::invalid(format!("a {what} needs at least one lock")));
+    }
+    for lock in locks {
+        lock.validate_name()?;
+    }
+    validate_lease(lease)?;
+    match locks.iter().find(|l| l.is_held_by(thread)) {
+        Some(held) => Err(Error::invalid(format!(
+            "this thread already holds lock {:?}; a {what} does not re-enter it",
+            held.name()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Releases the guards of `held` whose lock is known lost: a composite acquisition takes those
+/// again rather than count them.
+pub(crate) fn drop_lost(held: &mut [Option<LockGuard>]) {
+    for guard in held {
+        if guard.as_ref().is_some_and(LockGuard::is_lost) {
+            drop(guard.take());
+        }
+    }
+}
