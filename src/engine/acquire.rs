@@ -202,7 +202,13 @@ fn attempt(
             match (acknowledged, core.replicas) {
                 (Some(acknowledged), Some(replicas)) if acknowledged < replicas.count => {
                     // Not safe against a failover, as asked: give it back.
-                    let _ = release(core, kind, &acquired.hold, thread);
+                    if let Err(e) = release(core, kind, &acquired.hold, thread) {
+                        log::error!(
+                            "giving back lock {:?}, not replicated as asked, failed ({e}); \
+                             it expires when its lease runs out",
+                            keys.name
+                        );
+                    }
                     Err(Error::NotReplicated {
                         name: keys.name.to_string(),
                         acknowledged,
