@@ -13,7 +13,7 @@ mod support;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use redlatch::Client;
+use redlatch::{Client, Error};
 use support::{RedisServer, await_waiting, channel_of, join_all, unique, woken_soon_after};
 
 /// Brings `admin`'s server to maxmemory with `noeviction`: about 5 MB of ballast, and a limit
@@ -126,6 +126,60 @@ fn a_waiter_whose_time_runs_out_at_maxmemory_leaves_the_queue() {
     assert_eq!(queued(&mut admin, &name), 0, "the waiter left its place");
     guard.unlock().expect("a release at maxmemory");
     assert!(!holder.lock(&name).is_locked().unwrap());
+}
+
+#[test]
+fn a_waiter_refused_at_maxmemory_leaves_the_queue() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    // A short watchdog keeps the lock's TTL short, so the waiter wakes within a second for
+    // another attempt, which a full server refuses (it would refresh the waiter's place).
+    let holder = Client::builder(&server.url())
+        .watchdog_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let other = Client::open(&server.url()).unwrap();
+    let name = unique("full-refused");
+    let guard = holder.lock(&name).lock().unwrap();
+    let lock = other.lock(&name);
+    let waiting = thread::spawn(move || lock.try_lock(Duration::from_secs(20), None).map(drop));
+    await_waiting(&mut admin, &name);
+    assert_eq!(queued(&mut admin, &name), 1);
+
+    fill_to_maxmemory(&mut admin);
+    let [refused] = join_all(vec![waiting], Duration::from_secs(10), "the waiter")
+        .try_into()
+        .unwrap();
+    match refused {
+        Err(Error::Redis(e)) if e.code() == Some("OOM") => {}
+        other => panic!("expected the server's OOM refusal, got {other:?}"),
+    }
+    // Its wait is over: a place left behind would have the next release hand the lock to a
+    // thread that no longer waits, held by nobody for the hand-over's lease.
+    assert_eq!(queued(&mut admin, &name), 0, "the refused waiter left its place");
+    guard.unlock().expect("a release at maxmemory");
+    assert!(!holder.lock(&name).is_locked().unwrap());
+}
+
+#[test]
+fn a_waiter_handed_the_lock_at_maxmemory_takes_it_up() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let holder = Client::open(&server.url()).unwrap();
+    let other = Client::open(&server.url()).unwrap();
+    let name = unique("full-take-up");
+    let guard = holder.lock(&name).lock().unwrap();
+    // A lease longer than the watchdog timeout: the hand-over comes with the shorter one, so
+    // the waiter takes it up with an attempt of its own, which sets its lease.
+    let lease = Some(Duration::from_secs(60));
+    let waiting = waiter(other.lock(&name), Duration::from_secs(20), lease);
+    await_waiting(&mut admin, &name);
+
+    fill_to_maxmemory(&mut admin);
+    let released = Instant::now();
+    guard.unlock().expect("a release at maxmemory");
+    woken_soon_after(released, waiting);
+    assert!(!exists(&mut admin, &format!("redlatch:{{{name}}}")));
 }
 
 #[test]
