@@ -156,7 +156,11 @@ fn a_waiter_refused_at_maxmemory_leaves_the_queue() {
     }
     // Its wait is over: a place left behind would have the next release hand the lock to a
     // thread that no longer waits, held by nobody for the hand-over's lease.
-    assert_eq!(queued(&mut admin, &name), 0, "the refused waiter left its place");
+    assert_eq!(
+        queued(&mut admin, &name),
+        0,
+        "the refused waiter left its place"
+    );
     guard.unlock().expect("a release at maxmemory");
     assert!(!holder.lock(&name).is_locked().unwrap());
 }
@@ -189,7 +193,10 @@ fn a_hand_over_given_back_at_maxmemory_goes_to_the_next_waiter() {
     let holder = Client::open(&server.url()).unwrap();
     let other = Client::open(&server.url()).unwrap();
     let name = unique("full-give-back");
-    let (lock, fence) = (format!("redlatch:{{{name}}}"), format!("redlatch:{{{name}}}:fence"));
+    let (lock, fence) = (
+        format!("redlatch:{{{name}}}"),
+        format!("redlatch:{{{name}}}:fence"),
+    );
     let (queue, terms) = (format!("{lock}:queue"), format!("{lock}:waiters"));
     let guard = holder.lock(&name).lock().unwrap();
 
