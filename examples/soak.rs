@@ -1,7 +1,8 @@
 //! Soak: the safety checker under random faults, for a while, watching for leaks.
 //!
 //! ```text
-//! SOAK_SECS=600 cargo run --release --example soak
+//! cargo run --release --example soak -- --seconds 600
+//! cargo run --release --example soak -- --seconds 600 --seed 0x5eed1234abcdef01   # replay
 //! ```
 //!
 //! Three child processes, each with its own client and three threads, take turns on three
@@ -12,7 +13,12 @@
 //! threads, memory, connections and channels came back to their baseline. Exits non-zero if
 //! anything failed. See `tests/support/soak.rs` for what exactly is checked.
 //!
-//! Knobs: `SOAK_SECS` (default 60), `SOAK_SEED` (a number: which faults, when).
+//! Options (the command line wins over the environment):
+//! - `--seconds N` or `--seconds=N`, or `SOAK_SECS`: how long (default 60);
+//! - `--seed N` or `--seed=N`, or `SOAK_SEED`: which faults, when (decimal, or hex with `0x`).
+//!   Without one, a random seed is drawn and printed first, so a failure can be replayed.
+//!
+//! An unknown argument or a bad number prints the usage and exits with status 2.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -20,25 +26,37 @@ mod support;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
+use support::soak::{Soak, USAGE, parse_options, random_seed};
+
 fn main() -> ExitCode {
-    // The same executable is the checker's child process.
+    // The same executable is the checker's child process, started with the checker's
+    // environment and no arguments: it must not get as far as the soak's command line.
     if support::checker::run_child() {
         return ExitCode::SUCCESS;
     }
-    let secs = std::env::var("SOAK_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(60);
-    let mut soak = support::soak::Soak::new(Duration::from_secs(secs), || {
+    let options = match parse_options(std::env::args().skip(1), |var| std::env::var(var).ok()) {
+        Ok(options) => options,
+        Err(e) => {
+            eprintln!("soak: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if options.help {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let mut soak = Soak::new(Duration::from_secs(options.seconds), || {
         Command::new(std::env::current_exe().unwrap())
     });
-    if let Some(seed) = std::env::var("SOAK_SEED").ok().and_then(|s| s.parse().ok()) {
-        soak.seed = seed;
-    }
+    soak.seed = options.seed.unwrap_or_else(|| {
+        let seed = random_seed();
+        println!("soak: no seed given, drew {seed:#x}; replay with --seed {seed:#x}");
+        seed
+    });
     match soak.run() {
         Ok(_) => ExitCode::SUCCESS,
         Err(failed) => {
-            println!("FAIL: {failed}");
+            println!("FAIL: {failed} (seed {:#x})", soak.seed);
             ExitCode::FAILURE
         }
     }

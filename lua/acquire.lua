@@ -34,7 +34,17 @@
 -- an earlier wait) gets a *new* token, so tokens are never handed out twice. Neither ever
 -- shortens the lease.
 -- Queueing never shortens the expiry of the queue or of the terms, only extends it.
--- Nothing is written before every check has passed, so an error leaves no partial change.
+-- Nothing is written before every check has passed, so an error leaves no partial change,
+-- with one exception: an error ends the caller's wait, so a caller that may be queued
+-- (ARGV[6]) leaves the queue with it. Otherwise a release would hand the lock to a thread
+-- that no longer waits, and the lock would stay held, by nobody, for the hand-over's lease.
+--
+-- At maxmemory: Redis refuses a script's first write that may need memory (SET, HSET, ZADD)
+-- unless something was written before it; ZREM and HDEL need none and are not refused (seen
+-- on redis-server 7.0.15, see release.lua). So taking or queueing for a lock is refused,
+-- as it should be, but leaving the queue is not: a refused waiter leaves it, and a waiter
+-- taking up a hand-over leaves it *before* it sets its hold, which then is not refused
+-- either (the hold was the releaser's, memory it just gave back).
 -- Each redis.call costs about as much as the script's dispatch: the free path makes five.
 
 local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -82,12 +92,18 @@ local function next_token()
   return last + 1
 end
 
--- The caller got the lock: it no longer waits.
+-- The caller got the lock, or its wait ends with an error: it no longer waits.
 local function leave_queue()
   if queued then
     redis.pcall('zrem', queue, owner)
     redis.pcall('hdel', waiters, owner)
   end
+end
+
+-- The reply to an error that ends the caller's wait: out of the queue first.
+local function failed(failure)
+  leave_queue()
+  return failure
 end
 
 -- PTTL answers for a key of any type: -2 absent, -1 no expiry.
@@ -99,7 +115,7 @@ if pttl == -2 then
   end
   local token, failure = next_token()
   if not token then
-    return failure
+    return failed(failure)
   end
   redis.call('hset', lock, owner, 1)
   redis.call('pexpire', lock, lease)
@@ -109,12 +125,12 @@ end
 
 if pttl == -1 then
   -- Every lock of ours carries a lease: a key without one is someone else's data.
-  return redis.error_reply('WRONGTYPE lock')
+  return failed(redis.error_reply('WRONGTYPE lock'))
 end
 
 local mine = redis.pcall('hexists', lock, owner)
 if type(mine) == 'table' then
-  return redis.error_reply('WRONGTYPE lock')
+  return failed(redis.error_reply('WRONGTYPE lock'))
 end
 
 if mine == 0 then
@@ -126,7 +142,7 @@ if mine == 0 then
     local now = redis.call('time')
     local queued_ok = redis.pcall('zadd', queue, 'NX', now[1] * 1000000 + now[2], owner)
     if type(queued_ok) == 'table' then
-      return refused(queued_ok, 'queue')
+      return failed(refused(queued_ok, 'queue'))
     end
     local expiry = now[1] * 1000 + math.floor(now[2] / 1000) + queue_for
     local terms_ok = redis.pcall('hset', waiters, owner, string.format('%d %s', expiry, handover_lease))
@@ -136,7 +152,7 @@ if mine == 0 then
       if queued_ok == 1 then
         redis.call('zrem', queue, owner)
       end
-      return refused(terms_ok, 'waiters')
+      return failed(refused(terms_ok, 'waiters'))
     end
     -- The queue and the terms outlive their last valid place, so an abandoned lock leaves
     -- nothing behind. Each key is only ever extended: the terms may hold a hand-over's
@@ -156,7 +172,7 @@ if holds == 0 then
   -- Our field without a hold of ours: take it up.
   local current = redis.pcall('get', fence)
   if type(current) == 'table' then
-    return redis.error_reply('WRONGTYPE fence')
+    return failed(redis.error_reply('WRONGTYPE fence'))
   end
   local token
   if queued and current and redis.pcall('hget', waiters, owner) == 'granted ' .. current then
@@ -167,15 +183,17 @@ if holds == 0 then
     local failure
     token, failure = next_token()
     if not token then
-      return failure
+      return failed(failure)
     end
   end
+  -- Out of the queue before the HSET: at maxmemory, a first write that frees is what lets
+  -- the HSET through (the field is there already; it takes no memory to speak of).
+  redis.pcall('zrem', queue, owner)
+  redis.pcall('hdel', waiters, owner)
   redis.call('hset', lock, owner, 1)
   if lease > pttl then
     redis.call('pexpire', lock, lease)
   end
-  redis.pcall('zrem', queue, owner)
-  redis.pcall('hdel', waiters, owner)
   return {1, token}
 end
 

@@ -12,6 +12,9 @@
 --
 -- Idempotent per request: the answer is kept in the latch, so a retry after a lost reply
 -- answers the same and does not delete a lock somebody took in the meantime.
+-- Frees first: the DEL comes before the latch's SET, so a server at maxmemory (noeviction)
+-- runs it to the end (see release.lua). With no lock to delete the SET is the first write,
+-- and a full server refuses the call with OOM: nothing was changed, nothing needed to be.
 
 local lock, channel, latch = KEYS[1], KEYS[2], KEYS[3]
 local publish, latch_ttl = ARGV[1], ARGV[2]

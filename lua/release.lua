@@ -27,6 +27,8 @@
 --      published on the channel), or was deleted ("unlock" published if anyone was queued)
 --   2  still held: the caller's hold count is now holds - 1
 --   0  not ours: nothing was changed
+-- Errors: Redis's own when it refuses the first write (an intermediate release at maxmemory,
+-- READONLY on a replica); nothing was changed then.
 --
 -- The hold is ours only if the owner's field is there *and* the fence still shows the hold's
 -- token: a release that timed out and reaches Redis late must not touch a newer hold.
@@ -41,7 +43,21 @@
 -- Idempotent, so a retry after a lost reply tells the owner the truth: an intermediate
 -- release *sets* the count to holds - 1; the final release leaves a short-lived latch named
 -- after the hold's owner and fencing token, and a retry that finds the latch answers 1
--- instead of "not ours" (Redisson issues #4871 and #6651).
+-- instead of "not ours" (Redisson issues #4871 and #6651). The script is atomic, so that the
+-- latch is written after the lock is deleted changes nothing a retry can see.
+--
+-- Frees first, at maxmemory too: a release is what gives memory back, so it must not be the
+-- call a full server refuses. Redis checks memory for a script only at its first write that
+-- may need memory (SET, HSET, INCR...), and only if nothing was written before it; a DEL,
+-- ZREM or HDEL needs none. Seen on redis-server 7.0.15 with maxmemory below the memory used
+-- and noeviction: a script whose first write is SET fails with OOM and changes nothing; one
+-- that DELs first (even a key that does not exist) runs to the end, its SETs and HSETs
+-- included. So the final release deletes the lock before it writes the latch or hands the
+-- lock over. Should the latch write be refused anyway (not for memory, after the DEL), the
+-- release goes on, wakes or hands over as usual and answers 1: the lock is free, and only a
+-- retry of this same call after a lost reply would then answer 0 ("not ours").
+-- The intermediate release (holds > 1) frees nothing and is refused at maxmemory like any
+-- write; the count left in Redis is then one too high, which the final release ignores.
 
 local lock, fence, channel, latch, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local owner, holds, token = ARGV[1], tonumber(ARGV[2]), ARGV[3]
@@ -81,7 +97,7 @@ if head then
   now = t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
-redis.call('set', latch, '1', 'px', latch_ttl)
+-- The DEL is the script's first write: from here on a server at maxmemory refuses nothing.
 redis.call('del', lock)
 -- The owner's terms go: a hand-over's "granted" ones, and, when others queue, a place of its
 -- own left from an earlier wait that failed without withdrawing (its uncontended attempt did
@@ -90,6 +106,8 @@ redis.call('del', lock)
 if granted or head then
   redis.pcall('hdel', waiters, owner)
 end
+-- A pcall: the lock is already free, and a refused latch must not stop the wake-up below.
+redis.pcall('set', latch, '1', 'px', latch_ttl)
 if not head then
   -- Nobody waits: a waiter queues in the attempt that finds the lock busy, before it sleeps.
   return 1

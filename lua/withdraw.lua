@@ -14,6 +14,13 @@
 --
 -- Only a hand-over is taken up (terms "granted <token>" with the fence still at that token):
 -- a withdrawal that reaches Redis late must not touch a hold the thread took since.
+--
+-- Under retry after a lost reply: the place is gone either way; if the lost call had taken a
+-- hand-over up, the retry answers {0, 0} (the terms that told are gone), and that hold
+-- expires with its lease.
+-- Runs at maxmemory: it writes only ZREM, HDEL and PEXPIRE, none of which needs memory, so
+-- a full server (noeviction) does not refuse it (see release.lua). Keep it that way: a
+-- write that may need memory would have to come after the ZREM.
 
 local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, lease = ARGV[1], tonumber(ARGV[2])

@@ -527,6 +527,52 @@ fn a_release_that_never_reached_redis_does_not_hand_its_token_out_again() {
     assert!(!lock.is_locked().unwrap());
 }
 
+/// The README's rule for a release that fails: the error goes to the caller (or the log), the
+/// hold has left the watchdog, and the lock frees itself with the lease it had; nobody keeps
+/// renewing a lock its holder gave up.
+#[test]
+fn a_failed_release_leaves_the_lock_to_its_lease_and_is_not_renewed() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let proxy = Proxy::start(server.port);
+    // Renewed every second: a blackout of two 300 ms timeouts leaves the lease well alive.
+    let watchdog = Duration::from_secs(3);
+    let client = Client::builder(&proxy.url())
+        .watchdog_timeout(watchdog)
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    warm_up(&client);
+    let names = [unique("failed-unlock"), unique("failed-drop")];
+    let unlocked = client.lock(&names[0]).lock().unwrap();
+    let dropped = client.lock(&names[1]).lock().unwrap();
+
+    proxy.blackhole(true);
+    assert!(matches!(unlocked.unlock(), Err(Error::Redis(_))));
+    drop(dropped); // logged, not raised
+    proxy.blackhole(false);
+    let failed = Instant::now();
+
+    let mut locked = |name: &String| -> bool {
+        redis::cmd("EXISTS")
+            .arg(format!("redlatch:{{{name}}}"))
+            .query::<i64>(&mut admin)
+            .unwrap()
+            == 1
+    };
+    assert!(names.iter().all(&mut locked), "still held by their leases");
+    // The proxy passes again, so a renewal would reach Redis: only its absence lets the
+    // locks go.
+    assert!(eventually(watchdog + Duration::from_secs(2), || {
+        !names.iter().any(&mut locked)
+    }));
+    assert!(
+        failed.elapsed() <= watchdog + Duration::from_millis(500),
+        "freed {:?} after the failed release",
+        failed.elapsed()
+    );
+}
+
 #[test]
 fn a_stopped_server_costs_one_response_timeout_not_a_hang() {
     let server = RedisServer::start();

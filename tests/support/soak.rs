@@ -29,6 +29,106 @@ use super::{Proxy, RedisServer};
 /// period): allocator noise and buffers that grew to their working size, not a leak.
 pub const MEMORY_TOLERANCE_KB: u64 = 20 * 1024;
 
+/// The soak example's command line, in one line.
+pub const USAGE: &str = "usage: soak [--seconds N] [--seed N]  \
+    (N decimal, or hex with 0x; environment: SOAK_SECS, SOAK_SEED; \
+    default: 60 s and a random seed, printed so that a run can be replayed)";
+
+/// The longest soak accepted: a year, far below where `Instant` arithmetic overflows.
+pub const MAX_SECONDS: u64 = 365 * 24 * 3600;
+
+/// What the soak example was asked to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// How long to run.
+    pub seconds: u64,
+    /// Which faults, when; `None`: draw one (see [`random_seed`]).
+    pub seed: Option<u64>,
+    /// `--help`: print [`USAGE`] and run nothing.
+    pub help: bool,
+}
+
+/// Reads the soak's options from its command line (`args`, without the program name) and
+/// environment (`env` looks a variable up): `--seconds N` / `--seconds=N` over `SOAK_SECS`
+/// (default 60), `--seed N` / `--seed=N` over `SOAK_SEED`. An unknown argument, a missing or
+/// bad number, a zero duration or a zero seed (the fault generator would be stuck at zero) is
+/// an error saying which: a typo must not turn into a default run that looks like the one
+/// asked for.
+pub fn parse_options(
+    args: impl IntoIterator<Item = String>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Options, String> {
+    let mut seconds = None;
+    let mut seed = None;
+    let mut help = false;
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => {
+                (flag.to_string(), Some(value.to_string()))
+            }
+            _ => (arg.clone(), None),
+        };
+        let slot = match flag.as_str() {
+            "--seconds" => &mut seconds,
+            "--seed" => &mut seed,
+            "-h" | "--help" if inline.is_none() => {
+                help = true;
+                continue;
+            }
+            _ => return Err(format!("unknown argument {arg:?}")),
+        };
+        let Some(value) = inline.or_else(|| args.next()) else {
+            return Err(format!("{flag} needs a number"));
+        };
+        *slot = Some(number(&flag, &value)?);
+    }
+    let seconds = match seconds {
+        Some(n) => n,
+        None => match env("SOAK_SECS") {
+            Some(v) => number("SOAK_SECS", &v)?,
+            None => 60,
+        },
+    };
+    let seed = match seed {
+        Some(n) => Some(n),
+        None => env("SOAK_SEED")
+            .map(|v| number("SOAK_SEED", &v))
+            .transpose()?,
+    };
+    if !(1..=MAX_SECONDS).contains(&seconds) {
+        return Err(format!(
+            "seconds: {seconds} is not between 1 and {MAX_SECONDS}"
+        ));
+    }
+    if seed == Some(0) {
+        return Err("seed 0 would inject the same fault every second; use another".into());
+    }
+    Ok(Options {
+        seconds,
+        seed,
+        help,
+    })
+}
+
+/// `value` of `what` as a number: decimal, or hexadecimal after `0x` (as the soak prints its
+/// seed).
+fn number(what: &str, value: &str) -> Result<u64, String> {
+    let parsed = match value
+        .strip_prefix("0x")
+        .or_else(|| value.strip_prefix("0X"))
+    {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => value.parse(),
+    };
+    parsed.map_err(|_| format!("{what}: {value:?} is not a number"))
+}
+
+/// A seed nobody chose: a different fault sequence each run, never 0.
+pub fn random_seed() -> u64 {
+    uuid::Uuid::new_v4().as_u64_pair().0.max(1)
+}
+
 /// What to run.
 pub struct Soak {
     pub duration: Duration,
