@@ -44,7 +44,6 @@ use redis::{
 use crate::error::{Error, Result};
 use crate::keys::SLOTS;
 use crate::link::{Link, LinkSettings};
-use crate::scripts::Freeing;
 use crate::sentinel::{SentinelSpec, Sentinels};
 
 /// Attempts per command when its connection fails at the transport level.
@@ -285,18 +284,6 @@ impl Backend {
         match &self.target {
             Target::Cluster(cluster) => cluster.sharded.load(Ordering::Relaxed),
             _ => false,
-        }
-    }
-
-    /// What the scripts that free a lock need to know of this deployment.
-    pub fn freeing(&self) -> Freeing {
-        Freeing {
-            latch_ttl: self.latch_ttl(),
-            publish: if self.sharded_pubsub() {
-                "SPUBLISH"
-            } else {
-                "PUBLISH"
-            },
         }
     }
 

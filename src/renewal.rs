@@ -92,7 +92,7 @@ fn give_back(core: &Core, keys: &LockKeys, thread: u64, token: u64) {
         return;
     }
     let owner = core.owner(thread);
-    let freeing = core.backend.freeing();
+    let freeing = scripts::Freeing::of(&core.backend);
     // One attempt: the renewal thread must not stall on an errand.
     match core
         .backend

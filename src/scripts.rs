@@ -13,6 +13,7 @@ use redis::{
     ServerErrorKind, ToRedisArgs,
 };
 
+use crate::connection::Backend;
 use crate::error::Error;
 use crate::keys::LockKeys;
 
@@ -123,6 +124,21 @@ pub(crate) struct Freeing {
     /// The command the message that frees the lock goes out with: PUBLISH, or SPUBLISH where
     /// the subscribers listen sharded.
     pub publish: &'static str,
+}
+
+impl Freeing {
+    /// For `backend`'s deployment: its latch lifetime, and SPUBLISH where the subscribers
+    /// listen sharded (a Redis 7 Cluster).
+    pub fn of(backend: &Backend) -> Freeing {
+        Freeing {
+            latch_ttl: backend.latch_ttl(),
+            publish: if backend.sharded_pubsub() {
+                "SPUBLISH"
+            } else {
+                "PUBLISH"
+            },
+        }
+    }
 }
 
 /// What `acquire.lua` answered.

@@ -275,7 +275,7 @@ pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>, thread: u6
     hold.remove_guard();
     let was_lost = hold.is_lost();
     let keys = kind.keys();
-    let freeing = core.backend.freeing();
+    let freeing = scripts::Freeing::of(&core.backend);
     let reply = core.backend.run(|con| {
         let (owner, token, taken_by) = (&hold.owner, hold.token, hold.taken_by);
         kind.release(con, owner, holds, token, freeing, taken_by)

@@ -133,7 +133,7 @@ impl Lock {
         // Names this call, so that a retry after a lost reply answers the same rather than
         // deleting a lock somebody took in the meantime.
         let request = uuid::Uuid::new_v4().simple().to_string();
-        let freeing = backend.freeing();
+        let freeing = Freeing::of(backend);
         backend
             .run(|con| scripts::force_unlock(con, keys, &request, freeing))
             .map_err(|e| scripts::failure(keys, e))
