@@ -721,12 +721,10 @@ impl PolledTask {
                 }
                 self.backoff = BACKOFF_MIN;
                 let entry = self.shared.entries.lock().get(&channel).cloned();
+                // Not if the channel has moved to another connection since it was sent.
+                let node = &self.shards[i].node;
                 if let Some(entry) = entry
-                    && self
-                        .slots
-                        .as_ref()
-                        .and_then(|m| m.node_of(entry.keys.slot()))
-                        == Some(shard.node.as_str())
+                    && self.node_of(entry.keys.slot()) == Some(node.as_str())
                 {
                     entry.confirm();
                 }
@@ -1051,6 +1049,25 @@ mod tests {
             "unsubscribed, yet still confirmed: the next subscription would wake nobody"
         );
     }
+    /// One server (or Sentinel's master): the answer to SUBSCRIBE confirms the channel, which
+    /// gives the waiter its permit to try again. It once checked the slot map, which only a
+    /// Cluster has, so on one server no subscription was ever confirmed, and a release
+    /// between a waiter's attempt and its subscription left it asleep until the lock's TTL.
+    #[test]
+    fn on_one_server_the_subscription_is_confirmed() {
+        let (sub, mut task, _listener, node) = task();
+        task.routing = Routing::Server;
+        task.slots = None;
+        task.server = Some((node, 0));
+        let keys = Arc::new(LockKeys::new("p", "x"));
+        let waiter = sub.join(sub.expect(&keys, 1));
+        task.reconcile(Instant::now());
+        task.handle(0, Frame::Simple(b"PONG".to_vec())).unwrap();
+        task.handle(0, push("subscribe", &keys.channel)).unwrap();
+        assert!(confirmed(&sub, &keys));
+        assert_eq!(waiter.wait(Duration::ZERO), Wake::Permit);
+    }
+
     #[test]
     fn a_subscription_is_confirmed_only_by_the_answer_that_names_its_channel() {
         let (sub, mut task, _listener, _node) = task();
