@@ -24,32 +24,26 @@
 //!   waiter's attempt and its sleep is not lost;
 //! - a waiter that leaves with a permit it never used passes it to the next one.
 //!
-//! # Flavors
-//! The thread listens in one of two ways, each in its own module:
-//! - [`polled`]: its own non-blocking sockets in one poll, with heartbeats, woken in process;
-//!   wherever the server is reached over plain TCP. On a Redis 7 Cluster it uses sharded
-//!   pub/sub, one connection per shard that has waiters, so a release's SPUBLISH reaches only
-//!   the shard that owns the lock;
-//! - [`classic`]: one `redis` crate connection with SUBSCRIBE, woken through a control
-//!   channel; for a server reached over TLS or a unix socket, and a Cluster older than Redis 7
-//!   or told to use it (PUBLISH reaches every node of a cluster).
+//! # Connections
+//! The thread drives its own non-blocking sockets in one poll ([`polled`]), over plain TCP,
+//! TLS or a unix socket ([`socket`]), with a heartbeat on each. On a Redis 7 Cluster it uses
+//! sharded pub/sub, one connection per shard that has waiters, so a release's SPUBLISH
+//! reaches only the shard that owns the lock; elsewhere one connection with SUBSCRIBE.
 //!
-//! Either way a waiter records what it wants in the entry map and *rings* the thread, which
-//! reconciles its subscriptions with the map. A joining waiter rings itself (it is about to
-//! wait anyway); a leaving one has the ring made for it off its path, so that a thread that
-//! just got its lock returns at once.
+//! A waiter records what it wants in the entry map and *rings* the thread (in process,
+//! through the poll's waker: no round trip), which reconciles its subscriptions with the map.
 //!
 //! # Failure
 //! When a connection fails the thread reconnects with backoff, resubscribes every channel
 //! that has waiters, and the confirmations give every waiter a permit. Meanwhile, and whenever
 //! a message is lost, waiters still wake when the lock's TTL or their deadline says so. A
 //! refused subscription (an ACL without our channels) is logged and retried with backoff;
-//! waiting then degrades to waking at the lock's TTL. A frame the polled flavor cannot use (a
+//! waiting then degrades to waking at the lock's TTL. A frame the thread cannot use (a
 //! message too big to keep, which anyone with PUBLISH on the channel can send) is read past
 //! and costs only itself; a connection fails only on bytes that are not RESP, which no answer
 //! to our commands can be, since no channel we subscribe is too long to read back. A
-//! connection that carried nothing for
-//! [`IDLE_TIMEOUT`] is given up, and made anew only if threads still wait.
+//! connection that carried nothing for [`IDLE_TIMEOUT`] is given up, and made anew only if
+//! threads still wait.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -64,9 +58,9 @@ use parking_lot::{Condvar, Mutex};
 use crate::connection::Backend;
 use crate::keys::LockKeys;
 
-mod classic;
 mod polled;
 mod resp;
+mod socket;
 
 /// Payload of a release that found only stale places queued: wake one waiter.
 const UNLOCK: &[u8] = b"unlock";
@@ -93,8 +87,6 @@ struct ChannelState {
 /// Work the subscriber hands to the renewal thread, so that neither it nor a waiter spends
 /// a round trip on it.
 pub(crate) enum Errand {
-    /// Ring the subscriber thread (a waiter left; its channel may go).
-    Ring,
     /// The lock was handed to thread `thread` of ours, which no longer waits: give it back,
     /// unless it was taken up after all (by an attempt or a withdrawal of that thread, which
     /// remove the "granted" terms in Redis, or from the message, which registers the hold
@@ -109,32 +101,20 @@ pub(crate) enum Errand {
 /// The handle the rest of the client uses; the thread runs [`SubscriberTask::run`].
 pub(crate) struct Subscriber {
     shared: Arc<Shared>,
-    backend: Arc<Backend>,
 }
 
 struct Shared {
-    /// Channels that have waiters. The thread subscribes exactly these (plus, classic, the
-    /// control channel).
+    /// Channels that have waiters. The thread subscribes exactly these.
     entries: Mutex<HashMap<String, Arc<Entry>>>,
-    /// Classic only: a PUBLISH here wakes the thread.
-    control_channel: String,
     /// `<client id>:`, the start of the owner ids of this client's threads.
     owner_prefix: String,
     /// The key prefix, to name a lock from its channel.
     key_prefix: String,
-    /// Classic only: the connection is up and subscribed to the control channel, so a
-    /// PUBLISH reaches it.
-    connected: AtomicBool,
-    /// Classic only: a control message is on its way; later requests need not send another.
-    ring_in_flight: AtomicBool,
     stop: AtomicBool,
-    doorbell: Sender<()>,
-    /// Sharded flavor only: wakes the thread out of its poll, in process (no round trip).
-    waker: Option<mio::Waker>,
+    /// Wakes the thread out of its poll, in process (no round trip).
+    waker: mio::Waker,
     /// To the renewal thread, which runs errands.
     errands: Sender<Errand>,
-    /// A [`Errand::Ring`] is queued; no need for another.
-    ring_queued: AtomicBool,
     /// Threads about to queue for a lock (their attempt is in flight), by thread number: a
     /// hand-over that arrives before the thread has joined the entry waits here for it.
     arriving: Mutex<HashMap<u64, Arriving>>,
@@ -405,44 +385,18 @@ impl Subscriber {
         client_id: &str,
         errands: Sender<Errand>,
     ) -> crate::Result<(Subscriber, SubscriberTask)> {
-        let (doorbell, rung) = crossbeam_channel::bounded(1);
-        let poll = if backend.polled_pubsub() {
-            Some(polled::Poller::new().map_err(crate::Error::Thread)?)
-        } else {
-            None
-        };
+        let poll = polled::Poller::new().map_err(crate::Error::Thread)?;
         let shared = Arc::new(Shared {
             entries: Mutex::new(HashMap::new()),
-            control_channel: crate::keys::control_channel(key_prefix, client_id),
             owner_prefix: format!("{client_id}:"),
             key_prefix: key_prefix.to_string(),
-            connected: AtomicBool::new(false),
-            ring_in_flight: AtomicBool::new(false),
             stop: AtomicBool::new(false),
-            doorbell,
-            waker: poll
-                .as_ref()
-                .map(|p| p.waker())
-                .transpose()
-                .map_err(crate::Error::Thread)?,
+            waker: poll.waker().map_err(crate::Error::Thread)?,
             errands,
-            ring_queued: AtomicBool::new(false),
             arriving: Mutex::new(HashMap::new()),
         });
-        let task = match poll {
-            Some(poll) => SubscriberTask(Flavor::Polled(polled::PolledTask::new(
-                shared.clone(),
-                backend.clone(),
-                poll,
-            ))),
-            None => SubscriberTask(Flavor::Classic(classic::ClassicTask {
-                shared: shared.clone(),
-                backend: backend.clone(),
-                rung,
-            })),
-        };
-        let subscriber = Subscriber { shared, backend };
-        Ok((subscriber, task))
+        let task = SubscriberTask(polled::PolledTask::new(shared.clone(), backend, poll));
+        Ok((Subscriber { shared }, task))
     }
 
     /// Announces that thread `thread` is about to attempt `keys`'s lock and, if it is busy,
@@ -545,7 +499,7 @@ impl Subscriber {
             (entry, created)
         };
         if created {
-            self.ring(true);
+            self.ring();
         }
         Waiter {
             subscriber: self,
@@ -555,74 +509,18 @@ impl Subscriber {
         }
     }
 
-    /// Makes the thread reconcile its subscriptions with the entry map. Sharded: wakes it in
-    /// process. Classic: publishes on the control channel and waits for Redis to take it (one
-    /// round trip; `retry` on a fresh connection if that one fails fast).
-    pub fn ring(&self, retry: bool) {
-        self.shared.ring_queued.store(false, Ordering::SeqCst);
-        let _ = self.shared.doorbell.try_send(());
-        if let Some(waker) = &self.shared.waker {
-            if let Err(e) = waker.wake() {
-                log::warn!("could not wake the subscriber thread: {e}");
-            }
-            return;
-        }
-        if self.shared.connected.load(Ordering::SeqCst)
-            && !self.shared.ring_in_flight.swap(true, Ordering::SeqCst)
-        {
-            match self.publish_control("reconcile", retry) {
-                // 0 receivers: the connection is gone; the thread reconciles on reconnect.
-                Ok(receivers) if receivers > 0 => {}
-                Ok(_) => self.shared.ring_in_flight.store(false, Ordering::SeqCst),
-                Err(e) => {
-                    log::debug!("could not wake the subscriber thread: {e}");
-                    self.shared.ring_in_flight.store(false, Ordering::SeqCst);
-                }
-            }
+    /// Makes the thread reconcile its subscriptions with the entry map: wakes it in process,
+    /// which costs no round trip, so a leaving waiter rings on its way out too.
+    pub fn ring(&self) {
+        if let Err(e) = self.shared.waker.wake() {
+            log::warn!("could not wake the subscriber thread: {e}");
         }
     }
 
-    /// Publishes `what` on the control channel; the number of receivers.
-    fn publish_control(&self, what: &str, retry: bool) -> crate::Result<i64> {
-        let channel = &self.shared.control_channel;
-        let publish = |con: &mut dyn redis::ConnectionLike| {
-            redis::cmd("PUBLISH")
-                .arg(channel)
-                .arg(what)
-                .query::<i64>(con)
-        };
-        if retry {
-            self.backend.run(publish)
-        } else {
-            self.backend.run_once_only(publish)
-        }
-    }
-
-    /// Has the client's renewal thread ring for us: for a waiter leaving, which has just got
-    /// the lock or run out of time and should not spend a round trip on housekeeping.
-    fn ring_later(&self) {
-        if self.shared.waker.is_some() {
-            return self.ring(false); // costs nothing
-        }
-        let _ = self.shared.doorbell.try_send(());
-        if !self.shared.ring_queued.swap(true, Ordering::SeqCst) {
-            let _ = self.shared.errands.send(Errand::Ring);
-        }
-    }
-
-    /// Asks the thread to end; it does at its next wake-up, which this causes if Redis answers
-    /// (one attempt: a drop must not wait on a server that does not), else within
-    /// [`IDLE_TIMEOUT`].
+    /// Asks the thread to end; it does at once, woken out of its poll.
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        let _ = self.shared.doorbell.try_send(());
-        if let Some(waker) = &self.shared.waker {
-            let _ = waker.wake();
-            return;
-        }
-        if self.shared.connected.load(Ordering::SeqCst) {
-            let _ = self.publish_control("stop", false);
-        }
+        self.ring();
     }
 
     /// Hands a message on `channel` to its waiters, as the thread does when one arrives.
@@ -669,8 +567,7 @@ impl Waiter<'_> {
             wake
         };
         if wake == Wake::Timeout && !self.entry.state.lock().confirmed {
-            // One attempt: the waiter has a deadline to keep.
-            self.subscriber.ring(false);
+            self.subscriber.ring();
         }
         wake
     }
@@ -712,26 +609,18 @@ impl Drop for Waiter<'_> {
                 entries.remove(&self.entry.keys.channel);
             }
             drop(entries);
-            self.subscriber.ring_later();
+            self.subscriber.ring();
         }
     }
 }
 
-/// The thread's work, in the flavor the deployment calls for.
-pub(crate) struct SubscriberTask(Flavor);
-
-enum Flavor {
-    Classic(classic::ClassicTask),
-    Polled(polled::PolledTask),
-}
+/// The thread's work: see [`polled`].
+pub(crate) struct SubscriberTask(polled::PolledTask);
 
 impl SubscriberTask {
     /// The thread's body: until the client stops.
     pub fn run(self) {
-        match self.0 {
-            Flavor::Classic(task) => task.run(),
-            Flavor::Polled(task) => task.run(),
-        }
+        self.0.run()
     }
 }
 
@@ -754,9 +643,8 @@ mod tests {
                 response_timeout: Duration::from_millis(10),
                 tls: Default::default(),
             },
-            classic_pubsub: false,
         };
-        // Never connected: rings go to the doorbell only, and nothing here does I/O.
+        // Never connected, and no thread runs the task: nothing here does I/O.
         let backend = Arc::new(
             Backend::new(
                 &crate::connection::Deployment::Url("redis://127.0.0.1:1/".into()),

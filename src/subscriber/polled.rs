@@ -1,5 +1,6 @@
-//! Polled pub/sub: the subscriber thread drives its own sockets, one per server that has
-//! waiters, all in one `mio` poll. Used wherever the server is reached over plain TCP.
+//! Pub/sub: the subscriber thread drives its own sockets, one per server that has waiters,
+//! all in one `mio` poll: plain TCP, TLS (rustls over the non-blocking socket, see
+//! [`super::socket`]) or a unix socket, whichever the URL names.
 //!
 //! # Where a channel is subscribed ([`Routing`])
 //! - One server, or the master Sentinel names: there, with classic SUBSCRIBE. When Sentinel
@@ -8,6 +9,9 @@
 //! - A Redis 7 Cluster: with SSUBSCRIBE, on the master of the shard that owns the lock's slot
 //!   (found with CLUSTER SLOTS). A release publishes with SPUBLISH, which Redis delivers only
 //!   inside that shard instead of broadcasting it over the cluster bus to every node.
+//! - A Cluster without sharded pub/sub (older than Redis 7): with classic SUBSCRIBE, on one
+//!   seed node, as on one server; a release's PUBLISH reaches every node over the cluster
+//!   bus. A node that fails or goes silent makes the thread go on to the next seed.
 //!
 //! # Following the server or the slots
 //! A connection that fails, a subscription refused (MOVED, while a slot moves), one that the
@@ -19,32 +23,33 @@
 //!
 //! # One thread, no blocking
 //! The thread serves every connection at once: they are non-blocking sockets in one poll,
-//! which a waiter's ring wakes in process (no round trip, unlike the classic flavor's control
-//! channel). We drive these connections ourselves (AUTH, (S)SUBSCRIBE, PING, and the RESP2
-//! frames in [`super::resp`]) because the `redis` crate's sync connection cannot be polled,
-//! and because after a read of it times out it drops the next frame as a late reply, so a
-//! heartbeat cannot be added to a blocking read of it either. A server reached over TLS or a
-//! unix socket uses the classic flavor.
+//! which a waiter's ring wakes in process (no round trip). We drive these connections
+//! ourselves (AUTH, (S)SUBSCRIBE, PING, and the RESP2 frames in [`super::resp`]) because the
+//! `redis` crate's sync connection cannot be polled, and because after a read of it times out
+//! it drops the next frame as a late reply, so a heartbeat cannot be added to a blocking read
+//! of it either.
 //!
 //! # Liveness
 //! Every command must be answered within the response timeout (a connection still being
-//! made gets the connect timeout on top): a server stopped with SIGSTOP accepts connections
-//! and says nothing. A connection with subscriptions that was quiet for [`HEARTBEAT`] sends
-//! a PING, so a server that went silent is noticed while threads wait on it (Sentinel then
-//! names the new master; a Cluster's slot map shows the promoted replica). A connection with
-//! no subscriptions for [`IDLE_TIMEOUT`] is closed.
+//! made, TLS handshake included, gets the connect timeout on top): a server stopped with
+//! SIGSTOP accepts connections and says nothing. A connection with subscriptions that was
+//! quiet for [`HEARTBEAT`] sends a PING, so a server that went silent is noticed while
+//! threads wait on it, whatever the transport (Sentinel then names the new master; a
+//! Cluster's slot map shows the promoted replica). A connection with no subscriptions for
+//! [`IDLE_TIMEOUT`] is closed.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::io;
+use std::net::ToSocketAddrs;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
+use redis::ConnectionAddr;
 
 use super::resp::{self, Frame};
+use super::socket::{Dial, Stream, TlsStart};
 use super::{BACKOFF_MAX, BACKOFF_MIN, ChannelState, Entry, IDLE_TIMEOUT, Shared};
 use crate::connection::{Backend, SlotMap};
 use crate::keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
@@ -85,8 +90,11 @@ pub(super) struct PolledTask {
     auth: Option<Vec<u8>>,
     /// [`Routing::Slots`]: the cluster's slot map (shared with the renewal thread).
     slots: Option<Arc<SlotMap>>,
-    /// [`Routing::Server`]: the server's `host:port`, and the generation it belongs to.
-    server: Option<(String, u64)>,
+    /// [`Routing::Slots`]: the nodes are reached over TLS (as the seed nodes are).
+    nodes_over_tls: bool,
+    /// [`Routing::Server`]: the server, the name its connection goes by (`host:port` or the
+    /// socket's path), and the generation it belongs to.
+    server: Option<(ConnectionAddr, String, u64)>,
     /// Something said `slots` or `server` is out of date since it was read.
     stale: bool,
     shards: Vec<Shard>,
@@ -103,12 +111,12 @@ pub(super) struct PolledTask {
 struct Shard {
     node: String,
     token: Token,
-    stream: TcpStream,
-    /// The TCP handshake completed.
+    stream: Stream,
+    /// The socket's connection was made (a TLS handshake may still be under way).
     established: bool,
-    /// Until the handshake completes: the addresses of `node` not tried yet, and when the
-    /// one being tried is given up for the next.
-    untried: VecDeque<SocketAddr>,
+    /// Until the connection is made, TLS handshake included: the addresses of `node` not
+    /// tried yet, and when the one being tried is given up for the next.
+    dial: Dial,
     connect_by: Instant,
     reader: resp::Reader,
     outbox: Vec<u8>,
@@ -127,7 +135,8 @@ struct Shard {
 enum Routing {
     /// A Redis 7 Cluster: on the master of the lock's slot, with sharded pub/sub.
     Slots,
-    /// One server, or the master Sentinel names: there, with classic pub/sub.
+    /// One server, the master Sentinel names, or one node of a Cluster without sharded
+    /// pub/sub: there, with classic pub/sub.
     Server,
 }
 
@@ -175,13 +184,14 @@ enum Sent {
 
 impl PolledTask {
     pub(super) fn new(shared: Arc<Shared>, backend: Arc<Backend>, poller: Poller) -> Self {
-        let (routing, auth) = if backend.is_cluster() {
+        let (routing, auth) = if backend.sharded_pubsub() {
             let (username, password) = backend.node_credentials();
             (Routing::Slots, auth_command(username, password))
         } else {
             (Routing::Server, None) // read with the server's address
         };
         PolledTask {
+            nodes_over_tls: backend.nodes_over_tls(),
             shared,
             backend,
             poll: poller.0,
@@ -244,7 +254,7 @@ impl PolledTask {
         if self
             .server
             .as_ref()
-            .is_some_and(|(_, generation)| *generation != self.backend.generation())
+            .is_some_and(|(_, _, generation)| *generation != self.backend.generation())
         {
             self.stale = true; // Sentinel named another master
         }
@@ -364,7 +374,7 @@ impl PolledTask {
                     shard.sent.push_back((Sent::Ping, deadline));
                 }
             }
-            if !shard.established && now >= shard.connect_by {
+            if (!shard.established || shard.stream.handshaking()) && now >= shard.connect_by {
                 let e = io::Error::new(io::ErrorKind::TimedOut, "no handshake in time");
                 match self.try_next_address(i, e, now) {
                     Ok(()) => i += 1,
@@ -383,7 +393,7 @@ impl PolledTask {
                     .is_some_and(|since| now >= since + IDLE_TIMEOUT)
             {
                 let mut shard = self.shards.swap_remove(i);
-                let _ = self.poll.registry().deregister(&mut shard.stream);
+                shard.stream.deregister(self.poll.registry());
                 continue;
             } else {
                 self.flush(i).err()
@@ -400,7 +410,7 @@ impl PolledTask {
         let mut next = self.paused_until;
         let mut consider = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
         for shard in &self.shards {
-            if !shard.established {
+            if !shard.established || shard.stream.handshaking() {
                 consider(shard.connect_by);
             }
             if let Some((_, by)) = shard.sent.front() {
@@ -419,9 +429,15 @@ impl PolledTask {
     fn read_routes(&mut self) {
         if self.routing == Routing::Server {
             match self.backend.pubsub_server() {
-                Ok((address, username, password, generation)) => {
+                Ok((addr, username, password, generation)) => {
                     self.auth = auth_command(username, password);
-                    self.server = Some((address, generation));
+                    let node = match &addr {
+                        ConnectionAddr::Tcp(host, port)
+                        | ConnectionAddr::TcpTls { host, port, .. } => host_port(host, *port),
+                        ConnectionAddr::Unix(path) => path.display().to_string(),
+                        other => format!("{other:?}"), // `dial` refuses it
+                    };
+                    self.server = Some((addr, node, generation));
                     self.stale = false;
                 }
                 Err(e) => {
@@ -452,39 +468,75 @@ impl PolledTask {
     fn node_of(&self, slot: u16) -> Option<&str> {
         match self.routing {
             Routing::Slots => self.slots.as_ref()?.node_of(slot),
-            Routing::Server => self.server.as_ref().map(|(address, _)| address.as_str()),
+            Routing::Server => self.server.as_ref().map(|(_, node, _)| node.as_str()),
+        }
+    }
+
+    /// How to reach `node`, as [`PolledTask::node_of`] named it. Over TCP, to each address
+    /// its name resolves to in turn: a name such as `localhost` may resolve to `::1` first
+    /// while the server listens on 127.0.0.1 only, and the `redis` crate's command
+    /// connections would reach it through the next one.
+    fn dial(&self, node: &str) -> io::Result<Dial> {
+        let tcp = |host: &str, port: u16, tls: bool| -> io::Result<Dial> {
+            let tls = if tls {
+                Some(TlsStart::new(self.backend.tls(), host)?)
+            } else {
+                None
+            };
+            let untried = (host, port).to_socket_addrs()?.collect();
+            Ok(Dial::Tcp { untried, tls })
+        };
+        match self.routing {
+            Routing::Slots => {
+                let (host, port) = split_host_port(node).ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidInput, "not a host:port")
+                })?;
+                tcp(host, port, self.nodes_over_tls)
+            }
+            Routing::Server => match self.server.as_ref().map(|(addr, _, _)| addr) {
+                Some(ConnectionAddr::Tcp(host, port)) => tcp(host, *port, false),
+                Some(ConnectionAddr::TcpTls {
+                    host,
+                    port,
+                    insecure: false,
+                    ..
+                }) => tcp(host, *port, true),
+                Some(ConnectionAddr::TcpTls { insecure: true, .. }) => Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "rediss://...#insecure is refused",
+                )),
+                #[cfg(unix)]
+                Some(ConnectionAddr::Unix(path)) => Ok(Dial::Unix(Some(path.clone()))),
+                #[cfg(not(unix))]
+                Some(ConnectionAddr::Unix(_)) => Err(io::ErrorKind::Unsupported.into()),
+                Some(_) => Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "this build cannot connect to that kind of address",
+                )),
+                None => Err(io::Error::new(io::ErrorKind::NotFound, "no server known")),
+            },
         }
     }
 
     /// Starts a connection to `node`; its handshake, AUTH and first subscription go out as the
     /// socket allows. The index of the new shard.
     fn open(&mut self, node: &str, now: Instant) -> io::Result<usize> {
-        self.open_addresses(node, node.to_socket_addrs()?.collect(), now)
+        let dial = self.dial(node)?;
+        self.open_dial(node, dial, now)
     }
 
-    /// [`PolledTask::open`] for `node` at `addresses`, tried in turn: a name such as
-    /// `localhost` may resolve to `::1` first while the server listens on 127.0.0.1 only,
-    /// and the `redis` crate's command connections would reach it through the next one.
-    fn open_addresses(
-        &mut self,
-        node: &str,
-        mut untried: VecDeque<SocketAddr>,
-        now: Instant,
-    ) -> io::Result<usize> {
-        let mut stream = connect_next(&mut untried)?;
+    /// [`PolledTask::open`] for `node`, reached as `dial` says.
+    fn open_dial(&mut self, node: &str, mut dial: Dial, now: Instant) -> io::Result<usize> {
+        let mut stream = dial.next()?;
         let token = Token(self.next_token);
         self.next_token += 1;
-        self.poll.registry().register(
-            &mut stream,
-            token,
-            Interest::READABLE | Interest::WRITABLE,
-        )?;
+        stream.register(self.poll.registry(), token)?;
         let mut shard = Shard {
             node: node.to_string(),
             token,
             stream,
             established: false,
-            untried,
+            dial,
             connect_by: now + self.backend.connect_timeout(),
             reader: resp::Reader::default(),
             outbox: Vec::new(),
@@ -514,22 +566,19 @@ impl PolledTask {
     /// with the same commands waiting, or give `e` back when none is left.
     fn try_next_address(&mut self, i: usize, e: io::Error, now: Instant) -> io::Result<()> {
         let shard = &mut self.shards[i];
-        if shard.untried.is_empty() {
+        if shard.dial.exhausted() {
             return Err(e);
         }
         log::debug!(
             "redlatch: pub/sub connection to {} failed: {e}; trying its next address",
             shard.node
         );
-        let mut stream = connect_next(&mut shard.untried)?;
+        let mut stream = shard.dial.next()?;
         let registry = self.poll.registry();
-        let _ = registry.deregister(&mut shard.stream);
-        registry.register(
-            &mut stream,
-            shard.token,
-            Interest::READABLE | Interest::WRITABLE,
-        )?;
+        shard.stream.deregister(registry);
+        stream.register(registry, shard.token)?;
         shard.stream = stream;
+        shard.established = false;
         shard.want_writable = true;
         shard.connect_by = now + self.backend.connect_timeout();
         // The first answer may take this handshake as well as a command.
@@ -544,18 +593,11 @@ impl PolledTask {
     fn serve(&mut self, i: usize) -> io::Result<()> {
         let shard = &mut self.shards[i];
         if !shard.established {
-            let refused = match shard.stream.take_error() {
-                Ok(None) => match shard.stream.peer_addr() {
-                    Ok(_) => None,
-                    Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(()),
-                    Err(e) => Some(e),
-                },
-                Ok(Some(e)) | Err(e) => Some(e),
-            };
-            if let Some(e) = refused {
-                return self.try_next_address(i, e, Instant::now());
+            match shard.stream.connected() {
+                Ok(true) => shard.established = true,
+                Ok(false) => return Ok(()),
+                Err(e) => return self.try_next_address(i, e, Instant::now()),
             }
-            self.shards[i].established = true;
         }
         let shard = &mut self.shards[i];
         let mut buf = [0u8; 8192];
@@ -748,6 +790,7 @@ impl PolledTask {
         if !shard.established {
             return Ok(());
         }
+        shard.stream.push()?;
         while !shard.outbox.is_empty() {
             match shard.stream.write(&shard.outbox) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -759,16 +802,16 @@ impl PolledTask {
                 Err(e) => return Err(e),
             }
         }
-        let want_writable = !shard.outbox.is_empty();
+        let want_writable = !shard.outbox.is_empty() || shard.stream.wants_write();
         if want_writable != shard.want_writable {
             let interest = if want_writable {
                 Interest::READABLE | Interest::WRITABLE
             } else {
                 Interest::READABLE
             };
-            self.poll
-                .registry()
-                .reregister(&mut shard.stream, shard.token, interest)?;
+            shard
+                .stream
+                .reregister(self.poll.registry(), shard.token, interest)?;
             shard.want_writable = want_writable;
         }
         Ok(())
@@ -778,7 +821,7 @@ impl PolledTask {
     /// new subscription says otherwise, after the slot map was read again.
     fn fail(&mut self, i: usize, e: &io::Error) {
         let mut shard = self.shards.swap_remove(i);
-        let _ = self.poll.registry().deregister(&mut shard.stream);
+        shard.stream.deregister(self.poll.registry());
         if self.shared.stop.load(Ordering::SeqCst) {
             return;
         }
@@ -809,19 +852,23 @@ impl PolledTask {
     }
 }
 
-/// Starts a connection to the first of `untried` that takes one, removing the addresses it
-/// tried. A refusal that comes later, on the socket, is [`PolledTask::try_next_address`]'s.
-fn connect_next(untried: &mut VecDeque<SocketAddr>) -> io::Result<TcpStream> {
-    let mut failure = io::Error::new(io::ErrorKind::NotFound, "no address");
-    while let Some(addr) = untried.pop_front() {
-        match TcpStream::connect(addr)
-            .and_then(|stream| crate::link::configure_socket(&stream).map(|()| stream))
-        {
-            Ok(stream) => return Ok(stream),
-            Err(e) => failure = e,
-        }
+/// `host:port`, with an IPv6 host in brackets, as the slot map names nodes.
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
-    Err(failure)
+}
+
+/// The host (without brackets) and port of a `host:port` the slot map gave.
+fn split_host_port(node: &str) -> Option<(&str, u16)> {
+    let (host, port) = node.rsplit_once(':')?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    Some((host, port.parse().ok()?))
 }
 
 /// AUTH with these credentials, if there is a password.
@@ -845,7 +892,9 @@ mod tests {
     use super::*;
     use crate::connection::{Deployment, Settings};
     use crate::keys::LockKeys;
-    use crate::subscriber::{Flavor, Subscriber, SubscriberTask, Wake};
+    use crate::subscriber::{Subscriber, SubscriberTask, Wake};
+    use std::io::Write;
+    use std::net::SocketAddr;
 
     /// A subscriber and its polled task, routing by slots, every slot on `node`.
     fn task() -> (Subscriber, PolledTask, std::net::TcpListener, String) {
@@ -856,22 +905,27 @@ mod tests {
                 response_timeout: Duration::from_secs(10),
                 tls: Default::default(),
             },
-            classic_pubsub: false,
         };
         let backend = Arc::new(
             Backend::new(&Deployment::Url("redis://127.0.0.1:1/".into()), settings).unwrap(),
         );
         let (errands, _) = crossbeam_channel::unbounded();
         let (sub, task) = Subscriber::new(backend, "p", "c0ffee", errands).unwrap();
-        let SubscriberTask(Flavor::Polled(mut task)) = task else {
-            panic!("a plain TCP server is polled");
-        };
+        let SubscriberTask(mut task) = task;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let node = listener.local_addr().unwrap().to_string();
         task.routing = Routing::Slots;
         task.slots = Some(Arc::new(SlotMap::new(vec![(0, 16383, node.clone())])));
         task.stale = false; // the map above is the one read
         (sub, task, listener, node)
+    }
+
+    /// Plain TCP to `addresses`, in turn.
+    fn tcp(addresses: &[SocketAddr]) -> Dial {
+        Dial::Tcp {
+            untried: VecDeque::from(addresses.to_vec()),
+            tls: None,
+        }
     }
 
     fn bulk(s: &str) -> Frame {
@@ -958,7 +1012,7 @@ mod tests {
             .unwrap(); // closed again: connections to it are refused
         let good = listener.local_addr().unwrap();
         let i = task
-            .open_addresses("node", VecDeque::from([refusing, good]), Instant::now())
+            .open_dial("node", tcp(&[refusing, good]), Instant::now())
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
         while !task.shards[i].established && Instant::now() < deadline {
@@ -983,7 +1037,7 @@ mod tests {
         let (_sub, mut task, listener, _node) = task();
         let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let (first, second) = (listener.local_addr().unwrap(), other.local_addr().unwrap());
-        task.open_addresses("node", VecDeque::from([first, second]), Instant::now())
+        task.open_dial("node", tcp(&[first, second]), Instant::now())
             .unwrap();
         // As if the handshake with the first had not completed in time (the test's connect
         // timeout is 10 ms).
@@ -1058,7 +1112,9 @@ mod tests {
         let (sub, mut task, _listener, node) = task();
         task.routing = Routing::Server;
         task.slots = None;
-        task.server = Some((node, 0));
+        let (host, port) = split_host_port(&node).unwrap();
+        let addr = ConnectionAddr::Tcp(host.to_string(), port);
+        task.server = Some((addr, node, 0));
         let keys = Arc::new(LockKeys::new("p", "x"));
         let waiter = sub.join(sub.expect(&keys, 1));
         task.reconcile(Instant::now());
