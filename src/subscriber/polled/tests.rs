@@ -282,3 +282,47 @@ fn a_subscription_is_confirmed_only_by_the_answer_that_names_its_channel() {
         "confirmed by the answer for another channel, while the node refused it"
     );
 }
+
+/// A node the slot map names is reached as the seed nodes are: over TLS when they are
+/// (`rediss://`), its certificate checked against the host the map gives (an IP address or
+/// a name; an IPv6 address comes in brackets).
+#[cfg(feature = "tls")]
+#[test]
+fn cluster_nodes_are_dialled_over_tls_when_the_seeds_are() {
+    for (seed, tls) in [
+        ("rediss://127.0.0.1:1/", true),
+        ("redis://127.0.0.1:1/", false),
+    ] {
+        let settings = Settings {
+            pool_size: 1,
+            link: crate::link::LinkSettings {
+                connect_timeout: Duration::from_millis(10),
+                response_timeout: Duration::from_millis(10),
+                tls: Default::default(),
+            },
+        };
+        let deployment = Deployment::Cluster(vec![seed.to_string()]);
+        let backend = Arc::new(Backend::new(&deployment, settings).unwrap());
+        let (errands, _) = crossbeam_channel::unbounded();
+        let (_sub, SubscriberTask(mut task)) =
+            Subscriber::new(backend, "p", "c0ffee", errands).unwrap();
+        task.routing = Routing::Slots; // as once `check` found SPUBLISH
+        for (node, addr) in [
+            ("127.0.0.1:7000", "127.0.0.1:7000"),
+            ("[::1]:7001", "[::1]:7001"),
+            ("localhost:7002", "127.0.0.1:7002"),
+        ] {
+            let Ok(Dial::Tcp {
+                untried,
+                tls: start,
+            }) = task.dial(node)
+            else {
+                panic!("{node} is not dialled over TCP");
+            };
+            assert_eq!(start.is_some(), tls, "{seed}: {node}");
+            let addr: SocketAddr = addr.parse().unwrap();
+            assert!(untried.contains(&addr), "{node}: {untried:?}");
+        }
+        assert!(task.dial("no port").is_err());
+    }
+}
