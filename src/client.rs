@@ -101,10 +101,10 @@ impl Client {
     /// lock's slot migrates (`TRYAGAIN`) or a replica takes over a failed master
     /// (`CLUSTERDOWN`), a call retries for up to one
     /// [response timeout](ClientBuilder::response_timeout) before it fails. Wake-ups use
-    /// sharded pub/sub on Redis 7 without TLS (a release's message reaches only the shard
-    /// that owns the lock; the subscriber keeps a connection per shard that has waiters), and
-    /// otherwise classic pub/sub, which Redis Cluster broadcasts to every node; see
-    /// [`ClientBuilder::classic_pubsub`]. [`ClientBuilder::wait_for_replicas`] is not available on a
+    /// sharded pub/sub on Redis 7 (a release's message reaches only the shard that owns the
+    /// lock; the subscriber keeps a connection per shard that has waiters), and on an older
+    /// cluster classic pub/sub, which Redis Cluster broadcasts to every node (the subscriber
+    /// listens on one seed node). [`ClientBuilder::wait_for_replicas`] is not available on a
     /// Cluster (yet), and a lock name there must not begin with `}` (its keys would fall
     /// into different slots).
     ///
@@ -173,7 +173,6 @@ pub struct ClientBuilder {
     settings: Settings,
     replicas: Option<Replicas>,
     misused_master_credentials: bool,
-    misused_classic_pubsub: bool,
     #[cfg(feature = "tls")]
     tls_certificates: Option<TlsCertificates>,
 }
@@ -191,11 +190,9 @@ impl ClientBuilder {
                     response_timeout: DEFAULT_RESPONSE_TIMEOUT,
                     tls: TlsConfig::default(),
                 },
-                classic_pubsub: false,
             },
             replicas: None,
             misused_master_credentials: false,
-            misused_classic_pubsub: false,
             #[cfg(feature = "tls")]
             tls_certificates: None,
         }
@@ -248,25 +245,6 @@ impl ClientBuilder {
                 spec.password = Some(password.to_string());
             }
             Deployment::Url(_) | Deployment::Cluster(_) => self.misused_master_credentials = true,
-        }
-        self
-    }
-
-    /// Cluster only: wake waiters with classic pub/sub (PUBLISH, which Redis Cluster
-    /// broadcasts to every node; the subscriber listens on one node) even where the cluster
-    /// has sharded pub/sub (Redis 7: SPUBLISH to the owning shard only).
-    ///
-    /// Every client of one cluster must wake the same way, or a release by one never wakes
-    /// the waiters of another (they still wake when the lock's lease would run out). A client
-    /// picks sharded pub/sub by itself where it can, and classic where it cannot (a cluster
-    /// older than Redis 7, or reached over TLS), so this is for a fleet in which some clients
-    /// cannot. Refused by `build()` on one server and with Sentinel, where pub/sub is always
-    /// classic.
-    pub fn classic_pubsub(mut self) -> Self {
-        if matches!(self.deployment, Deployment::Cluster(_)) {
-            self.settings.classic_pubsub = true;
-        } else {
-            self.misused_classic_pubsub = true;
         }
         self
     }
@@ -332,11 +310,6 @@ impl ClientBuilder {
             validate_duration(what, d, Duration::from_millis(1))?;
         }
 
-        if self.misused_classic_pubsub {
-            return Err(Error::invalid(
-                "classic_pubsub is for Cluster clients; one server and Sentinel always use it",
-            ));
-        }
         if self.misused_master_credentials {
             return Err(Error::invalid(
                 "master_credentials is for Sentinel clients; put credentials in the URL",

@@ -58,8 +58,6 @@ pub(crate) struct Settings {
     pub pool_size: u32,
     /// Timeouts and TLS of every connection.
     pub link: LinkSettings,
-    /// Cluster only: classic pub/sub even where sharded is available.
-    pub classic_pubsub: bool,
 }
 
 /// Where the builder said Redis is.
@@ -82,16 +80,16 @@ enum Target {
 
 /// A Redis Cluster: command connections are `redis::cluster::ClusterConnection`s (they route
 /// each command by its first key and follow MOVED and ASK). Pub/sub is sharded where the
-/// cluster has it (see `subscriber::sharded`); otherwise it is a plain connection to one
-/// node, since classic PUBLISH reaches every node of a cluster.
+/// cluster has it (see `subscriber::polled`); otherwise it is a connection to one seed node,
+/// since classic PUBLISH reaches every node of a cluster.
 struct ClusterTarget {
     client: ClusterClient,
-    /// One client per seed node, for the classic pub/sub connection.
+    /// One client per seed node, for [`Backend::check`] and the classic pub/sub connection.
     nodes: Vec<redis::Client>,
-    /// The seed node to try first for the next pub/sub connection: the last one that worked.
+    /// The seed node to try first for the next connection to one node: the last one that
+    /// worked.
     next_node: AtomicUsize,
-    /// The node [`Backend::check`] reached knows SPUBLISH (Redis 7), and we reach the nodes
-    /// without TLS: the sharded subscriber drives its own plain TCP connections.
+    /// The node [`Backend::check`] reached knows SPUBLISH (Redis 7).
     sharded: AtomicBool,
 }
 
@@ -244,13 +242,7 @@ impl Backend {
                     });
                     match pinged {
                         Ok(has_spublish) => {
-                            let plain = cluster.nodes.iter().all(|n| {
-                                matches!(n.get_connection_info().addr(), ConnectionAddr::Tcp(..))
-                            });
-                            cluster.sharded.store(
-                                has_spublish && plain && !self.settings.classic_pubsub,
-                                Ordering::Relaxed,
-                            );
+                            cluster.sharded.store(has_spublish, Ordering::Relaxed);
                             return Ok(());
                         }
                         Err(e) => failure = Some(e),
@@ -278,11 +270,30 @@ impl Backend {
         self.settings.link.connect_timeout
     }
 
-    /// Whether wake-ups go through sharded pub/sub (a Redis 7 Cluster reached without TLS;
-    /// known once [`Backend::check`] has run).
+    /// Whether wake-ups go through sharded pub/sub (a Redis 7 Cluster; known once
+    /// [`Backend::check`] has run).
     pub fn sharded_pubsub(&self) -> bool {
         match &self.target {
             Target::Cluster(cluster) => cluster.sharded.load(Ordering::Relaxed),
+            _ => false,
+        }
+    }
+
+    /// The TLS configuration every connection of this client uses, the subscriber's too.
+    pub fn tls(&self) -> &crate::tls::TlsConfig {
+        &self.settings.link.tls
+    }
+
+    /// Cluster: whether the seed nodes are reached over TLS (`rediss://`), and so every node
+    /// the slot map names. The subscriber's connections to those nodes do the same.
+    pub fn nodes_over_tls(&self) -> bool {
+        match &self.target {
+            Target::Cluster(cluster) => cluster.nodes.iter().any(|n| {
+                matches!(
+                    n.get_connection_info().addr(),
+                    ConnectionAddr::TcpTls { .. }
+                )
+            }),
             _ => false,
         }
     }
@@ -428,10 +439,10 @@ impl Backend {
         Ok(master_ranges(ranges))
     }
 
-    /// The pub/sub connection made by [`Backend::connect`] failed or never answered: on a
-    /// Cluster, the next one starts with the following seed node. A node stopped with SIGSTOP
-    /// still accepts TCP connections (the kernel completes the handshake), so starting with
-    /// "the last one that worked" would go back to it for as long as it stays stopped.
+    /// A pub/sub connection failed or never answered: on a Cluster, the next connection to
+    /// one seed node starts with the following one. A node stopped with SIGSTOP still accepts
+    /// TCP connections (the kernel completes the handshake), so starting with "the last one
+    /// that worked" would go back to it for as long as it stays stopped.
     pub fn pubsub_failed(&self) {
         match &self.target {
             Target::Cluster(cluster) => cluster.skip_node(),
@@ -441,73 +452,44 @@ impl Backend {
         }
     }
 
-    /// Whether the subscriber drives its own sockets (see `subscriber::polled`): wherever
-    /// it reaches the server over plain TCP. Not over TLS or a unix socket, nor on a Cluster
-    /// without sharded pub/sub (or told to use classic). Known once [`Backend::check`] ran.
-    pub fn polled_pubsub(&self) -> bool {
-        match &self.target {
-            Target::Cluster(_) => self.sharded_pubsub(),
-            Target::Direct(client) => is_plain_tcp(client),
-            Target::Sentinel(sentinels) => sentinels
-                .master()
-                .is_ok_and(|(master, _)| is_plain_tcp(&master)),
-        }
-    }
-
-    /// The server a subscriber of one server or of a Sentinel master connects to
-    /// (`host:port`), with its credentials (see [`Backend::node_credentials`]), and the
-    /// [generation](Backend::generation) it belongs to. Not for a Cluster.
-    pub fn pubsub_server(&self) -> RedisResult<(String, Option<String>, Option<String>, u64)> {
+    /// The server a subscriber with classic pub/sub connects to: the one server, the master
+    /// Sentinel names, or on a Cluster without sharded pub/sub the seed node that worked
+    /// last (a PUBLISH reaches every node; [`Backend::pubsub_failed`] moves on to the next).
+    /// With its credentials (see [`Backend::node_credentials`]) and the
+    /// [generation](Backend::generation) it belongs to.
+    pub fn pubsub_server(
+        &self,
+    ) -> RedisResult<(ConnectionAddr, Option<String>, Option<String>, u64)> {
         let (client, generation) = match &self.target {
             Target::Direct(client) => ((**client).clone(), 0),
             Target::Sentinel(sentinels) => sentinels.master()?,
-            Target::Cluster(_) => {
-                return Err(RedisError::from((
-                    redis::ErrorKind::Client,
-                    "a Cluster has no one pub/sub server",
-                )));
+            Target::Cluster(cluster) => {
+                let n = cluster.next_node.load(Ordering::Relaxed) % cluster.nodes.len();
+                (cluster.nodes[n].clone(), 0)
             }
         };
         let info = client.get_connection_info();
-        let ConnectionAddr::Tcp(host, port) = info.addr() else {
-            return Err(RedisError::from((
-                redis::ErrorKind::Client,
-                "the pub/sub server is not reached over plain TCP",
-            )));
-        };
-        let address = if host.contains(':') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
-        };
         let redis = info.redis_settings();
         Ok((
-            address,
+            info.addr().clone(),
             redis.username().map(str::to_string),
             redis.password().map(str::to_string),
             generation,
         ))
     }
 
-    /// A new connection to one server, authenticated and on the right database. Used for the
-    /// pub/sub connection, which the subscriber owns outright. On a Cluster, a connection to
-    /// one node: the seed that worked last, else the next one that answers.
+    /// A new command connection to one server, authenticated and on the right database. On
+    /// a Cluster, a connection to one node: the seed that worked last, else the next one that
+    /// answers.
     pub fn connect(&self) -> RedisResult<Link> {
-        self.connect_in_generation().map(|(con, _)| con)
-    }
-
-    /// [`Backend::connect`], and the [generation](Backend::generation) of the server it
-    /// reached: the subscriber reconnects when the generation moves on.
-    pub fn connect_in_generation(&self) -> RedisResult<(Link, u64)> {
         let settings = &self.settings;
         match &self.target {
-            Target::Direct(client) => Ok((link_to(client, settings)?, 0)),
-            Target::Cluster(cluster) => Ok((cluster.connect_node(settings)?, 0)),
+            Target::Direct(client) => link_to(client, settings),
+            Target::Cluster(cluster) => cluster.connect_node(settings),
             Target::Sentinel(sentinels) => {
-                let (master, generation) = sentinels.master()?;
+                let (master, _) = sentinels.master()?;
                 self.drop_stale_connections();
-                let con = link_to(&master, settings).inspect_err(|_| sentinels.suspect())?;
-                Ok((con, generation))
+                link_to(&master, settings).inspect_err(|_| sentinels.suspect())
             }
         }
     }
@@ -552,10 +534,6 @@ fn master_ranges(ranges: Vec<Value>) -> Vec<(u16, u16, String)> {
 /// A new [`Link`] to the server `client` names, with the builder's timeouts.
 fn link_to(client: &redis::Client, settings: &Settings) -> RedisResult<Link> {
     Link::connect(client.get_connection_info(), &settings.link)
-}
-
-fn is_plain_tcp(client: &redis::Client) -> bool {
-    matches!(client.get_connection_info().addr(), ConnectionAddr::Tcp(..))
 }
 
 impl ClusterTarget {
@@ -961,7 +939,6 @@ mod tests {
                 response_timeout: Duration::from_secs(3),
                 tls: Default::default(),
             },
-            classic_pubsub: false,
         };
         Backend::new(&deployment, settings).unwrap()
     }
@@ -1051,7 +1028,6 @@ mod tests {
                 response_timeout: Duration::from_millis(200),
                 tls: Default::default(),
             },
-            classic_pubsub: false,
         };
         let seeds = vec!["redis://127.0.0.1:1/".to_string()];
         Backend::new(&Deployment::Cluster(seeds), settings).unwrap()

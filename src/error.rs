@@ -41,7 +41,7 @@ pub enum Error {
         wanted: u32,
     },
     /// The operating system refused to start one of the client's threads, or the event poll
-    /// of its sharded subscriber.
+    /// of its subscriber.
     Thread(std::io::Error),
 }
 

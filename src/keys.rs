@@ -11,11 +11,8 @@
 //! - `p:{name}:released:<owner>:<token>`  a latch that makes a retried release idempotent;
 //!   lives a few seconds
 //! - `p:{name}:forced:<request id>`  the same for a force-unlock
-//! - `p:control:<client id>`  the channel a client uses to wake its own subscriber thread
 //!
 //! The lock's keys share the hash tag `{name}`, so each script touches one Cluster slot.
-//! Lock keys always begin `p:{`; the control channel begins `p:control:`, so no lock name can
-//! collide with it.
 
 use crate::error::{Error, Result};
 
@@ -113,11 +110,6 @@ impl LockKeys {
     pub fn force_latch(&self, request: &str) -> String {
         format!("{}:forced:{request}", self.lock)
     }
-}
-
-/// The channel a client's requesters publish on to wake its subscriber thread.
-pub(crate) fn control_channel(prefix: &str, client_id: &str) -> String {
-    format!("{prefix}:control:{client_id}")
 }
 
 /// The number of hash slots of a Redis Cluster.

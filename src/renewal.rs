@@ -15,9 +15,8 @@
 //! renewals that kept going there would keep locks alive that the new master does not have.
 //!
 //! It also runs the subscriber's [errands](Errand), so that no waiter and not the subscriber
-//! thread spends a round trip on them: when the last waiter of a lock leaves (it got the lock,
-//! or its time ran out), the subscription should go, which takes a PUBLISH to wake the
-//! subscriber thread; and a lock handed to a thread that had stopped waiting is given back.
+//! thread spends a round trip on them: a lock handed to a thread that had stopped waiting is
+//! given back.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,8 +44,6 @@ pub(crate) fn run(core: Arc<Core>, stop: Receiver<()>, errands: Receiver<Errand>
         select! {
             recv(stop) -> _ => return,
             recv(errands) -> errand => match errand {
-                // One attempt: the renewal thread must not stall on an errand.
-                Ok(Errand::Ring) => core.subscriber.ring(false),
                 Ok(Errand::GiveBack { keys, thread, token }) => give_back(&core, &keys, thread, token),
                 Err(_) => {}
             },
@@ -69,7 +66,7 @@ pub(crate) fn follow(core: Arc<Core>, stop: Receiver<()>, every: Duration) {
         if core.backend.follow_master() {
             // Renewals now go to the new master and find there which locks the failover
             // lost; the subscriber reconnects when it sees the change.
-            core.subscriber.ring(false);
+            core.subscriber.ring();
         }
         match stop.recv_timeout(every) {
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}

@@ -71,6 +71,9 @@ fn two_tls_clients_exclude_each_other_and_a_release_wakes_the_waiter_without_pol
         (Instant::now(), guard.map(|g| g.fencing_token()))
     });
     support::await_waiting(&mut admin, &name);
+    // One connection, subscribed to the lock's channel alone: the subscriber drives its own
+    // TLS socket, woken in process, with no channel of its own to be woken through.
+    support::the_one_pubsub_client(&mut admin);
     let before = command_calls(&mut admin, "evalsha");
     thread::sleep(Duration::from_secs(1));
     let during = command_calls(&mut admin, "evalsha") - before;
@@ -91,6 +94,19 @@ fn two_tls_clients_exclude_each_other_and_a_release_wakes_the_waiter_without_pol
         after < Duration::from_millis(500),
         "woken {after:?} after the release"
     );
+}
+
+/// The subscriber's heartbeat works over TLS: see
+/// [`support::heartbeat_notices_a_stopped_server`].
+#[test]
+fn a_stopped_tls_server_is_noticed_by_the_heartbeat_while_a_thread_waits() {
+    let server = TlsServer::start(false);
+    let mut admin = server.server.admin(); // over the plain port
+    let (holder, waiter) = (
+        client(&server, false).unwrap(),
+        client(&server, false).unwrap(),
+    );
+    support::heartbeat_notices_a_stopped_server(&mut admin, server.server.pid(), &holder, &waiter);
 }
 
 #[test]

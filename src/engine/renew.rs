@@ -131,7 +131,11 @@ pub(crate) fn renew(
 
 /// Renews `holds` with `lease` now, all of them or an error; `true` where the object is
 /// still ours, in the order given.
-pub(crate) fn renew_now(core: &Core, holds: &[&Hold], lease: Duration) -> crate::error::Result<Vec<bool>> {
+pub(crate) fn renew_now(
+    core: &Core,
+    holds: &[&Hold],
+    lease: Duration,
+) -> crate::error::Result<Vec<bool>> {
     let Renewed { outcome, failure } = renew(core, holds, lease, &|| false);
     if let Some(e) = failure {
         return Err(e.into());

@@ -1,79 +1,49 @@
 //! The subscriber thread: one per client, listening for releases and waking waiting threads.
 //!
-//! # Hand-overs
-//! A thread whose attempt finds a lock busy is queued in Redis, and the release that frees
-//! the lock hands it to the oldest waiter still waiting, anywhere in the fleet, publishing
-//! `grant <token> <lease> <owner>` on the lock's channel. The subscriber of the owner's client
-//! gives the token to that thread, which returns holding the lock without a round trip of its
-//! own. No other thread is woken. A hand-over that overtakes the reply to the thread's own
-//! attempt waits for it ([`Subscriber::expect`]); one that comes for a thread that no longer
-//! waits is given back through the renewal thread ([`Errand::GiveBack`]). Every waiter
-//! learns the new holder's lease from the message and sleeps no longer than that: a holder
-//! that died in the queue is not waited for beyond its lease.
+//! This module is the handle ([`Subscriber`]) the rest of the client holds and what it shares
+//! with the thread. Which thread wakes for which message, the in-process semaphore of the
+//! waiters, is [`waiters`] (no I/O); the thread's connections are [`polled`] (over the
+//! streams of [`socket`], the frames of [`resp`]).
 //!
-//! # Entries and waiters
-//! Threads waiting for the same lock share one [`Entry`] keyed by the lock's channel. Each
-//! waiter owns a [`Slot`] in the entry's FIFO queue and parks on it; a slot holds a
-//! hand-over, or at most one *permit* (a wake-up to try again). Together the slots form a
-//! fair counting semaphore for the cases a hand-over does not cover:
-//! - an `unlock` message (a release that found only stale places queued) grants one permit,
-//!   to the oldest waiter that has none (one release wakes one local waiter: no herd);
-//! - a `force` message (force-unlock), a confirmed subscription and a reconnect grant a permit
-//!   to every waiter, so each retries once;
-//! - a permit granted while its waiter is busy stays set, so a message that arrives between a
-//!   waiter's attempt and its sleep is not lost;
-//! - a waiter that leaves with a permit it never used passes it to the next one.
+//! # Connections
+//! The thread drives its own non-blocking sockets in one poll ([`polled`]), over plain TCP,
+//! TLS or a unix socket ([`socket`]), with a heartbeat on each. On a Redis 7 Cluster it uses
+//! sharded pub/sub, one connection per shard that has waiters, so a release's SPUBLISH
+//! reaches only the shard that owns the lock; elsewhere one connection with SUBSCRIBE.
 //!
-//! # Flavors
-//! The thread listens in one of two ways, each in its own module:
-//! - [`polled`]: its own non-blocking sockets in one poll, with heartbeats, woken in process;
-//!   wherever the server is reached over plain TCP. On a Redis 7 Cluster it uses sharded
-//!   pub/sub, one connection per shard that has waiters, so a release's SPUBLISH reaches only
-//!   the shard that owns the lock;
-//! - [`classic`]: one `redis` crate connection with SUBSCRIBE, woken through a control
-//!   channel; for a server reached over TLS or a unix socket, and a Cluster older than Redis 7
-//!   or told to use it (PUBLISH reaches every node of a cluster).
-//!
-//! Either way a waiter records what it wants in the entry map and *rings* the thread, which
-//! reconciles its subscriptions with the map. A joining waiter rings itself (it is about to
-//! wait anyway); a leaving one has the ring made for it off its path, so that a thread that
-//! just got its lock returns at once.
+//! A waiter records what it wants in the entry map and *rings* the thread (in process,
+//! through the poll's waker: no round trip), which reconciles its subscriptions with the map.
 //!
 //! # Failure
 //! When a connection fails the thread reconnects with backoff, resubscribes every channel
 //! that has waiters, and the confirmations give every waiter a permit. Meanwhile, and whenever
 //! a message is lost, waiters still wake when the lock's TTL or their deadline says so. A
 //! refused subscription (an ACL without our channels) is logged and retried with backoff;
-//! waiting then degrades to waking at the lock's TTL. A frame the polled flavor cannot use (a
+//! waiting then degrades to waking at the lock's TTL. A frame the thread cannot use (a
 //! message too big to keep, which anyone with PUBLISH on the channel can send) is read past
 //! and costs only itself; a connection fails only on bytes that are not RESP, which no answer
 //! to our commands can be, since no channel we subscribe is too long to read back. A
-//! connection that carried nothing for
-//! [`IDLE_TIMEOUT`] is given up, and made anew only if threads still wait.
+//! connection that carried nothing for [`IDLE_TIMEOUT`] is given up, and made anew only if
+//! threads still wait.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-#[cfg(test)]
-use crossbeam_channel::Receiver;
 use crossbeam_channel::Sender;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::connection::Backend;
 use crate::keys::LockKeys;
 
-mod classic;
 mod polled;
 mod resp;
+mod socket;
+mod waiters;
 
-/// Payload of a release that found only stale places queued: wake one waiter.
-const UNLOCK: &[u8] = b"unlock";
-/// Payload of a force-unlock's message: wake every waiter.
-const FORCE: &[u8] = b"force";
-/// Payload prefix of a release that handed the lock over: `grant <token> <lease ms> <owner>`.
-const GRANT: &[u8] = b"grant ";
+pub(crate) use waiters::Wake;
+use waiters::{Arriving, Entry};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -81,20 +51,9 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// still wait, which wakes each of them once).
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// What the thread knows about one channel of its connection.
-#[derive(Default)]
-struct ChannelState {
-    /// SUBSCRIBE (sharded: SSUBSCRIBE) commands sent for it and not yet answered.
-    pending: u32,
-    /// We want it subscribed (the last command sent for it was a subscription).
-    wanted: bool,
-}
-
 /// Work the subscriber hands to the renewal thread, so that neither it nor a waiter spends
 /// a round trip on it.
 pub(crate) enum Errand {
-    /// Ring the subscriber thread (a waiter left; its channel may go).
-    Ring,
     /// The lock was handed to thread `thread` of ours, which no longer waits: give it back,
     /// unless it was taken up after all (by an attempt or a withdrawal of that thread, which
     /// remove the "granted" terms in Redis, or from the message, which registers the hold
@@ -109,291 +68,23 @@ pub(crate) enum Errand {
 /// The handle the rest of the client uses; the thread runs [`SubscriberTask::run`].
 pub(crate) struct Subscriber {
     shared: Arc<Shared>,
-    backend: Arc<Backend>,
 }
 
 struct Shared {
-    /// Channels that have waiters. The thread subscribes exactly these (plus, classic, the
-    /// control channel).
+    /// Channels that have waiters. The thread subscribes exactly these.
     entries: Mutex<HashMap<String, Arc<Entry>>>,
-    /// Classic only: a PUBLISH here wakes the thread.
-    control_channel: String,
     /// `<client id>:`, the start of the owner ids of this client's threads.
     owner_prefix: String,
     /// The key prefix, to name a lock from its channel.
     key_prefix: String,
-    /// Classic only: the connection is up and subscribed to the control channel, so a
-    /// PUBLISH reaches it.
-    connected: AtomicBool,
-    /// Classic only: a control message is on its way; later requests need not send another.
-    ring_in_flight: AtomicBool,
     stop: AtomicBool,
-    doorbell: Sender<()>,
-    /// Sharded flavor only: wakes the thread out of its poll, in process (no round trip).
-    waker: Option<mio::Waker>,
+    /// Wakes the thread out of its poll, in process (no round trip).
+    waker: mio::Waker,
     /// To the renewal thread, which runs errands.
     errands: Sender<Errand>,
-    /// A [`Errand::Ring`] is queued; no need for another.
-    ring_queued: AtomicBool,
     /// Threads about to queue for a lock (their attempt is in flight), by thread number: a
     /// hand-over that arrives before the thread has joined the entry waits here for it.
     arriving: Mutex<HashMap<u64, Arriving>>,
-}
-
-/// A thread about to join the waiters of `keys`; `handed` is a hand-over that came early.
-struct Arriving {
-    keys: Arc<LockKeys>,
-    handed: Option<u64>,
-}
-
-impl Shared {
-    /// A message on a lock's channel. A hand-off wakes exactly the thread it names (if it is
-    /// one of ours); a release that found only stale places queued wakes one waiter; a
-    /// force-unlock all.
-    fn deliver(&self, channel: &[u8], payload: &[u8]) {
-        let entry = std::str::from_utf8(channel)
-            .ok()
-            .and_then(|ch| self.entries.lock().get(ch).cloned());
-        if let Some(grant) = payload.strip_prefix(GRANT) {
-            self.deliver_grant(channel, entry, grant);
-            return;
-        }
-        if let Some(entry) = entry {
-            let mut state = entry.state.lock();
-            if payload == UNLOCK {
-                state.wakes += 1;
-                Entry::wake_one(&state);
-            } else if payload == FORCE {
-                state.wakes += 1;
-                Entry::wake_all(&state);
-            }
-        }
-    }
-
-    /// `<token> <lease ms> <owner>`: the lock now belongs to `owner`, for `lease` unless
-    /// renewed. Every waiter here learns that the lock's lease changed: if the new holder
-    /// never takes it up (it died while it waited), nothing will be published when that lease
-    /// runs out, so no waiter may sleep past it.
-    fn deliver_grant(&self, channel: &[u8], entry: Option<Arc<Entry>>, grant: &[u8]) {
-        let Some((token, lease, owner)) = std::str::from_utf8(grant).ok().and_then(|g| {
-            let mut parts = g.splitn(3, ' ');
-            Some((parts.next()?, parts.next()?, parts.next()?))
-        }) else {
-            return;
-        };
-        let (Ok(token), Ok(lease)) = (token.parse::<u64>(), lease.parse::<u64>()) else {
-            return;
-        };
-        let received = Instant::now();
-        let thread = owner
-            .strip_prefix(self.owner_prefix.as_str())
-            .and_then(|t| t.parse::<u64>().ok());
-        // `arriving` first, held throughout: a thread moves from it to the entry's queue
-        // under the same lock, so the hand-over finds it in one place or the other.
-        let mut arriving = self.arriving.lock();
-        if let Some(entry) = &entry {
-            let busy_until = received + Duration::from_millis(lease);
-            let mut state = entry.state.lock();
-            state.handovers += 1;
-            state.handover_ends = Some(busy_until);
-            let mut handed = false;
-            for slot in &state.queue {
-                if Some(slot.thread) == thread {
-                    slot.hand_over(token);
-                    handed = true;
-                } else {
-                    // If the new holder never takes it up, nothing is published when its
-                    // lease ends: sleep no longer than that.
-                    slot.wake_by(busy_until);
-                }
-            }
-            if handed {
-                return;
-            }
-        }
-        let Some(thread) = thread else {
-            return; // another client's thread
-        };
-        match arriving.get_mut(&thread) {
-            // Its attempt's reply and this message crossed: the thread joins in a moment.
-            Some(a) if a.keys.channel.as_bytes() == channel => a.handed = Some(token),
-            // Its thread no longer waits: it gave up, or took the lock up with an attempt of its
-            // own, or the message came very late. Give the lock back if nobody took it up
-            // (the give-back checks that, see `Errand::GiveBack`).
-            _ => {
-                drop(arriving);
-                let keys = entry
-                    .map(|e| e.keys.clone())
-                    .or_else(|| self.keys_of(channel));
-                if let Some(keys) = keys {
-                    self.give_back(keys, thread, token);
-                }
-            }
-        }
-    }
-
-    /// The lock whose channel is `channel`, under this client's prefix.
-    fn keys_of(&self, channel: &[u8]) -> Option<Arc<LockKeys>> {
-        let name = std::str::from_utf8(channel)
-            .ok()?
-            .strip_prefix(self.key_prefix.as_str())?
-            .strip_prefix(":{")?
-            .strip_suffix("}:unlocked")?;
-        Some(Arc::new(LockKeys::new(&self.key_prefix, name)))
-    }
-
-    fn give_back(&self, keys: Arc<LockKeys>, thread: u64, token: u64) {
-        let _ = self.errands.send(Errand::GiveBack {
-            keys,
-            thread,
-            token,
-        });
-    }
-}
-
-/// The waiters of one lock in this client.
-struct Entry {
-    keys: Arc<LockKeys>,
-    state: Mutex<EntryState>,
-}
-
-struct EntryState {
-    /// Redis confirmed the subscription for this entry's current connection.
-    confirmed: bool,
-    /// Counts the times `confirmed` became true: a [`Watching`] taken at one count proves
-    /// the channel has been subscribed without a gap while it stays the same.
-    confirmations: u64,
-    /// Counts the wake-ups (`unlock`, `force`) delivered to this entry: one that came between
-    /// an attempt and the join makes the joiner try again.
-    wakes: u64,
-    /// Counts the hand-overs seen, and when the last one's lease ends: a joiner that missed
-    /// one sleeps no longer than that.
-    handovers: u64,
-    handover_ends: Option<Instant>,
-    queue: VecDeque<Arc<Slot>>,
-}
-
-/// Proof that a lock's channel was subscribed at some moment (see [`Subscriber::expect`]).
-struct Watching {
-    entry: Arc<Entry>,
-    confirmations: u64,
-    wakes: u64,
-    handovers: u64,
-}
-
-/// A thread between announcing an attempt and joining the waiters ([`Subscriber::expect`]).
-pub(crate) struct Expecting<'a> {
-    subscriber: &'a Subscriber,
-    keys: Arc<LockKeys>,
-    thread: u64,
-    watching: Option<Watching>,
-    joined: bool,
-}
-
-impl Drop for Expecting<'_> {
-    fn drop(&mut self) {
-        if self.joined {
-            return;
-        }
-        let shared = &self.subscriber.shared;
-        let arriving = shared.arriving.lock().remove(&self.thread);
-        if let Some(Arriving {
-            keys,
-            handed: Some(token),
-        }) = arriving
-        {
-            // Handed over to a thread that then did not wait (its attempt got the lock by
-            // itself, or its time was up): give it back.
-            shared.give_back(keys, self.thread, token);
-        }
-    }
-}
-
-/// Where one waiting thread parks.
-struct Slot {
-    thread: u64,
-    state: Mutex<SlotState>,
-    wake: Condvar,
-}
-
-#[derive(Default)]
-struct SlotState {
-    /// A wake-up to use: try again.
-    permit: bool,
-    /// The lock was handed to this thread, with this token.
-    handed: Option<u64>,
-    /// Wake no later than this to try again: the lock's lease changed hands and ends then.
-    wake_by: Option<Instant>,
-}
-
-impl Slot {
-    fn new(thread: u64) -> Slot {
-        Slot {
-            thread,
-            state: Mutex::new(SlotState::default()),
-            wake: Condvar::new(),
-        }
-    }
-
-    fn grant(&self) -> bool {
-        let mut state = self.state.lock();
-        if state.permit {
-            return false;
-        }
-        state.permit = true;
-        self.wake.notify_one();
-        true
-    }
-
-    fn wake_by(&self, when: Instant) {
-        let mut state = self.state.lock();
-        if state.wake_by.is_none_or(|w| w > when) {
-            state.wake_by = Some(when);
-            self.wake.notify_one();
-        }
-    }
-
-    fn hand_over(&self, token: u64) {
-        self.state.lock().handed = Some(token);
-        self.wake.notify_one();
-    }
-}
-
-impl Entry {
-    /// Gives a permit to the oldest waiter without one.
-    fn wake_one(state: &EntryState) {
-        for slot in &state.queue {
-            if slot.grant() {
-                return;
-            }
-        }
-    }
-
-    fn wake_all(state: &EntryState) {
-        for slot in &state.queue {
-            slot.grant();
-        }
-    }
-
-    fn confirm(&self) {
-        let mut state = self.state.lock();
-        if !state.confirmed {
-            state.confirmed = true;
-            state.confirmations += 1;
-            Entry::wake_all(&state);
-        }
-    }
-}
-
-/// Why [`Waiter::wait`] returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wake {
-    /// A release (or a confirmed subscription, a reconnect): try again.
-    Permit,
-    /// The lock was handed to this thread with this token (if it is news: see `Lock`).
-    HandedOver { token: u64 },
-    /// The time asked for passed.
-    Timeout,
 }
 
 impl Subscriber {
@@ -405,602 +96,40 @@ impl Subscriber {
         client_id: &str,
         errands: Sender<Errand>,
     ) -> crate::Result<(Subscriber, SubscriberTask)> {
-        let (doorbell, rung) = crossbeam_channel::bounded(1);
-        let poll = if backend.polled_pubsub() {
-            Some(polled::Poller::new().map_err(crate::Error::Thread)?)
-        } else {
-            None
-        };
+        let poll = polled::Poller::new().map_err(crate::Error::Thread)?;
         let shared = Arc::new(Shared {
             entries: Mutex::new(HashMap::new()),
-            control_channel: crate::keys::control_channel(key_prefix, client_id),
             owner_prefix: format!("{client_id}:"),
             key_prefix: key_prefix.to_string(),
-            connected: AtomicBool::new(false),
-            ring_in_flight: AtomicBool::new(false),
             stop: AtomicBool::new(false),
-            doorbell,
-            waker: poll
-                .as_ref()
-                .map(|p| p.waker())
-                .transpose()
-                .map_err(crate::Error::Thread)?,
+            waker: poll.waker().map_err(crate::Error::Thread)?,
             errands,
-            ring_queued: AtomicBool::new(false),
             arriving: Mutex::new(HashMap::new()),
         });
-        let task = match poll {
-            Some(poll) => SubscriberTask(Flavor::Polled(polled::PolledTask::new(
-                shared.clone(),
-                backend.clone(),
-                poll,
-            ))),
-            None => SubscriberTask(Flavor::Classic(classic::ClassicTask {
-                shared: shared.clone(),
-                backend: backend.clone(),
-                rung,
-            })),
-        };
-        let subscriber = Subscriber { shared, backend };
-        Ok((subscriber, task))
+        let task = SubscriberTask(polled::PolledTask::new(shared.clone(), backend, poll));
+        Ok((Subscriber { shared }, task))
     }
-
-    /// Announces that thread `thread` is about to attempt `keys`'s lock and, if it is busy,
-    /// queue for it. Call before the attempt; then [`Subscriber::join`] (or drop the result,
-    /// which gives back a hand-over that came for nothing).
-    ///
-    /// It notes whether the lock's channel is subscribed now: if the subscription holds until
-    /// the thread joins, no release since the attempt can have been missed, and the attempt
-    /// that otherwise follows joining is spared. And it catches a hand-over that overtakes the
-    /// attempt's own reply.
-    pub fn expect(&self, keys: &Arc<LockKeys>, thread: u64) -> Expecting<'_> {
-        let watching = self
-            .shared
-            .entries
-            .lock()
-            .get(&keys.channel)
-            .and_then(|entry| {
-                let state = entry.state.lock();
-                let confirmations = state.confirmed.then_some(state.confirmations)?;
-                Some(Watching {
-                    entry: entry.clone(),
-                    confirmations,
-                    wakes: state.wakes,
-                    handovers: state.handovers,
-                })
-            });
-        self.shared.arriving.lock().insert(
-            thread,
-            Arriving {
-                keys: keys.clone(),
-                handed: None,
-            },
-        );
-        Expecting {
-            subscriber: self,
-            keys: keys.clone(),
-            thread,
-            watching,
-            joined: false,
+    /// Makes the thread reconcile its subscriptions with the entry map: wakes it in process,
+    /// which costs no round trip, so a leaving waiter rings on its way out too.
+    pub fn ring(&self) {
+        if let Err(e) = self.shared.waker.wake() {
+            log::warn!("could not wake the subscriber thread: {e}");
         }
     }
 
-    /// Registers the thread of `expecting`, whose attempt just found the lock busy (and
-    /// queued it in Redis), as a waiter on the lock's channel, subscribing the channel if this
-    /// is its first waiter. Unless the channel was subscribed since before that attempt and
-    /// carried no message since, the waiter's first [`Waiter::wait`] returns once the
-    /// subscription is confirmed (at once if it already is), so that its next attempt cannot
-    /// miss a release.
-    pub fn join(&self, mut expecting: Expecting<'_>) -> Waiter<'_> {
-        expecting.joined = true;
-        let thread = expecting.thread;
-        let keys = expecting.keys.clone();
-        let slot = Arc::new(Slot::new(thread));
-        let (entry, created) = {
-            // Lock order: arriving, entries, entry state (as in `Shared::deliver_grant`).
-            let mut arriving = self.shared.arriving.lock();
-            let handed = arriving.remove(&thread).and_then(|a| a.handed);
-            let mut entries = self.shared.entries.lock();
-            let (entry, created) = match entries.get(&keys.channel) {
-                Some(entry) => (entry.clone(), false),
-                None => {
-                    let entry = Arc::new(Entry {
-                        keys: keys.clone(),
-                        state: Mutex::new(EntryState {
-                            confirmed: false,
-                            confirmations: 0,
-                            wakes: 0,
-                            handovers: 0,
-                            handover_ends: None,
-                            queue: VecDeque::new(),
-                        }),
-                    });
-                    entries.insert(keys.channel.clone(), entry.clone());
-                    (entry, true)
-                }
-            };
-            let mut state = entry.state.lock();
-            let watching = expecting.watching.take().filter(|w| {
-                Arc::ptr_eq(&w.entry, &entry)
-                    && state.confirmed
-                    && w.confirmations == state.confirmations
-            });
-            if let Some(token) = handed {
-                slot.hand_over(token);
-            } else if state.confirmed && watching.as_ref().is_none_or(|w| w.wakes != state.wakes) {
-                // Subscribed already, but perhaps not since before the attempt, or a wake-up
-                // came since: the attempt after joining may go at once.
-                slot.state.lock().permit = true;
-            } else if let Some(w) = &watching
-                && w.handovers != state.handovers
-            {
-                // The lock changed hands since the attempt: sleep no longer than the new
-                // holder's lease, in case it never takes it up.
-                slot.state.lock().wake_by = state.handover_ends;
-            }
-            state.queue.push_back(slot.clone());
-            drop(state);
-            drop(entries);
-            drop(arriving);
-            (entry, created)
-        };
-        if created {
-            self.ring(true);
-        }
-        Waiter {
-            subscriber: self,
-            entry,
-            slot,
-            used: false,
-        }
-    }
-
-    /// Makes the thread reconcile its subscriptions with the entry map. Sharded: wakes it in
-    /// process. Classic: publishes on the control channel and waits for Redis to take it (one
-    /// round trip; `retry` on a fresh connection if that one fails fast).
-    pub fn ring(&self, retry: bool) {
-        self.shared.ring_queued.store(false, Ordering::SeqCst);
-        let _ = self.shared.doorbell.try_send(());
-        if let Some(waker) = &self.shared.waker {
-            if let Err(e) = waker.wake() {
-                log::warn!("could not wake the subscriber thread: {e}");
-            }
-            return;
-        }
-        if self.shared.connected.load(Ordering::SeqCst)
-            && !self.shared.ring_in_flight.swap(true, Ordering::SeqCst)
-        {
-            match self.publish_control("reconcile", retry) {
-                // 0 receivers: the connection is gone; the thread reconciles on reconnect.
-                Ok(receivers) if receivers > 0 => {}
-                Ok(_) => self.shared.ring_in_flight.store(false, Ordering::SeqCst),
-                Err(e) => {
-                    log::debug!("could not wake the subscriber thread: {e}");
-                    self.shared.ring_in_flight.store(false, Ordering::SeqCst);
-                }
-            }
-        }
-    }
-
-    /// Publishes `what` on the control channel; the number of receivers.
-    fn publish_control(&self, what: &str, retry: bool) -> crate::Result<i64> {
-        let channel = &self.shared.control_channel;
-        let publish = |con: &mut dyn redis::ConnectionLike| {
-            redis::cmd("PUBLISH")
-                .arg(channel)
-                .arg(what)
-                .query::<i64>(con)
-        };
-        let published = if retry {
-            self.backend.run(publish)
-        } else {
-            self.backend.run_once_only(publish)
-        };
-        Ok(published?)
-    }
-
-    /// Has the client's renewal thread ring for us: for a waiter leaving, which has just got
-    /// the lock or run out of time and should not spend a round trip on housekeeping.
-    fn ring_later(&self) {
-        if self.shared.waker.is_some() {
-            return self.ring(false); // costs nothing
-        }
-        let _ = self.shared.doorbell.try_send(());
-        if !self.shared.ring_queued.swap(true, Ordering::SeqCst) {
-            let _ = self.shared.errands.send(Errand::Ring);
-        }
-    }
-
-    /// Asks the thread to end; it does at its next wake-up, which this causes if Redis answers
-    /// (one attempt: a drop must not wait on a server that does not), else within
-    /// [`IDLE_TIMEOUT`].
+    /// Asks the thread to end; it does at once, woken out of its poll.
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        let _ = self.shared.doorbell.try_send(());
-        if let Some(waker) = &self.shared.waker {
-            let _ = waker.wake();
-            return;
-        }
-        if self.shared.connected.load(Ordering::SeqCst) {
-            let _ = self.publish_control("stop", false);
-        }
-    }
-
-    /// Hands a message on `channel` to its waiters, as the thread does when one arrives.
-    #[cfg(test)]
-    fn deliver(&self, channel: &[u8], payload: &[u8]) {
-        self.shared.deliver(channel, payload)
+        self.ring();
     }
 }
 
-/// A thread's place in the queue of one lock's waiters. Leaves the queue on drop.
-pub(crate) struct Waiter<'a> {
-    subscriber: &'a Subscriber,
-    entry: Arc<Entry>,
-    slot: Arc<Slot>,
-    /// The waiter acquired the lock, so a permit it still holds has served its purpose.
-    used: bool,
-}
-
-impl Waiter<'_> {
-    /// Sleeps until the lock is handed over, a permit arrives, or `timeout` passes.
-    ///
-    /// A sleep that ends without either while the channel is still not subscribed rings the
-    /// subscriber thread again: the ring that should have subscribed it may have failed, and
-    /// no later waiter of this lock would ring.
-    pub fn wait(&self, timeout: Duration) -> Wake {
-        let deadline = Instant::now() + timeout;
-        let wake = {
-            let mut state = self.slot.state.lock();
-            let wake = loop {
-                if let Some(token) = state.handed.take() {
-                    break Wake::HandedOver { token };
-                }
-                if std::mem::replace(&mut state.permit, false) {
-                    break Wake::Permit;
-                }
-                let until = state.wake_by.map_or(deadline, |w| w.min(deadline));
-                if Instant::now() >= until {
-                    break Wake::Timeout;
-                }
-                // Woken early (a message, or spuriously): look again.
-                let _ = self.slot.wake.wait_until(&mut state, until);
-            };
-            state.wake_by = None; // the attempt that follows learns the lease afresh
-            wake
-        };
-        if wake == Wake::Timeout && !self.entry.state.lock().confirmed {
-            // One attempt: the waiter has a deadline to keep.
-            self.subscriber.ring(false);
-        }
-        wake
-    }
-
-    /// The waiter got the lock: nothing to pass on when it leaves.
-    pub fn acquired(&mut self) {
-        self.used = true;
-    }
-}
-
-impl Drop for Waiter<'_> {
-    fn drop(&mut self) {
-        let shared = &self.subscriber.shared;
-        let mut entries = shared.entries.lock();
-        let mut state = self.entry.state.lock();
-        state.queue.retain(|s| !Arc::ptr_eq(s, &self.slot));
-        let (unused_permit, unused_hand_over) = {
-            let mut slot = self.slot.state.lock();
-            (
-                std::mem::replace(&mut slot.permit, false),
-                slot.handed.take(),
-            )
-        };
-        if unused_permit && !self.used {
-            Entry::wake_one(&state);
-        }
-        if let Some(token) = unused_hand_over {
-            // Handed over while the thread was leaving (an error, or an attempt of its own got
-            // the lock): nobody will use this hold.
-            shared.give_back(self.entry.keys.clone(), self.slot.thread, token);
-        }
-        let last = state.queue.is_empty();
-        drop(state);
-        if last {
-            if entries
-                .get(&self.entry.keys.channel)
-                .is_some_and(|e| Arc::ptr_eq(e, &self.entry))
-            {
-                entries.remove(&self.entry.keys.channel);
-            }
-            drop(entries);
-            self.subscriber.ring_later();
-        }
-    }
-}
-
-/// The thread's work, in the flavor the deployment calls for.
-pub(crate) struct SubscriberTask(Flavor);
-
-enum Flavor {
-    Classic(classic::ClassicTask),
-    Polled(polled::PolledTask),
-}
+/// The thread's work: see [`polled`].
+pub(crate) struct SubscriberTask(polled::PolledTask);
 
 impl SubscriberTask {
     /// The thread's body: until the client stops.
     pub fn run(self) {
-        match self.0 {
-            Flavor::Classic(task) => task.run(),
-            Flavor::Polled(task) => task.run(),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    //! The in-process half of waking: which waiter gets which permit or hand-over. No Redis is
-    //! involved: messages are handed to the entries as the subscriber thread would hand them.
-    use super::*;
-    use crate::connection::Settings;
-
-    const CLIENT: &str = "c0ffee";
-    const CH: &[u8] = b"p:{x}:unlocked";
-    const NOW: Duration = Duration::ZERO;
-
-    fn subscriber() -> (Subscriber, Receiver<Errand>, Arc<LockKeys>) {
-        let settings = Settings {
-            pool_size: 1,
-            link: crate::link::LinkSettings {
-                connect_timeout: Duration::from_millis(10),
-                response_timeout: Duration::from_millis(10),
-                tls: Default::default(),
-            },
-            classic_pubsub: false,
-        };
-        // Never connected: rings go to the doorbell only, and nothing here does I/O.
-        let backend = Arc::new(
-            Backend::new(
-                &crate::connection::Deployment::Url("redis://127.0.0.1:1/".into()),
-                settings,
-            )
-            .unwrap(),
-        );
-        let (errands, errands_received) = crossbeam_channel::unbounded();
-        let (sub, _task) = Subscriber::new(backend, "p", CLIENT, errands).unwrap();
-        (sub, errands_received, Arc::new(LockKeys::new("p", "x")))
-    }
-
-    fn entry_of(sub: &Subscriber, keys: &LockKeys) -> Arc<Entry> {
-        sub.shared
-            .entries
-            .lock()
-            .get(&keys.channel)
-            .cloned()
-            .unwrap()
-    }
-
-    /// Thread 1 waiting on a channel whose subscription Redis has confirmed.
-    fn confirmed_first_waiter<'a>(
-        sub: &'a Subscriber,
-        keys: &Arc<LockKeys>,
-    ) -> (Waiter<'a>, Arc<Entry>) {
-        let first = sub.join(sub.expect(keys, 1));
-        let entry = entry_of(sub, keys);
-        entry.confirm();
-        (first, entry)
-    }
-
-    fn permit(w: &Waiter<'_>) -> bool {
-        w.wait(NOW) == Wake::Permit
-    }
-
-    #[test]
-    fn one_release_wakes_the_oldest_waiter_only() {
-        let (sub, _, keys) = subscriber();
-        let first = sub.join(sub.expect(&keys, 1));
-        let second = sub.join(sub.expect(&keys, 2));
-        sub.deliver(CH, UNLOCK);
-        assert!(permit(&first));
-        assert!(!permit(&second));
-        sub.deliver(CH, UNLOCK);
-        assert!(permit(&first) || permit(&second));
-    }
-
-    #[test]
-    fn a_permit_waits_for_a_busy_waiter_and_does_not_pile_up() {
-        let (sub, _, keys) = subscriber();
-        let waiter = sub.join(sub.expect(&keys, 1));
-        sub.deliver(CH, UNLOCK);
-        sub.deliver(CH, UNLOCK); // a second release while the first permit is unused
-        assert!(permit(&waiter), "a permit granted before the wait is kept");
-        assert_eq!(
-            waiter.wait(NOW),
-            Wake::Timeout,
-            "one waiter holds at most one permit"
-        );
-    }
-
-    #[test]
-    fn a_waiter_leaving_with_an_unused_permit_passes_it_on() {
-        let (sub, _, keys) = subscriber();
-        let leaving = sub.join(sub.expect(&keys, 1));
-        let staying = sub.join(sub.expect(&keys, 2));
-        sub.deliver(CH, UNLOCK);
-        drop(leaving); // its deadline passed before it used the wake-up
-        assert!(permit(&staying));
-    }
-
-    #[test]
-    fn a_waiter_that_acquired_keeps_its_permit_to_itself() {
-        let (sub, _, keys) = subscriber();
-        let mut winner = sub.join(sub.expect(&keys, 1));
-        let other = sub.join(sub.expect(&keys, 2));
-        sub.deliver(CH, UNLOCK);
-        winner.acquired();
-        drop(winner);
-        assert!(!permit(&other));
-    }
-
-    #[test]
-    fn force_unlock_and_confirmation_wake_everyone_once() {
-        let (sub, _, keys) = subscriber();
-        let waiters: Vec<_> = (1..=3).map(|t| sub.join(sub.expect(&keys, t))).collect();
-        sub.deliver(CH, FORCE);
-        assert!(waiters.iter().all(permit));
-        assert!(waiters.iter().all(|w| !permit(w)));
-
-        let entry = entry_of(&sub, &keys);
-        entry.confirm();
-        assert!(waiters.iter().all(permit));
-        // A newcomer that attempts once confirmed has nothing to try again for.
-        let late = sub.join(sub.expect(&keys, 4));
-        assert!(!permit(&late));
-    }
-
-    #[test]
-    fn a_waiter_whose_channel_was_watched_all_along_needs_no_extra_attempt() {
-        let (sub, _, keys) = subscriber();
-        let (first, entry) = confirmed_first_waiter(&sub, &keys);
-        assert!(permit(&first));
-        let expecting = sub.expect(&keys, 2); // the attempt would go here
-        let second = sub.join(expecting);
-        assert_eq!(
-            second.wait(NOW),
-            Wake::Timeout,
-            "nothing was missed: just wait"
-        );
-
-        // A gap in the subscription (a reconnect) voids the proof.
-        let expecting = sub.expect(&keys, 3);
-        entry.state.lock().confirmed = false;
-        entry.confirm();
-        let third = sub.join(expecting);
-        assert!(permit(&third));
-    }
-
-    #[test]
-    fn what_happens_between_attempt_and_join_is_not_missed() {
-        let (sub, _, keys) = subscriber();
-        let (first, _) = confirmed_first_waiter(&sub, &keys);
-        assert!(permit(&first));
-
-        // A force-unlock between the attempt and the join: try again at once.
-        let expecting = sub.expect(&keys, 2);
-        sub.deliver(CH, FORCE);
-        let second = sub.join(expecting);
-        assert!(permit(&second));
-
-        // The lock handed to another thread meanwhile: sleep no longer than its lease.
-        let expecting = sub.expect(&keys, 3);
-        sub.deliver(CH, b"grant 5 50 someone-else:1");
-        let third = sub.join(expecting);
-        let start = Instant::now();
-        assert_eq!(third.wait(Duration::from_secs(10)), Wake::Timeout);
-        assert!(start.elapsed() < Duration::from_secs(5));
-    }
-
-    #[test]
-    fn a_hand_over_that_overtakes_the_attempts_reply_waits_for_the_thread() {
-        let (sub, errands, keys) = subscriber();
-        let _other = sub.join(sub.expect(&keys, 1));
-        let expecting = sub.expect(&keys, 2);
-        sub.deliver(CH, format!("grant 11 30000 {CLIENT}:2").as_bytes());
-        let waiter = sub.join(expecting);
-        assert!(matches!(
-            waiter.wait(NOW),
-            Wake::HandedOver { token: 11, .. }
-        ));
-        assert!(errands.try_recv().is_err());
-
-        // A thread that then does not wait gives the early hand-over back.
-        let expecting = sub.expect(&keys, 3);
-        sub.deliver(CH, format!("grant 12 30000 {CLIENT}:3").as_bytes());
-        drop(expecting);
-        assert!(matches!(
-            errands.try_recv(),
-            Ok(Errand::GiveBack { token: 12, .. })
-        ));
-    }
-
-    #[test]
-    fn a_hand_over_wakes_exactly_the_thread_it_names() {
-        let (sub, errands, keys) = subscriber();
-        let first = sub.join(sub.expect(&keys, 1));
-        let second = sub.join(sub.expect(&keys, 2));
-        sub.deliver(CH, format!("grant 42 30000 {CLIENT}:2").as_bytes());
-        assert!(matches!(
-            second.wait(NOW),
-            Wake::HandedOver { token: 42, .. }
-        ));
-        assert_eq!(first.wait(NOW), Wake::Timeout);
-        assert!(errands.try_recv().is_err());
-    }
-
-    #[test]
-    fn a_hand_over_with_a_short_lease_shortens_everyones_sleep() {
-        let (sub, _, keys) = subscriber();
-        let waiter = sub.join(sub.expect(&keys, 1));
-        sub.deliver(CH, b"grant 8 50 someone-else:1");
-        let start = Instant::now();
-        assert_eq!(waiter.wait(Duration::from_secs(10)), Wake::Timeout);
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "slept past the new lease"
-        );
-    }
-
-    #[test]
-    fn a_hand_over_to_another_client_wakes_nobody_here() {
-        let (sub, errands, keys) = subscriber();
-        let waiter = sub.join(sub.expect(&keys, 1));
-        sub.deliver(CH, b"grant 7 30000 someone-else:1");
-        assert_eq!(waiter.wait(NOW), Wake::Timeout);
-        assert!(errands.try_recv().is_err());
-    }
-
-    #[test]
-    fn a_hand_over_to_a_thread_that_stopped_waiting_is_given_back() {
-        let (sub, errands, keys) = subscriber();
-        let _other = sub.join(sub.expect(&keys, 1));
-        sub.deliver(CH, format!("grant 9 30000 {CLIENT}:5").as_bytes());
-        match errands.try_recv() {
-            Ok(Errand::GiveBack { thread, token, .. }) => {
-                assert_eq!((thread, token), (5, 9));
-            }
-            _ => panic!("expected the lock to be given back"),
-        }
-    }
-
-    #[test]
-    fn messages_for_other_channels_wake_nobody() {
-        let (sub, _, keys) = subscriber();
-        let waiter = sub.join(sub.expect(&keys, 1));
-        sub.deliver(b"other", UNLOCK);
-        sub.deliver(CH, b"something else");
-        assert!(!permit(&waiter));
-    }
-
-    #[test]
-    fn the_entry_goes_when_its_last_waiter_leaves() {
-        let (sub, _, keys) = subscriber();
-        let a = sub.join(sub.expect(&keys, 1));
-        let b = sub.join(sub.expect(&keys, 2));
-        drop(a);
-        assert!(sub.shared.entries.lock().contains_key(&keys.channel));
-        drop(b);
-        assert!(!sub.shared.entries.lock().contains_key(&keys.channel));
-    }
-
-    #[test]
-    fn a_parked_waiter_is_woken_by_a_release() {
-        let (sub, _, keys) = subscriber();
-        let waiter = sub.join(sub.expect(&keys, 1));
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                std::thread::sleep(Duration::from_millis(20));
-                sub.deliver(CH, UNLOCK);
-            });
-            assert_eq!(waiter.wait(Duration::from_secs(10)), Wake::Permit);
-        });
+        self.0.run()
     }
 }

@@ -1,5 +1,6 @@
-//! Polled pub/sub: the subscriber thread drives its own sockets, one per server that has
-//! waiters, all in one `mio` poll. Used wherever the server is reached over plain TCP.
+//! Pub/sub: the subscriber thread drives its own sockets, one per server that has waiters,
+//! all in one `mio` poll: plain TCP, TLS (rustls over the non-blocking socket, see
+//! [`super::socket`]) or a unix socket, whichever the URL names.
 //!
 //! # Where a channel is subscribed ([`Routing`])
 //! - One server, or the master Sentinel names: there, with classic SUBSCRIBE. When Sentinel
@@ -8,6 +9,9 @@
 //! - A Redis 7 Cluster: with SSUBSCRIBE, on the master of the shard that owns the lock's slot
 //!   (found with CLUSTER SLOTS). A release publishes with SPUBLISH, which Redis delivers only
 //!   inside that shard instead of broadcasting it over the cluster bus to every node.
+//! - A Cluster without sharded pub/sub (older than Redis 7): with classic SUBSCRIBE, on one
+//!   seed node, as on one server; a release's PUBLISH reaches every node over the cluster
+//!   bus. A node that fails or goes silent makes the thread go on to the next seed.
 //!
 //! # Following the server or the slots
 //! A connection that fails, a subscription refused (MOVED, while a slot moves), one that the
@@ -19,33 +23,35 @@
 //!
 //! # One thread, no blocking
 //! The thread serves every connection at once: they are non-blocking sockets in one poll,
-//! which a waiter's ring wakes in process (no round trip, unlike the classic flavor's control
-//! channel). We drive these connections ourselves (AUTH, (S)SUBSCRIBE, PING, and the RESP2
-//! frames in [`super::resp`]) because the `redis` crate's sync connection cannot be polled,
-//! and because after a read of it times out it drops the next frame as a late reply, so a
-//! heartbeat cannot be added to a blocking read of it either. A server reached over TLS or a
-//! unix socket uses the classic flavor.
+//! which a waiter's ring wakes in process (no round trip). We drive these connections
+//! ourselves (AUTH, (S)SUBSCRIBE, PING, and the RESP2 frames in [`super::resp`]) because the
+//! `redis` crate's sync connection cannot be polled, and because after a read of it times out
+//! it drops the next frame as a late reply, so a heartbeat cannot be added to a blocking read
+//! of it either.
 //!
 //! # Liveness
 //! Every command must be answered within the response timeout (a connection still being
-//! made gets the connect timeout on top): a server stopped with SIGSTOP accepts connections
-//! and says nothing. A connection with subscriptions that was quiet for [`HEARTBEAT`] sends
-//! a PING, so a server that went silent is noticed while threads wait on it (Sentinel then
-//! names the new master; a Cluster's slot map shows the promoted replica). A connection with
-//! no subscriptions for [`IDLE_TIMEOUT`] is closed.
+//! made, TLS handshake included, gets the connect timeout on top): a server stopped with
+//! SIGSTOP accepts connections and says nothing. A connection with subscriptions that was
+//! quiet for [`HEARTBEAT`] sends a PING, so a server that went silent is noticed while
+//! threads wait on it, whatever the transport (Sentinel then names the new master; a
+//! Cluster's slot map shows the promoted replica). A connection with no subscriptions for
+//! [`IDLE_TIMEOUT`] is closed.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::io;
+use std::net::ToSocketAddrs;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
+use redis::ConnectionAddr;
 
 use super::resp::{self, Frame};
-use super::{BACKOFF_MAX, BACKOFF_MIN, ChannelState, Entry, IDLE_TIMEOUT, Shared};
+use super::socket::{Dial, Stream, TlsStart};
+use super::waiters::Entry;
+use super::{BACKOFF_MAX, BACKOFF_MIN, IDLE_TIMEOUT, Shared};
 use crate::connection::{Backend, SlotMap};
 use crate::keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
 
@@ -60,6 +66,15 @@ const _: () =
 pub(super) const HEARTBEAT: Duration = Duration::from_secs(5);
 
 const WAKER: Token = Token(0);
+
+/// What the thread knows about one channel of its connection.
+#[derive(Default)]
+struct ChannelState {
+    /// SUBSCRIBE (sharded: SSUBSCRIBE) commands sent for it and not yet answered.
+    pending: u32,
+    /// We want it subscribed (the last command sent for it was a subscription).
+    wanted: bool,
+}
 
 /// The thread's poll, made before the task so that the handle can hold its waker.
 pub(super) struct Poller(Poll);
@@ -85,8 +100,11 @@ pub(super) struct PolledTask {
     auth: Option<Vec<u8>>,
     /// [`Routing::Slots`]: the cluster's slot map (shared with the renewal thread).
     slots: Option<Arc<SlotMap>>,
-    /// [`Routing::Server`]: the server's `host:port`, and the generation it belongs to.
-    server: Option<(String, u64)>,
+    /// [`Routing::Slots`]: the nodes are reached over TLS (as the seed nodes are).
+    nodes_over_tls: bool,
+    /// [`Routing::Server`]: the server, the name its connection goes by (`host:port` or the
+    /// socket's path), and the generation it belongs to.
+    server: Option<(ConnectionAddr, String, u64)>,
     /// Something said `slots` or `server` is out of date since it was read.
     stale: bool,
     shards: Vec<Shard>,
@@ -103,12 +121,12 @@ pub(super) struct PolledTask {
 struct Shard {
     node: String,
     token: Token,
-    stream: TcpStream,
-    /// The TCP handshake completed.
+    stream: Stream,
+    /// The socket's connection was made (a TLS handshake may still be under way).
     established: bool,
-    /// Until the handshake completes: the addresses of `node` not tried yet, and when the
-    /// one being tried is given up for the next.
-    untried: VecDeque<SocketAddr>,
+    /// Until the connection is made, TLS handshake included: the addresses of `node` not
+    /// tried yet, and when the one being tried is given up for the next.
+    dial: Dial,
     connect_by: Instant,
     reader: resp::Reader,
     outbox: Vec<u8>,
@@ -127,7 +145,8 @@ struct Shard {
 enum Routing {
     /// A Redis 7 Cluster: on the master of the lock's slot, with sharded pub/sub.
     Slots,
-    /// One server, or the master Sentinel names: there, with classic pub/sub.
+    /// One server, the master Sentinel names, or one node of a Cluster without sharded
+    /// pub/sub: there, with classic pub/sub.
     Server,
 }
 
@@ -175,13 +194,14 @@ enum Sent {
 
 impl PolledTask {
     pub(super) fn new(shared: Arc<Shared>, backend: Arc<Backend>, poller: Poller) -> Self {
-        let (routing, auth) = if backend.is_cluster() {
+        let (routing, auth) = if backend.sharded_pubsub() {
             let (username, password) = backend.node_credentials();
             (Routing::Slots, auth_command(username, password))
         } else {
             (Routing::Server, None) // read with the server's address
         };
         PolledTask {
+            nodes_over_tls: backend.nodes_over_tls(),
             shared,
             backend,
             poll: poller.0,
@@ -244,7 +264,7 @@ impl PolledTask {
         if self
             .server
             .as_ref()
-            .is_some_and(|(_, generation)| *generation != self.backend.generation())
+            .is_some_and(|(_, _, generation)| *generation != self.backend.generation())
         {
             self.stale = true; // Sentinel named another master
         }
@@ -364,7 +384,7 @@ impl PolledTask {
                     shard.sent.push_back((Sent::Ping, deadline));
                 }
             }
-            if !shard.established && now >= shard.connect_by {
+            if (!shard.established || shard.stream.handshaking()) && now >= shard.connect_by {
                 let e = io::Error::new(io::ErrorKind::TimedOut, "no handshake in time");
                 match self.try_next_address(i, e, now) {
                     Ok(()) => i += 1,
@@ -383,7 +403,7 @@ impl PolledTask {
                     .is_some_and(|since| now >= since + IDLE_TIMEOUT)
             {
                 let mut shard = self.shards.swap_remove(i);
-                let _ = self.poll.registry().deregister(&mut shard.stream);
+                shard.stream.deregister(self.poll.registry());
                 continue;
             } else {
                 self.flush(i).err()
@@ -400,7 +420,7 @@ impl PolledTask {
         let mut next = self.paused_until;
         let mut consider = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
         for shard in &self.shards {
-            if !shard.established {
+            if !shard.established || shard.stream.handshaking() {
                 consider(shard.connect_by);
             }
             if let Some((_, by)) = shard.sent.front() {
@@ -419,9 +439,15 @@ impl PolledTask {
     fn read_routes(&mut self) {
         if self.routing == Routing::Server {
             match self.backend.pubsub_server() {
-                Ok((address, username, password, generation)) => {
+                Ok((addr, username, password, generation)) => {
                     self.auth = auth_command(username, password);
-                    self.server = Some((address, generation));
+                    let node = match &addr {
+                        ConnectionAddr::Tcp(host, port)
+                        | ConnectionAddr::TcpTls { host, port, .. } => host_port(host, *port),
+                        ConnectionAddr::Unix(path) => path.display().to_string(),
+                        other => format!("{other:?}"), // `dial` refuses it
+                    };
+                    self.server = Some((addr, node, generation));
                     self.stale = false;
                 }
                 Err(e) => {
@@ -452,39 +478,75 @@ impl PolledTask {
     fn node_of(&self, slot: u16) -> Option<&str> {
         match self.routing {
             Routing::Slots => self.slots.as_ref()?.node_of(slot),
-            Routing::Server => self.server.as_ref().map(|(address, _)| address.as_str()),
+            Routing::Server => self.server.as_ref().map(|(_, node, _)| node.as_str()),
+        }
+    }
+
+    /// How to reach `node`, as [`PolledTask::node_of`] named it. Over TCP, to each address
+    /// its name resolves to in turn: a name such as `localhost` may resolve to `::1` first
+    /// while the server listens on 127.0.0.1 only, and the `redis` crate's command
+    /// connections would reach it through the next one.
+    fn dial(&self, node: &str) -> io::Result<Dial> {
+        let tcp = |host: &str, port: u16, tls: bool| -> io::Result<Dial> {
+            let tls = if tls {
+                Some(TlsStart::new(self.backend.tls(), host)?)
+            } else {
+                None
+            };
+            let untried = (host, port).to_socket_addrs()?.collect();
+            Ok(Dial::Tcp { untried, tls })
+        };
+        match self.routing {
+            Routing::Slots => {
+                let (host, port) = split_host_port(node).ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidInput, "not a host:port")
+                })?;
+                tcp(host, port, self.nodes_over_tls)
+            }
+            Routing::Server => match self.server.as_ref().map(|(addr, _, _)| addr) {
+                Some(ConnectionAddr::Tcp(host, port)) => tcp(host, *port, false),
+                Some(ConnectionAddr::TcpTls {
+                    host,
+                    port,
+                    insecure: false,
+                    ..
+                }) => tcp(host, *port, true),
+                Some(ConnectionAddr::TcpTls { insecure: true, .. }) => Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "rediss://...#insecure is refused",
+                )),
+                #[cfg(unix)]
+                Some(ConnectionAddr::Unix(path)) => Ok(Dial::Unix(Some(path.clone()))),
+                #[cfg(not(unix))]
+                Some(ConnectionAddr::Unix(_)) => Err(io::ErrorKind::Unsupported.into()),
+                Some(_) => Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "this build cannot connect to that kind of address",
+                )),
+                None => Err(io::Error::new(io::ErrorKind::NotFound, "no server known")),
+            },
         }
     }
 
     /// Starts a connection to `node`; its handshake, AUTH and first subscription go out as the
     /// socket allows. The index of the new shard.
     fn open(&mut self, node: &str, now: Instant) -> io::Result<usize> {
-        self.open_addresses(node, node.to_socket_addrs()?.collect(), now)
+        let dial = self.dial(node)?;
+        self.open_dial(node, dial, now)
     }
 
-    /// [`PolledTask::open`] for `node` at `addresses`, tried in turn: a name such as
-    /// `localhost` may resolve to `::1` first while the server listens on 127.0.0.1 only,
-    /// and the `redis` crate's command connections would reach it through the next one.
-    fn open_addresses(
-        &mut self,
-        node: &str,
-        mut untried: VecDeque<SocketAddr>,
-        now: Instant,
-    ) -> io::Result<usize> {
-        let mut stream = connect_next(&mut untried)?;
+    /// [`PolledTask::open`] for `node`, reached as `dial` says.
+    fn open_dial(&mut self, node: &str, mut dial: Dial, now: Instant) -> io::Result<usize> {
+        let mut stream = dial.next()?;
         let token = Token(self.next_token);
         self.next_token += 1;
-        self.poll.registry().register(
-            &mut stream,
-            token,
-            Interest::READABLE | Interest::WRITABLE,
-        )?;
+        stream.register(self.poll.registry(), token)?;
         let mut shard = Shard {
             node: node.to_string(),
             token,
             stream,
             established: false,
-            untried,
+            dial,
             connect_by: now + self.backend.connect_timeout(),
             reader: resp::Reader::default(),
             outbox: Vec::new(),
@@ -514,22 +576,19 @@ impl PolledTask {
     /// with the same commands waiting, or give `e` back when none is left.
     fn try_next_address(&mut self, i: usize, e: io::Error, now: Instant) -> io::Result<()> {
         let shard = &mut self.shards[i];
-        if shard.untried.is_empty() {
+        if shard.dial.exhausted() {
             return Err(e);
         }
         log::debug!(
             "redlatch: pub/sub connection to {} failed: {e}; trying its next address",
             shard.node
         );
-        let mut stream = connect_next(&mut shard.untried)?;
+        let mut stream = shard.dial.next()?;
         let registry = self.poll.registry();
-        let _ = registry.deregister(&mut shard.stream);
-        registry.register(
-            &mut stream,
-            shard.token,
-            Interest::READABLE | Interest::WRITABLE,
-        )?;
+        shard.stream.deregister(registry);
+        stream.register(registry, shard.token)?;
         shard.stream = stream;
+        shard.established = false;
         shard.want_writable = true;
         shard.connect_by = now + self.backend.connect_timeout();
         // The first answer may take this handshake as well as a command.
@@ -544,18 +603,11 @@ impl PolledTask {
     fn serve(&mut self, i: usize) -> io::Result<()> {
         let shard = &mut self.shards[i];
         if !shard.established {
-            let refused = match shard.stream.take_error() {
-                Ok(None) => match shard.stream.peer_addr() {
-                    Ok(_) => None,
-                    Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(()),
-                    Err(e) => Some(e),
-                },
-                Ok(Some(e)) | Err(e) => Some(e),
-            };
-            if let Some(e) = refused {
-                return self.try_next_address(i, e, Instant::now());
+            match shard.stream.connected() {
+                Ok(true) => shard.established = true,
+                Ok(false) => return Ok(()),
+                Err(e) => return self.try_next_address(i, e, Instant::now()),
             }
-            self.shards[i].established = true;
         }
         let shard = &mut self.shards[i];
         let mut buf = [0u8; 8192];
@@ -721,12 +773,10 @@ impl PolledTask {
                 }
                 self.backoff = BACKOFF_MIN;
                 let entry = self.shared.entries.lock().get(&channel).cloned();
+                // Not if the channel has moved to another connection since it was sent.
+                let node = &self.shards[i].node;
                 if let Some(entry) = entry
-                    && self
-                        .slots
-                        .as_ref()
-                        .and_then(|m| m.node_of(entry.keys.slot()))
-                        == Some(shard.node.as_str())
+                    && self.node_of(entry.keys.slot()) == Some(node.as_str())
                 {
                     entry.confirm();
                 }
@@ -750,6 +800,7 @@ impl PolledTask {
         if !shard.established {
             return Ok(());
         }
+        shard.stream.push()?;
         while !shard.outbox.is_empty() {
             match shard.stream.write(&shard.outbox) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -761,16 +812,16 @@ impl PolledTask {
                 Err(e) => return Err(e),
             }
         }
-        let want_writable = !shard.outbox.is_empty();
+        let want_writable = !shard.outbox.is_empty() || shard.stream.wants_write();
         if want_writable != shard.want_writable {
             let interest = if want_writable {
                 Interest::READABLE | Interest::WRITABLE
             } else {
                 Interest::READABLE
             };
-            self.poll
-                .registry()
-                .reregister(&mut shard.stream, shard.token, interest)?;
+            shard
+                .stream
+                .reregister(self.poll.registry(), shard.token, interest)?;
             shard.want_writable = want_writable;
         }
         Ok(())
@@ -780,7 +831,7 @@ impl PolledTask {
     /// new subscription says otherwise, after the slot map was read again.
     fn fail(&mut self, i: usize, e: &io::Error) {
         let mut shard = self.shards.swap_remove(i);
-        let _ = self.poll.registry().deregister(&mut shard.stream);
+        shard.stream.deregister(self.poll.registry());
         if self.shared.stop.load(Ordering::SeqCst) {
             return;
         }
@@ -811,19 +862,23 @@ impl PolledTask {
     }
 }
 
-/// Starts a connection to the first of `untried` that takes one, removing the addresses it
-/// tried. A refusal that comes later, on the socket, is [`PolledTask::try_next_address`]'s.
-fn connect_next(untried: &mut VecDeque<SocketAddr>) -> io::Result<TcpStream> {
-    let mut failure = io::Error::new(io::ErrorKind::NotFound, "no address");
-    while let Some(addr) = untried.pop_front() {
-        match TcpStream::connect(addr)
-            .and_then(|stream| crate::link::configure_socket(&stream).map(|()| stream))
-        {
-            Ok(stream) => return Ok(stream),
-            Err(e) => failure = e,
-        }
+/// `host:port`, with an IPv6 host in brackets, as the slot map names nodes.
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
-    Err(failure)
+}
+
+/// The host (without brackets) and port of a `host:port` the slot map gave.
+fn split_host_port(node: &str) -> Option<(&str, u16)> {
+    let (host, port) = node.rsplit_once(':')?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    Some((host, port.parse().ok()?))
 }
 
 /// AUTH with these credentials, if there is a password.
@@ -840,262 +895,4 @@ fn unconfirm(entry: &Entry) {
 }
 
 #[cfg(test)]
-mod tests {
-    //! The thread's bookkeeping, fed the frames a Redis 7.0 node sends. No Redis is involved:
-    //! the one socket goes to a local listener that is never read, and the frames are handed
-    //! to the task as `serve` would hand them.
-    use super::*;
-    use crate::connection::{Deployment, Settings};
-    use crate::keys::LockKeys;
-    use crate::subscriber::{Flavor, Subscriber, SubscriberTask, Wake};
-
-    /// A subscriber and its polled task, routing by slots, every slot on `node`.
-    fn task() -> (Subscriber, PolledTask, std::net::TcpListener, String) {
-        let settings = Settings {
-            pool_size: 1,
-            link: crate::link::LinkSettings {
-                connect_timeout: Duration::from_millis(10),
-                response_timeout: Duration::from_secs(10),
-                tls: Default::default(),
-            },
-            classic_pubsub: false,
-        };
-        let backend = Arc::new(
-            Backend::new(&Deployment::Url("redis://127.0.0.1:1/".into()), settings).unwrap(),
-        );
-        let (errands, _) = crossbeam_channel::unbounded();
-        let (sub, task) = Subscriber::new(backend, "p", "c0ffee", errands).unwrap();
-        let SubscriberTask(Flavor::Polled(mut task)) = task else {
-            panic!("a plain TCP server is polled");
-        };
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let node = listener.local_addr().unwrap().to_string();
-        task.routing = Routing::Slots;
-        task.slots = Some(Arc::new(SlotMap::new(vec![(0, 16383, node.clone())])));
-        task.stale = false; // the map above is the one read
-        (sub, task, listener, node)
-    }
-
-    fn bulk(s: &str) -> Frame {
-        Frame::Bulk(Some(s.as_bytes().to_vec()))
-    }
-
-    fn push(kind: &str, channel: &str) -> Frame {
-        Frame::Array(Some(vec![bulk(kind), bulk(channel), Frame::Integer(1)]))
-    }
-
-    fn confirmed(sub: &Subscriber, keys: &LockKeys) -> bool {
-        sub.shared.entries.lock()[&keys.channel]
-            .state
-            .lock()
-            .confirmed
-    }
-
-    /// The frames a node sends for a message on `channel`.
-    fn message_bytes(channel: &str, payload: &[u8]) -> Vec<u8> {
-        let mut m = format!(
-            "*3\r\n$8\r\nsmessage\r\n${}\r\n{channel}\r\n${}\r\n",
-            channel.len(),
-            payload.len()
-        )
-        .into_bytes();
-        m.extend_from_slice(payload);
-        m.extend_from_slice(b"\r\n");
-        m
-    }
-
-    /// Anyone may PUBLISH on our channels: a message too big to keep, followed in the same
-    /// read by a grant, costs the grant nothing and the connection is kept.
-    #[test]
-    fn a_message_too_big_to_keep_is_skipped_and_the_grant_behind_it_delivered() {
-        let (sub, mut task, listener, _node) = task();
-        let keys = Arc::new(LockKeys::new("p", "x"));
-        let waiter = sub.join(sub.expect(&keys, 1));
-        task.reconcile(Instant::now());
-        let (mut node, _) = listener.accept().unwrap();
-        let mut bytes = b"+PONG\r\n".to_vec();
-        bytes.extend(
-            format!(
-                "*3\r\n$10\r\nssubscribe\r\n${}\r\n{}\r\n:1\r\n",
-                keys.channel.len(),
-                keys.channel
-            )
-            .as_bytes(),
-        );
-        bytes.extend(message_bytes(&keys.channel, &vec![b'x'; 3 << 20]));
-        bytes.extend(message_bytes(
-            &keys.channel,
-            format!("grant 9 30000 {}:1", "c0ffee").as_bytes(),
-        ));
-        let writer = std::thread::spawn(move || node.write_all(&bytes).map(|_| node));
-
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut woken = Vec::new();
-        while !woken.contains(&Wake::HandedOver { token: 9 }) && Instant::now() < deadline {
-            if !task.shards.is_empty()
-                && let Err(e) = task.serve(0)
-            {
-                task.fail(0, &e); // as `run` does
-            }
-            match waiter.wait(Duration::from_millis(5)) {
-                Wake::Timeout => {}
-                wake => woken.push(wake),
-            }
-        }
-        let _node = writer.join().unwrap();
-        assert_eq!(woken.last(), Some(&Wake::HandedOver { token: 9 }));
-        assert_eq!(task.shards.len(), 1, "the connection was given up");
-        assert!(confirmed(&sub, &keys));
-    }
-
-    /// Where a name resolves to an address nobody listens on first (`localhost` as `::1`,
-    /// the server on 127.0.0.1 only), the connection goes on to the next address. This
-    /// machine resolves `localhost` to 127.0.0.1 alone, so the list is made by hand.
-    #[test]
-    fn a_connection_refused_at_one_address_goes_on_to_the_next() {
-        let (_sub, mut task, listener, _node) = task();
-        let refusing = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap(); // closed again: connections to it are refused
-        let good = listener.local_addr().unwrap();
-        let i = task
-            .open_addresses("node", VecDeque::from([refusing, good]), Instant::now())
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !task.shards[i].established && Instant::now() < deadline {
-            if let Err(e) = task.serve(i) {
-                panic!("the connection failed: {e}");
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert!(task.shards[i].established);
-        assert_eq!(task.shards[i].stream.peer_addr().unwrap(), good);
-        assert_eq!(
-            task.shards[i].sent.len(),
-            1,
-            "the first command still waits"
-        );
-    }
-
-    /// An address that does not complete the handshake within the connect timeout is given
-    /// up for the next one; the last one's failure fails the connection.
-    #[test]
-    fn an_address_silent_past_the_connect_timeout_is_given_up_for_the_next() {
-        let (_sub, mut task, listener, _node) = task();
-        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let (first, second) = (listener.local_addr().unwrap(), other.local_addr().unwrap());
-        task.open_addresses("node", VecDeque::from([first, second]), Instant::now())
-            .unwrap();
-        // As if the handshake with the first had not completed in time (the test's connect
-        // timeout is 10 ms).
-        task.reconcile(Instant::now() + Duration::from_millis(20));
-        assert_eq!(task.shards.len(), 1);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !task.shards[0].established && Instant::now() < deadline {
-            task.serve(0).unwrap();
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert_eq!(task.shards[0].stream.peer_addr().unwrap(), second);
-    }
-
-    /// A channel too long to read back is never subscribed, and the channels beside it are.
-    #[test]
-    fn a_channel_too_long_to_read_back_is_not_subscribed_and_costs_the_others_nothing() {
-        let (sub, mut task, _listener, _node) = task();
-        let long = Arc::new(LockKeys::new("p", &"n".repeat(MAX_CHANNEL)));
-        let keys = Arc::new(LockKeys::new("p", "x"));
-        let _long_waiter = sub.join(sub.expect(&long, 1));
-        let _waiter = sub.join(sub.expect(&keys, 2));
-        for _ in 0..3 {
-            task.reconcile(Instant::now());
-        }
-        let subscribed: Vec<&Sent> = task.shards[0]
-            .sent
-            .iter()
-            .map(|(sent, _)| sent)
-            .filter(|sent| matches!(sent, Sent::Subscribe(_)))
-            .collect();
-        assert!(
-            subscribed == [&Sent::Subscribe(keys.channel.clone())],
-            "{} subscriptions sent, the long channel's among them",
-            subscribed.len()
-        );
-        assert!(task.unreadable.contains(&long.channel));
-        assert!(task.paused_until.is_none());
-    }
-
-    #[test]
-    fn a_channel_dropped_because_the_map_lists_no_master_for_its_slot_is_unconfirmed() {
-        let (sub, mut task, _listener, node) = task();
-        let keys = Arc::new(LockKeys::new("p", "x"));
-        let _waiter = sub.join(sub.expect(&keys, 1));
-        task.reconcile(Instant::now());
-        task.handle(0, Frame::Simple(b"PONG".to_vec())).unwrap();
-        task.handle(0, push("ssubscribe", &keys.channel)).unwrap();
-        assert!(confirmed(&sub, &keys));
-
-        // The map is read again mid-failover and lists no master for the lock's slot: the
-        // channel is unsubscribed, so a joiner must not take it as watched.
-        let slot = keys.slot();
-        task.slots = Some(Arc::new(SlotMap::new(vec![
-            (0, slot - 1, node.clone()),
-            (slot + 1, 16383, node.clone()),
-        ])));
-        task.reconcile(Instant::now());
-        assert!(
-            matches!(task.shards[0].sent.back(), Some((Sent::Unsubscribe(c), _)) if *c == keys.channel)
-        );
-        assert!(
-            !confirmed(&sub, &keys),
-            "unsubscribed, yet still confirmed: the next subscription would wake nobody"
-        );
-    }
-    #[test]
-    fn a_subscription_is_confirmed_only_by_the_answer_that_names_its_channel() {
-        let (sub, mut task, _listener, _node) = task();
-        let [x, z, w] = ["x", "z", "w"].map(|name| Arc::new(LockKeys::new("p", name)));
-        let leaving = sub.join(sub.expect(&x, 1));
-        task.reconcile(Instant::now());
-        task.handle(0, Frame::Simple(b"PONG".to_vec())).unwrap();
-        task.handle(0, push("ssubscribe", &x.channel)).unwrap();
-
-        // x's last waiter leaves as waiters for z and w arrive: one reconcile sends
-        // SUNSUBSCRIBE x, SSUBSCRIBE z, SSUBSCRIBE w (in the map's order).
-        drop(leaving);
-        let _z = sub.join(sub.expect(&z, 2));
-        let _w = sub.join(sub.expect(&w, 3));
-        task.reconcile(Instant::now());
-        let subscribed: Vec<String> = task.shards[0]
-            .sent
-            .iter()
-            .filter_map(|(sent, _)| match sent {
-                Sent::Subscribe(c) => Some(c.clone()),
-                _ => None,
-            })
-            .collect();
-        let (stays, moved) = (&subscribed[0], &subscribed[1]);
-
-        // The node gives away the slot of x and of the second lock just before it runs
-        // them: it pushes sunsubscribe x, then answers MOVED (a Redis 7.0 node answers
-        // SUNSUBSCRIBE of a slot it does not serve with MOVED), the subscription, MOVED.
-        // Redis 7.0.15 was seen sending exactly these four frames.
-        let frames = [
-            push("sunsubscribe", &x.channel),
-            Frame::Error("MOVED 1 127.0.0.1:1".into()),
-            push("ssubscribe", stays),
-            Frame::Error("MOVED 1 127.0.0.1:1".into()),
-        ];
-        for frame in frames {
-            if let Err(e) = task.handle(0, frame) {
-                task.fail(0, &e); // as `run` does
-                break;
-            }
-        }
-        let entries = sub.shared.entries.lock();
-        assert!(
-            !entries[moved].state.lock().confirmed,
-            "confirmed by the answer for another channel, while the node refused it"
-        );
-    }
-}
+mod tests;

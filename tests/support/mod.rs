@@ -255,6 +255,88 @@ pub fn release_to_waiter(
     released.elapsed()
 }
 
+/// The pub/sub connections of the server: `(client id, subscriptions)` for each, from
+/// `CLIENT LIST TYPE pubsub`.
+pub fn pubsub_clients(admin: &mut redis::Connection) -> Vec<(u64, u64)> {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(admin)
+        .unwrap();
+    let field = |line: &str, name: &str| -> u64 {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(name))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    list.lines()
+        .map(|line| {
+            (
+                field(line, "id="),
+                field(line, "sub=") + field(line, "ssub="),
+            )
+        })
+        .collect()
+}
+
+/// The one pub/sub connection of the server, its client id; waits up to 5 s for there to be
+/// exactly one, with exactly one subscription (the lock's channel: nothing else, such as a
+/// channel of the client's own).
+pub fn the_one_pubsub_client(admin: &mut redis::Connection) -> u64 {
+    let mut seen = Vec::new();
+    let one = eventually(Duration::from_secs(5), || {
+        seen = pubsub_clients(admin);
+        seen.len() == 1 && seen[0].1 == 1
+    });
+    assert!(one, "pub/sub connections (id, subscriptions): {seen:?}");
+    seen[0].0
+}
+
+/// A server reached over `holder`'s and `waiter`'s transport is stopped (SIGSTOP) for 8 s
+/// while a thread of `waiter` waits for a lock `holder` holds. The subscriber's heartbeat (a
+/// PING after 5 s of quiet, answered within the 1 s response timeout) must give up its
+/// connection meanwhile: after SIGCONT its pub/sub connection is a new one, subscribed again,
+/// and the release still wakes the waiter at once. Without a heartbeat the old connection
+/// would simply carry on, its silence unnoticed (a server that stays stopped, or a master
+/// that fails over, would leave the waiters deaf until the lock's lease).
+///
+/// `admin` reaches the server by another way (its plain port), `pid` is its process.
+pub fn heartbeat_notices_a_stopped_server(
+    admin: &mut redis::Connection,
+    pid: u32,
+    holder: &redlatch::Client,
+    waiter: &redlatch::Client,
+) {
+    let name = unique("stopped");
+    let held = holder
+        .lock(&name)
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(60)))
+        .unwrap()
+        .expect("the lock is free");
+    let waiting = wait_through_errors(waiter.lock(&name), Duration::from_secs(40));
+    await_waiting(admin, &name);
+    let before = the_one_pubsub_client(admin);
+
+    signal(pid, "-STOP");
+    thread::sleep(Duration::from_secs(8));
+    signal(pid, "-CONT");
+
+    let mut seen = Vec::new();
+    let replaced = eventually(Duration::from_secs(10), || {
+        seen = pubsub_clients(admin);
+        seen.len() == 1 && seen[0].0 != before && seen[0].1 == 1
+    });
+    assert!(
+        replaced,
+        "the subscriber kept its connection {before} through 8 s of silence: {seen:?}"
+    );
+    let released = Instant::now();
+    held.unlock().unwrap();
+    let after = woken_soon_after(released, waiting);
+    eprintln!("woken {after:?} after the release");
+}
+
 /// Sends `sig` (e.g. "-STOP", "-CONT") to process `pid`.
 pub fn signal(pid: u32, sig: &str) {
     let status = Command::new("kill")

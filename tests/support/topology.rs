@@ -605,6 +605,12 @@ impl Cluster {
     pub const NODE_TIMEOUT: Duration = Duration::from_millis(3000);
 
     pub fn start() -> Cluster {
+        Cluster::start_with(&[])
+    }
+
+    /// A cluster whose nodes get `extra` arguments too, e.g. `["--rename-command",
+    /// "SPUBLISH", ""]` for a cluster without sharded pub/sub, as before Redis 7.
+    pub fn start_with(extra: &[&str]) -> Cluster {
         let dir = TempDir::new("cluster");
         let mut nodes = Vec::new();
         for _ in 0..6 {
@@ -628,6 +634,9 @@ impl Cluster {
                     "--repl-diskless-sync-delay".into(),
                     "0".into(),
                 ]
+                .into_iter()
+                .chain(extra.iter().map(|a| a.to_string()))
+                .collect()
             }));
         }
         let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];

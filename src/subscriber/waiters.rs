@@ -1,0 +1,505 @@
+//! The in-process half of waking (no I/O): which waiting thread gets which hand-over or
+//! permit when the subscriber thread hands it a message, and the handle's methods by which a
+//! thread joins and leaves the waiters of a lock ([`Subscriber::expect`],
+//! [`Subscriber::join`], [`Waiter`]).
+//!
+//! # Hand-overs
+//! A thread whose attempt finds a lock busy is queued in Redis, and the release that frees
+//! the lock hands it to the oldest waiter still waiting, anywhere in the fleet, publishing
+//! `grant <token> <lease> <owner>` on the lock's channel. The subscriber of the owner's client
+//! gives the token to that thread, which returns holding the lock without a round trip of its
+//! own. No other thread is woken. A hand-over that overtakes the reply to the thread's own
+//! attempt waits for it ([`Subscriber::expect`]); one that comes for a thread that no longer
+//! waits is given back through the renewal thread ([`Errand::GiveBack`]). Every waiter
+//! learns the new holder's lease from the message and sleeps no longer than that: a holder
+//! that died in the queue is not waited for beyond its lease.
+//!
+//! # Entries and waiters
+//! Threads waiting for the same lock share one [`Entry`] keyed by the lock's channel. Each
+//! waiter owns a [`Slot`] in the entry's FIFO queue and parks on it; a slot holds a
+//! hand-over, or at most one *permit* (a wake-up to try again). Together the slots form a
+//! fair counting semaphore for the cases a hand-over does not cover:
+//! - an `unlock` message (a release that found only stale places queued) grants one permit,
+//!   to the oldest waiter that has none (one release wakes one local waiter: no herd);
+//! - a `force` message (force-unlock), a confirmed subscription and a reconnect grant a permit
+//!   to every waiter, so each retries once;
+//! - a permit granted while its waiter is busy stays set, so a message that arrives between a
+//!   waiter's attempt and its sleep is not lost;
+//! - a waiter that leaves with a permit it never used passes it to the next one.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::{Errand, Shared, Subscriber};
+use crate::keys::LockKeys;
+
+#[cfg(test)]
+mod tests;
+
+/// Payload of a release that found only stale places queued: wake one waiter.
+const UNLOCK: &[u8] = b"unlock";
+/// Payload of a force-unlock's message: wake every waiter.
+const FORCE: &[u8] = b"force";
+/// Payload prefix of a release that handed the lock over: `grant <token> <lease ms> <owner>`.
+const GRANT: &[u8] = b"grant ";
+
+/// A thread about to join the waiters of `keys`; `handed` is a hand-over that came early.
+pub(super) struct Arriving {
+    keys: Arc<LockKeys>,
+    handed: Option<u64>,
+}
+
+impl Shared {
+    /// A message on a lock's channel. A hand-off wakes exactly the thread it names (if it is
+    /// one of ours); a release that found only stale places queued wakes one waiter; a
+    /// force-unlock all.
+    pub(super) fn deliver(&self, channel: &[u8], payload: &[u8]) {
+        let entry = std::str::from_utf8(channel)
+            .ok()
+            .and_then(|ch| self.entries.lock().get(ch).cloned());
+        if let Some(grant) = payload.strip_prefix(GRANT) {
+            self.deliver_grant(channel, entry, grant);
+            return;
+        }
+        if let Some(entry) = entry {
+            let mut state = entry.state.lock();
+            if payload == UNLOCK {
+                state.wakes += 1;
+                Entry::wake_one(&state);
+            } else if payload == FORCE {
+                state.wakes += 1;
+                Entry::wake_all(&state);
+            }
+        }
+    }
+
+    /// `<token> <lease ms> <owner>`: the lock now belongs to `owner`, for `lease` unless
+    /// renewed. Every waiter here learns that the lock's lease changed: if the new holder
+    /// never takes it up (it died while it waited), nothing will be published when that lease
+    /// runs out, so no waiter may sleep past it.
+    fn deliver_grant(&self, channel: &[u8], entry: Option<Arc<Entry>>, grant: &[u8]) {
+        let Some((token, lease, owner)) = std::str::from_utf8(grant).ok().and_then(|g| {
+            let mut parts = g.splitn(3, ' ');
+            Some((parts.next()?, parts.next()?, parts.next()?))
+        }) else {
+            return;
+        };
+        let (Ok(token), Ok(lease)) = (token.parse::<u64>(), lease.parse::<u64>()) else {
+            return;
+        };
+        let received = Instant::now();
+        let thread = owner
+            .strip_prefix(self.owner_prefix.as_str())
+            .and_then(|t| t.parse::<u64>().ok());
+        // `arriving` first, held throughout: a thread moves from it to the entry's queue
+        // under the same lock, so the hand-over finds it in one place or the other.
+        let mut arriving = self.arriving.lock();
+        if let Some(entry) = &entry {
+            let busy_until = received + Duration::from_millis(lease);
+            let mut state = entry.state.lock();
+            state.handovers += 1;
+            state.handover_ends = Some(busy_until);
+            let mut handed = false;
+            for slot in &state.queue {
+                if Some(slot.thread) == thread {
+                    slot.hand_over(token);
+                    handed = true;
+                } else {
+                    // If the new holder never takes it up, nothing is published when its
+                    // lease ends: sleep no longer than that.
+                    slot.wake_by(busy_until);
+                }
+            }
+            if handed {
+                return;
+            }
+        }
+        let Some(thread) = thread else {
+            return; // another client's thread
+        };
+        match arriving.get_mut(&thread) {
+            // Its attempt's reply and this message crossed: the thread joins in a moment.
+            Some(a) if a.keys.channel.as_bytes() == channel => a.handed = Some(token),
+            // Its thread no longer waits: it gave up, or took the lock up with an attempt of its
+            // own, or the message came very late. Give the lock back if nobody took it up
+            // (the give-back checks that, see `Errand::GiveBack`).
+            _ => {
+                drop(arriving);
+                let keys = entry
+                    .map(|e| e.keys.clone())
+                    .or_else(|| self.keys_of(channel));
+                if let Some(keys) = keys {
+                    self.give_back(keys, thread, token);
+                }
+            }
+        }
+    }
+
+    /// The lock whose channel is `channel`, under this client's prefix.
+    fn keys_of(&self, channel: &[u8]) -> Option<Arc<LockKeys>> {
+        let name = std::str::from_utf8(channel)
+            .ok()?
+            .strip_prefix(self.key_prefix.as_str())?
+            .strip_prefix(":{")?
+            .strip_suffix("}:unlocked")?;
+        Some(Arc::new(LockKeys::new(&self.key_prefix, name)))
+    }
+
+    fn give_back(&self, keys: Arc<LockKeys>, thread: u64, token: u64) {
+        let _ = self.errands.send(Errand::GiveBack {
+            keys,
+            thread,
+            token,
+        });
+    }
+}
+
+/// The waiters of one lock in this client.
+pub(super) struct Entry {
+    pub(super) keys: Arc<LockKeys>,
+    pub(super) state: Mutex<EntryState>,
+}
+
+pub(super) struct EntryState {
+    /// Redis confirmed the subscription for this entry's current connection.
+    pub(super) confirmed: bool,
+    /// Counts the times `confirmed` became true: a [`Watching`] taken at one count proves
+    /// the channel has been subscribed without a gap while it stays the same.
+    confirmations: u64,
+    /// Counts the wake-ups (`unlock`, `force`) delivered to this entry: one that came between
+    /// an attempt and the join makes the joiner try again.
+    wakes: u64,
+    /// Counts the hand-overs seen, and when the last one's lease ends: a joiner that missed
+    /// one sleeps no longer than that.
+    handovers: u64,
+    handover_ends: Option<Instant>,
+    queue: VecDeque<Arc<Slot>>,
+}
+
+/// Proof that a lock's channel was subscribed at some moment (see [`Subscriber::expect`]).
+struct Watching {
+    entry: Arc<Entry>,
+    confirmations: u64,
+    wakes: u64,
+    handovers: u64,
+}
+
+/// A thread between announcing an attempt and joining the waiters ([`Subscriber::expect`]).
+pub(crate) struct Expecting<'a> {
+    subscriber: &'a Subscriber,
+    keys: Arc<LockKeys>,
+    thread: u64,
+    watching: Option<Watching>,
+    joined: bool,
+}
+
+impl Drop for Expecting<'_> {
+    fn drop(&mut self) {
+        if self.joined {
+            return;
+        }
+        let shared = &self.subscriber.shared;
+        let arriving = shared.arriving.lock().remove(&self.thread);
+        if let Some(Arriving {
+            keys,
+            handed: Some(token),
+        }) = arriving
+        {
+            // Handed over to a thread that then did not wait (its attempt got the lock by
+            // itself, or its time was up): give it back.
+            shared.give_back(keys, self.thread, token);
+        }
+    }
+}
+
+/// Where one waiting thread parks.
+struct Slot {
+    thread: u64,
+    state: Mutex<SlotState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct SlotState {
+    /// A wake-up to use: try again.
+    permit: bool,
+    /// The lock was handed to this thread, with this token.
+    handed: Option<u64>,
+    /// Wake no later than this to try again: the lock's lease changed hands and ends then.
+    wake_by: Option<Instant>,
+}
+
+impl Slot {
+    fn new(thread: u64) -> Slot {
+        Slot {
+            thread,
+            state: Mutex::new(SlotState::default()),
+            wake: Condvar::new(),
+        }
+    }
+
+    fn grant(&self) -> bool {
+        let mut state = self.state.lock();
+        if state.permit {
+            return false;
+        }
+        state.permit = true;
+        self.wake.notify_one();
+        true
+    }
+
+    fn wake_by(&self, when: Instant) {
+        let mut state = self.state.lock();
+        if state.wake_by.is_none_or(|w| w > when) {
+            state.wake_by = Some(when);
+            self.wake.notify_one();
+        }
+    }
+
+    fn hand_over(&self, token: u64) {
+        self.state.lock().handed = Some(token);
+        self.wake.notify_one();
+    }
+}
+
+impl Entry {
+    /// Gives a permit to the oldest waiter without one.
+    fn wake_one(state: &EntryState) {
+        for slot in &state.queue {
+            if slot.grant() {
+                return;
+            }
+        }
+    }
+
+    fn wake_all(state: &EntryState) {
+        for slot in &state.queue {
+            slot.grant();
+        }
+    }
+
+    pub(super) fn confirm(&self) {
+        let mut state = self.state.lock();
+        if !state.confirmed {
+            state.confirmed = true;
+            state.confirmations += 1;
+            Entry::wake_all(&state);
+        }
+    }
+}
+
+/// Why [`Waiter::wait`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// A release (or a confirmed subscription, a reconnect): try again.
+    Permit,
+    /// The lock was handed to this thread with this token (if it is news: see `Lock`).
+    HandedOver { token: u64 },
+    /// The time asked for passed.
+    Timeout,
+}
+
+impl Subscriber {
+    /// Announces that thread `thread` is about to attempt `keys`'s lock and, if it is busy,
+    /// queue for it. Call before the attempt; then [`Subscriber::join`] (or drop the result,
+    /// which gives back a hand-over that came for nothing).
+    ///
+    /// It notes whether the lock's channel is subscribed now: if the subscription holds until
+    /// the thread joins, no release since the attempt can have been missed, and the attempt
+    /// that otherwise follows joining is spared. And it catches a hand-over that overtakes the
+    /// attempt's own reply.
+    pub fn expect(&self, keys: &Arc<LockKeys>, thread: u64) -> Expecting<'_> {
+        let watching = self
+            .shared
+            .entries
+            .lock()
+            .get(&keys.channel)
+            .and_then(|entry| {
+                let state = entry.state.lock();
+                let confirmations = state.confirmed.then_some(state.confirmations)?;
+                Some(Watching {
+                    entry: entry.clone(),
+                    confirmations,
+                    wakes: state.wakes,
+                    handovers: state.handovers,
+                })
+            });
+        self.shared.arriving.lock().insert(
+            thread,
+            Arriving {
+                keys: keys.clone(),
+                handed: None,
+            },
+        );
+        Expecting {
+            subscriber: self,
+            keys: keys.clone(),
+            thread,
+            watching,
+            joined: false,
+        }
+    }
+
+    /// Registers the thread of `expecting`, whose attempt just found the lock busy (and
+    /// queued it in Redis), as a waiter on the lock's channel, subscribing the channel if this
+    /// is its first waiter. Unless the channel was subscribed since before that attempt and
+    /// carried no message since, the waiter's first [`Waiter::wait`] returns once the
+    /// subscription is confirmed (at once if it already is), so that its next attempt cannot
+    /// miss a release.
+    pub fn join(&self, mut expecting: Expecting<'_>) -> Waiter<'_> {
+        expecting.joined = true;
+        let thread = expecting.thread;
+        let keys = expecting.keys.clone();
+        let slot = Arc::new(Slot::new(thread));
+        let (entry, created) = {
+            // Lock order: arriving, entries, entry state (as in `Shared::deliver_grant`).
+            let mut arriving = self.shared.arriving.lock();
+            let handed = arriving.remove(&thread).and_then(|a| a.handed);
+            let mut entries = self.shared.entries.lock();
+            let (entry, created) = match entries.get(&keys.channel) {
+                Some(entry) => (entry.clone(), false),
+                None => {
+                    let entry = Arc::new(Entry {
+                        keys: keys.clone(),
+                        state: Mutex::new(EntryState {
+                            confirmed: false,
+                            confirmations: 0,
+                            wakes: 0,
+                            handovers: 0,
+                            handover_ends: None,
+                            queue: VecDeque::new(),
+                        }),
+                    });
+                    entries.insert(keys.channel.clone(), entry.clone());
+                    (entry, true)
+                }
+            };
+            let mut state = entry.state.lock();
+            let watching = expecting.watching.take().filter(|w| {
+                Arc::ptr_eq(&w.entry, &entry)
+                    && state.confirmed
+                    && w.confirmations == state.confirmations
+            });
+            if let Some(token) = handed {
+                slot.hand_over(token);
+            } else if state.confirmed && watching.as_ref().is_none_or(|w| w.wakes != state.wakes) {
+                // Subscribed already, but perhaps not since before the attempt, or a wake-up
+                // came since: the attempt after joining may go at once.
+                slot.state.lock().permit = true;
+            } else if let Some(w) = &watching
+                && w.handovers != state.handovers
+            {
+                // The lock changed hands since the attempt: sleep no longer than the new
+                // holder's lease, in case it never takes it up.
+                slot.state.lock().wake_by = state.handover_ends;
+            }
+            state.queue.push_back(slot.clone());
+            drop(state);
+            drop(entries);
+            drop(arriving);
+            (entry, created)
+        };
+        if created {
+            self.ring();
+        }
+        Waiter {
+            subscriber: self,
+            entry,
+            slot,
+            used: false,
+        }
+    }
+
+    /// Hands a message on `channel` to its waiters, as the thread does when one arrives.
+    #[cfg(test)]
+    fn deliver(&self, channel: &[u8], payload: &[u8]) {
+        self.shared.deliver(channel, payload)
+    }
+}
+
+/// A thread's place in the queue of one lock's waiters. Leaves the queue on drop.
+pub(crate) struct Waiter<'a> {
+    subscriber: &'a Subscriber,
+    entry: Arc<Entry>,
+    slot: Arc<Slot>,
+    /// The waiter acquired the lock, so a permit it still holds has served its purpose.
+    used: bool,
+}
+
+impl Waiter<'_> {
+    /// Sleeps until the lock is handed over, a permit arrives, or `timeout` passes.
+    ///
+    /// A sleep that ends without either while the channel is still not subscribed rings the
+    /// subscriber thread again: the ring that should have subscribed it may have failed, and
+    /// no later waiter of this lock would ring.
+    pub fn wait(&self, timeout: Duration) -> Wake {
+        let deadline = Instant::now() + timeout;
+        let wake = {
+            let mut state = self.slot.state.lock();
+            let wake = loop {
+                if let Some(token) = state.handed.take() {
+                    break Wake::HandedOver { token };
+                }
+                if std::mem::replace(&mut state.permit, false) {
+                    break Wake::Permit;
+                }
+                let until = state.wake_by.map_or(deadline, |w| w.min(deadline));
+                if Instant::now() >= until {
+                    break Wake::Timeout;
+                }
+                // Woken early (a message, or spuriously): look again.
+                let _ = self.slot.wake.wait_until(&mut state, until);
+            };
+            state.wake_by = None; // the attempt that follows learns the lease afresh
+            wake
+        };
+        if wake == Wake::Timeout && !self.entry.state.lock().confirmed {
+            self.subscriber.ring();
+        }
+        wake
+    }
+
+    /// The waiter got the lock: nothing to pass on when it leaves.
+    pub fn acquired(&mut self) {
+        self.used = true;
+    }
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        let shared = &self.subscriber.shared;
+        let mut entries = shared.entries.lock();
+        let mut state = self.entry.state.lock();
+        state.queue.retain(|s| !Arc::ptr_eq(s, &self.slot));
+        let (unused_permit, unused_hand_over) = {
+            let mut slot = self.slot.state.lock();
+            (
+                std::mem::replace(&mut slot.permit, false),
+                slot.handed.take(),
+            )
+        };
+        if unused_permit && !self.used {
+            Entry::wake_one(&state);
+        }
+        if let Some(token) = unused_hand_over {
+            // Handed over while the thread was leaving (an error, or an attempt of its own got
+            // the lock): nobody will use this hold.
+            shared.give_back(self.entry.keys.clone(), self.slot.thread, token);
+        }
+        let last = state.queue.is_empty();
+        drop(state);
+        if last {
+            if entries
+                .get(&self.entry.keys.channel)
+                .is_some_and(|e| Arc::ptr_eq(e, &self.entry))
+            {
+                entries.remove(&self.entry.keys.channel);
+            }
+            drop(entries);
+            self.subscriber.ring();
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! The in-process half of waking: which waiter gets which permit or hand-over. No Redis is
+//! involved: messages are handed to the entries as the subscriber thread would hand them.
+
+use crossbeam_channel::Receiver;
+
+use super::*;
+use crate::connection::{Backend, Settings};
+
+const CLIENT: &str = "c0ffee";
+const CH: &[u8] = b"p:{x}:unlocked";
+const NOW: Duration = Duration::ZERO;
+
+fn subscriber() -> (Subscriber, Receiver<Errand>, Arc<LockKeys>) {
+    let settings = Settings {
+        pool_size: 1,
+        link: crate::link::LinkSettings {
+            connect_timeout: Duration::from_millis(10),
+            response_timeout: Duration::from_millis(10),
+            tls: Default::default(),
+        },
+    };
+    // Never connected, and no thread runs the task: nothing here does I/O.
+    let backend = Arc::new(
+        Backend::new(
+            &crate::connection::Deployment::Url("redis://127.0.0.1:1/".into()),
+            settings,
+        )
+        .unwrap(),
+    );
+    let (errands, errands_received) = crossbeam_channel::unbounded();
+    let (sub, _task) = Subscriber::new(backend, "p", CLIENT, errands).unwrap();
+    (sub, errands_received, Arc::new(LockKeys::new("p", "x")))
+}
+
+fn entry_of(sub: &Subscriber, keys: &LockKeys) -> Arc<Entry> {
+    sub.shared
+        .entries
+        .lock()
+        .get(&keys.channel)
+        .cloned()
+        .unwrap()
+}
+
+/// Thread 1 waiting on a channel whose subscription Redis has confirmed.
+fn confirmed_first_waiter<'a>(
+    sub: &'a Subscriber,
+    keys: &Arc<LockKeys>,
+) -> (Waiter<'a>, Arc<Entry>) {
+    let first = sub.join(sub.expect(keys, 1));
+    let entry = entry_of(sub, keys);
+    entry.confirm();
+    (first, entry)
+}
+
+fn permit(w: &Waiter<'_>) -> bool {
+    w.wait(NOW) == Wake::Permit
+}
+
+#[test]
+fn one_release_wakes_the_oldest_waiter_only() {
+    let (sub, _, keys) = subscriber();
+    let first = sub.join(sub.expect(&keys, 1));
+    let second = sub.join(sub.expect(&keys, 2));
+    sub.deliver(CH, UNLOCK);
+    assert!(permit(&first));
+    assert!(!permit(&second));
+    sub.deliver(CH, UNLOCK);
+    assert!(permit(&first) || permit(&second));
+}
+
+#[test]
+fn a_permit_waits_for_a_busy_waiter_and_does_not_pile_up() {
+    let (sub, _, keys) = subscriber();
+    let waiter = sub.join(sub.expect(&keys, 1));
+    sub.deliver(CH, UNLOCK);
+    sub.deliver(CH, UNLOCK); // a second release while the first permit is unused
+    assert!(permit(&waiter), "a permit granted before the wait is kept");
+    assert_eq!(
+        waiter.wait(NOW),
+        Wake::Timeout,
+        "one waiter holds at most one permit"
+    );
+}
+
+#[test]
+fn a_waiter_leaving_with_an_unused_permit_passes_it_on() {
+    let (sub, _, keys) = subscriber();
+    let leaving = sub.join(sub.expect(&keys, 1));
+    let staying = sub.join(sub.expect(&keys, 2));
+    sub.deliver(CH, UNLOCK);
+    drop(leaving); // its deadline passed before it used the wake-up
+    assert!(permit(&staying));
+}
+
+#[test]
+fn a_waiter_that_acquired_keeps_its_permit_to_itself() {
+    let (sub, _, keys) = subscriber();
+    let mut winner = sub.join(sub.expect(&keys, 1));
+    let other = sub.join(sub.expect(&keys, 2));
+    sub.deliver(CH, UNLOCK);
+    winner.acquired();
+    drop(winner);
+    assert!(!permit(&other));
+}
+
+#[test]
+fn force_unlock_and_confirmation_wake_everyone_once() {
+    let (sub, _, keys) = subscriber();
+    let waiters: Vec<_> = (1..=3).map(|t| sub.join(sub.expect(&keys, t))).collect();
+    sub.deliver(CH, FORCE);
+    assert!(waiters.iter().all(permit));
+    assert!(waiters.iter().all(|w| !permit(w)));
+
+    let entry = entry_of(&sub, &keys);
+    entry.confirm();
+    assert!(waiters.iter().all(permit));
+    // A newcomer that attempts once confirmed has nothing to try again for.
+    let late = sub.join(sub.expect(&keys, 4));
+    assert!(!permit(&late));
+}
+
+#[test]
+fn a_waiter_whose_channel_was_watched_all_along_needs_no_extra_attempt() {
+    let (sub, _, keys) = subscriber();
+    let (first, entry) = confirmed_first_waiter(&sub, &keys);
+    assert!(permit(&first));
+    let expecting = sub.expect(&keys, 2); // the attempt would go here
+    let second = sub.join(expecting);
+    assert_eq!(
+        second.wait(NOW),
+        Wake::Timeout,
+        "nothing was missed: just wait"
+    );
+
+    // A gap in the subscription (a reconnect) voids the proof.
+    let expecting = sub.expect(&keys, 3);
+    entry.state.lock().confirmed = false;
+    entry.confirm();
+    let third = sub.join(expecting);
+    assert!(permit(&third));
+}
+
+#[test]
+fn what_happens_between_attempt_and_join_is_not_missed() {
+    let (sub, _, keys) = subscriber();
+    let (first, _) = confirmed_first_waiter(&sub, &keys);
+    assert!(permit(&first));
+
+    // A force-unlock between the attempt and the join: try again at once.
+    let expecting = sub.expect(&keys, 2);
+    sub.deliver(CH, FORCE);
+    let second = sub.join(expecting);
+    assert!(permit(&second));
+
+    // The lock handed to another thread meanwhile: sleep no longer than its lease.
+    let expecting = sub.expect(&keys, 3);
+    sub.deliver(CH, b"grant 5 50 someone-else:1");
+    let third = sub.join(expecting);
+    let start = Instant::now();
+    assert_eq!(third.wait(Duration::from_secs(10)), Wake::Timeout);
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn a_hand_over_that_overtakes_the_attempts_reply_waits_for_the_thread() {
+    let (sub, errands, keys) = subscriber();
+    let _other = sub.join(sub.expect(&keys, 1));
+    let expecting = sub.expect(&keys, 2);
+    sub.deliver(CH, format!("grant 11 30000 {CLIENT}:2").as_bytes());
+    let waiter = sub.join(expecting);
+    assert!(matches!(
+        waiter.wait(NOW),
+        Wake::HandedOver { token: 11, .. }
+    ));
+    assert!(errands.try_recv().is_err());
+
+    // A thread that then does not wait gives the early hand-over back.
+    let expecting = sub.expect(&keys, 3);
+    sub.deliver(CH, format!("grant 12 30000 {CLIENT}:3").as_bytes());
+    drop(expecting);
+    assert!(matches!(
+        errands.try_recv(),
+        Ok(Errand::GiveBack { token: 12, .. })
+    ));
+}
+
+#[test]
+fn a_hand_over_wakes_exactly_the_thread_it_names() {
+    let (sub, errands, keys) = subscriber();
+    let first = sub.join(sub.expect(&keys, 1));
+    let second = sub.join(sub.expect(&keys, 2));
+    sub.deliver(CH, format!("grant 42 30000 {CLIENT}:2").as_bytes());
+    assert!(matches!(
+        second.wait(NOW),
+        Wake::HandedOver { token: 42, .. }
+    ));
+    assert_eq!(first.wait(NOW), Wake::Timeout);
+    assert!(errands.try_recv().is_err());
+}
+
+#[test]
+fn a_hand_over_with_a_short_lease_shortens_everyones_sleep() {
+    let (sub, _, keys) = subscriber();
+    let waiter = sub.join(sub.expect(&keys, 1));
+    sub.deliver(CH, b"grant 8 50 someone-else:1");
+    let start = Instant::now();
+    assert_eq!(waiter.wait(Duration::from_secs(10)), Wake::Timeout);
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "slept past the new lease"
+    );
+}
+
+#[test]
+fn a_hand_over_to_another_client_wakes_nobody_here() {
+    let (sub, errands, keys) = subscriber();
+    let waiter = sub.join(sub.expect(&keys, 1));
+    sub.deliver(CH, b"grant 7 30000 someone-else:1");
+    assert_eq!(waiter.wait(NOW), Wake::Timeout);
+    assert!(errands.try_recv().is_err());
+}
+
+#[test]
+fn a_hand_over_to_a_thread_that_stopped_waiting_is_given_back() {
+    let (sub, errands, keys) = subscriber();
+    let _other = sub.join(sub.expect(&keys, 1));
+    sub.deliver(CH, format!("grant 9 30000 {CLIENT}:5").as_bytes());
+    match errands.try_recv() {
+        Ok(Errand::GiveBack { thread, token, .. }) => {
+            assert_eq!((thread, token), (5, 9));
+        }
+        _ => panic!("expected the lock to be given back"),
+    }
+}
+
+#[test]
+fn messages_for_other_channels_wake_nobody() {
+    let (sub, _, keys) = subscriber();
+    let waiter = sub.join(sub.expect(&keys, 1));
+    sub.deliver(b"other", UNLOCK);
+    sub.deliver(CH, b"something else");
+    assert!(!permit(&waiter));
+}
+
+#[test]
+fn the_entry_goes_when_its_last_waiter_leaves() {
+    let (sub, _, keys) = subscriber();
+    let a = sub.join(sub.expect(&keys, 1));
+    let b = sub.join(sub.expect(&keys, 2));
+    drop(a);
+    assert!(sub.shared.entries.lock().contains_key(&keys.channel));
+    drop(b);
+    assert!(!sub.shared.entries.lock().contains_key(&keys.channel));
+}
+
+#[test]
+fn a_parked_waiter_is_woken_by_a_release() {
+    let (sub, _, keys) = subscriber();
+    let waiter = sub.join(sub.expect(&keys, 1));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(20));
+            sub.deliver(CH, UNLOCK);
+        });
+        assert_eq!(waiter.wait(Duration::from_secs(10)), Wake::Permit);
+    });
+}
