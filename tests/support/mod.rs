@@ -78,11 +78,21 @@ impl RedisServer {
         self.admin_with_url(&self.url())
     }
 
+    /// Retried for up to 5 s: a server that has just started may reset the first connection
+    /// (seen on the loaded 2-core CI machine, "Connection reset by peer" right after the port
+    /// answered), and the test's own admin connection is not what any test is about.
     pub fn admin_with_url(&self, url: &str) -> redis::Connection {
         let client = redis::Client::open(url).unwrap();
-        let con = client
-            .get_connection_with_timeout(Duration::from_secs(5))
-            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let con = loop {
+            match client.get_connection_with_timeout(Duration::from_secs(5)) {
+                Ok(con) => break con,
+                Err(e) if Instant::now() < deadline && e.is_io_error() => {
+                    thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("admin connection to {url}: {e}"),
+            }
+        };
         con.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         con
     }
