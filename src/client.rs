@@ -3,16 +3,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::connection::{Backend, Deployment, Settings};
+use crate::backend::link::LinkSettings;
+use crate::backend::sentinel::SentinelSpec;
+use crate::backend::tls::TlsConfig;
+use crate::backend::{Backend, Deployment, Settings};
 use crate::core::{Core, Replicas, Runtime};
 use crate::engine::Holds;
 use crate::engine::validate_duration;
 use crate::error::{Error, Result};
 use crate::kinds::lock::Lock;
-use crate::link::LinkSettings;
-use crate::sentinel::SentinelSpec;
 use crate::subscriber::Subscriber;
-use crate::tls::TlsConfig;
 #[cfg(feature = "tls")]
 use redis::TlsCertificates;
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-use crate::connection::Backend;
+use crate::backend::Backend;
 use crate::engine::Holds;
 use crate::subscriber::Subscriber;
 

@@ -42,19 +42,16 @@
 
 #![warn(missing_docs)]
 
+mod backend;
 mod client;
-mod connection;
 mod core;
 mod engine;
 mod error;
 mod keys;
 mod kinds;
-mod link;
 mod renewal;
 mod scripts;
-mod sentinel;
 mod subscriber;
-mod tls;
 
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};

@@ -60,7 +60,7 @@ pub(crate) fn run(core: Arc<Core>, stop: Receiver<()>, errands: Receiver<Errand>
 /// must not wait for that (with three stopped sentinels and a 1 s response timeout, a 2 s
 /// watchdog lost every lock). Renewal keeps using the master last found meanwhile.
 ///
-/// [`Backend::follow_interval`]: crate::connection::Backend::follow_interval
+/// [`Backend::follow_interval`]: crate::backend::Backend::follow_interval
 pub(crate) fn follow(core: Arc<Core>, stop: Receiver<()>, every: Duration) {
     loop {
         if core.backend.follow_master() {

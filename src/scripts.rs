@@ -13,7 +13,7 @@ use redis::{
     ServerErrorKind, ToRedisArgs,
 };
 
-use crate::connection::Backend;
+use crate::backend::Backend;
 use crate::error::Error;
 use crate::keys::LockKeys;
 

@@ -34,7 +34,7 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
-use crate::connection::Backend;
+use crate::backend::Backend;
 use crate::keys::LockKeys;
 
 mod polled;
@@ -95,14 +95,14 @@ impl Subscriber {
         key_prefix: &str,
         client_id: &str,
         errands: Sender<Errand>,
-    ) -> crate::Result<(Subscriber, SubscriberTask)> {
-        let poll = polled::Poller::new().map_err(crate::Error::Thread)?;
+    ) -> crate::error::Result<(Subscriber, SubscriberTask)> {
+        let poll = polled::Poller::new().map_err(crate::error::Error::Thread)?;
         let shared = Arc::new(Shared {
             entries: Mutex::new(HashMap::new()),
             owner_prefix: format!("{client_id}:"),
             key_prefix: key_prefix.to_string(),
             stop: AtomicBool::new(false),
-            waker: poll.waker().map_err(crate::Error::Thread)?,
+            waker: poll.waker().map_err(crate::error::Error::Thread)?,
             errands,
             arriving: Mutex::new(HashMap::new()),
         });

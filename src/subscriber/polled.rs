@@ -4,7 +4,7 @@
 //!
 //! # Where a channel is subscribed ([`Routing`])
 //! - One server, or the master Sentinel names: there, with classic SUBSCRIBE. When Sentinel
-//!   names another master (the [generation](crate::connection::Backend::generation) moves),
+//!   names another master (the [generation](crate::backend::Backend::generation) moves),
 //!   the channels move to it.
 //! - A Redis 7 Cluster: with SSUBSCRIBE, on the master of the shard that owns the lock's slot
 //!   (found with CLUSTER SLOTS). A release publishes with SPUBLISH, which Redis delivers only
@@ -52,7 +52,7 @@ use super::resp::{self, Frame};
 use super::socket::{Dial, Stream, TlsStart};
 use super::waiters::Entry;
 use super::{BACKOFF_MAX, BACKOFF_MIN, IDLE_TIMEOUT, Shared};
-use crate::connection::{Backend, SlotMap};
+use crate::backend::{Backend, SlotMap};
 use crate::keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
 
 /// The longest channel whose subscription confirmation and messages the reader keeps whole.

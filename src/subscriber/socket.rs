@@ -40,7 +40,7 @@ pub(super) enum TlsStart {}
 impl TlsStart {
     /// For the server `host`, checked against the certificate the server shows.
     #[cfg(feature = "tls")]
-    pub fn new(tls: &crate::tls::TlsConfig, host: &str) -> io::Result<TlsStart> {
+    pub fn new(tls: &crate::backend::tls::TlsConfig, host: &str) -> io::Result<TlsStart> {
         let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -55,7 +55,7 @@ impl TlsStart {
 
     /// Refuses: this build has no TLS.
     #[cfg(not(feature = "tls"))]
-    pub fn new(_: &crate::tls::TlsConfig, _: &str) -> io::Result<TlsStart> {
+    pub fn new(_: &crate::backend::tls::TlsConfig, _: &str) -> io::Result<TlsStart> {
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
             "rediss:// needs the `tls` feature of redlatch",
@@ -93,8 +93,9 @@ impl Dial {
             Dial::Tcp { untried, tls } => {
                 let mut failure = io::Error::new(io::ErrorKind::NotFound, "no address");
                 while let Some(addr) = untried.pop_front() {
-                    let tcp = TcpStream::connect(addr)
-                        .and_then(|stream| crate::link::configure_socket(&stream).map(|()| stream));
+                    let tcp = TcpStream::connect(addr).and_then(|stream| {
+                        crate::backend::link::configure_socket(&stream).map(|()| stream)
+                    });
                     match tcp {
                         Ok(tcp) => return Stream::over(tcp, tls.as_ref()),
                         Err(e) => failure = e,

@@ -2,7 +2,7 @@
 //! the one socket goes to a local listener that is never read, and the frames are handed
 //! to the task as `serve` would hand them.
 use super::*;
-use crate::connection::{Deployment, Settings};
+use crate::backend::{Deployment, Settings};
 use crate::keys::LockKeys;
 use crate::subscriber::{Subscriber, SubscriberTask, Wake};
 use std::io::Write;
@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 fn task() -> (Subscriber, PolledTask, std::net::TcpListener, String) {
     let settings = Settings {
         pool_size: 1,
-        link: crate::link::LinkSettings {
+        link: crate::backend::link::LinkSettings {
             connect_timeout: Duration::from_millis(10),
             response_timeout: Duration::from_secs(10),
             tls: Default::default(),
@@ -295,7 +295,7 @@ fn cluster_nodes_are_dialled_over_tls_when_the_seeds_are() {
     ] {
         let settings = Settings {
             pool_size: 1,
-            link: crate::link::LinkSettings {
+            link: crate::backend::link::LinkSettings {
                 connect_timeout: Duration::from_millis(10),
                 response_timeout: Duration::from_millis(10),
                 tls: Default::default(),

@@ -4,7 +4,7 @@
 use crossbeam_channel::Receiver;
 
 use super::*;
-use crate::connection::{Backend, Settings};
+use crate::backend::{Backend, Settings};
 
 const CLIENT: &str = "c0ffee";
 const CH: &[u8] = b"p:{x}:unlocked";
@@ -13,7 +13,7 @@ const NOW: Duration = Duration::ZERO;
 fn subscriber() -> (Subscriber, Receiver<Errand>, Arc<LockKeys>) {
     let settings = Settings {
         pool_size: 1,
-        link: crate::link::LinkSettings {
+        link: crate::backend::link::LinkSettings {
             connect_timeout: Duration::from_millis(10),
             response_timeout: Duration::from_millis(10),
             tls: Default::default(),
@@ -22,7 +22,7 @@ fn subscriber() -> (Subscriber, Receiver<Errand>, Arc<LockKeys>) {
     // Never connected, and no thread runs the task: nothing here does I/O.
     let backend = Arc::new(
         Backend::new(
-            &crate::connection::Deployment::Url("redis://127.0.0.1:1/".into()),
+            &crate::backend::Deployment::Url("redis://127.0.0.1:1/".into()),
             settings,
         )
         .unwrap(),

@@ -31,8 +31,8 @@ use redis::{
     RedisResult, Value,
 };
 
+use crate::backend::link::{Link, LinkSettings};
 use crate::error::{Error, Result};
-use crate::link::{Link, LinkSettings};
 
 /// How often the renewal thread asks the sentinels whether the master moved.
 pub(crate) const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);

@@ -34,7 +34,7 @@ use redis::{
     RedisError, RedisResult, Value,
 };
 
-use crate::tls::TlsConfig;
+use crate::backend::tls::TlsConfig;
 
 /// How links are made: the builder's timeouts and TLS settings.
 #[derive(Clone, Debug)]

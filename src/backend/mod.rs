@@ -1,0 +1,399 @@
+//! The transport: runs a command on the right server. Knows no kind of lock and no waiter.
+//!
+//! [`Backend`] owns how to reach the server (one server by URL, the master that Sentinel
+//! names, or a Cluster's masters by slot), a small pool of command connections (`pool`), and
+//! the retry policy (`retry`). The engine, the renewal thread and the subscriber ask it to run
+//! a closure on a connection, to group calls by slot or master (`cluster`), or to name the
+//! server a pub/sub connection should go to; none of them knows which deployment it is.
+//!
+//! - `link`: one connection, whose every request has a deadline;
+//! - `tls`: the TLS configuration all connections of a client share;
+//! - `pool`: the command connections, without threads or PINGs;
+//! - `retry`: which failures are retried, how often, after what pause;
+//! - `cluster`: the slot map, grouping by slot and by master, the seed nodes;
+//! - `sentinel`: finding the master, and following it through failovers.
+
+mod cluster;
+pub(crate) mod link;
+mod pool;
+mod retry;
+pub(crate) mod sentinel;
+pub(crate) mod tls;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::{
+    ConnectionAddr, ConnectionInfo, ConnectionLike, IntoConnectionInfo, RedisResult, Value,
+};
+
+use crate::error::{Error, Result};
+use cluster::ClusterTarget;
+pub(crate) use cluster::SlotMap;
+pub(crate) use link::{Link, LinkSettings};
+use pool::{Pool, PooledConnection};
+use retry::{Retries, is_transport_error};
+use sentinel::{SentinelSpec, Sentinels};
+
+/// Connection settings, from the builder.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub pool_size: u32,
+    /// Timeouts and TLS of every connection.
+    pub link: LinkSettings,
+}
+
+/// Where the builder said Redis is.
+#[derive(Clone, Debug)]
+pub(crate) enum Deployment {
+    /// One server, by URL.
+    Url(String),
+    /// The master a set of sentinels names.
+    Sentinel(SentinelSpec),
+    /// A Redis Cluster, found through these seed nodes.
+    Cluster(Vec<String>),
+}
+
+/// How connections find their server.
+enum Target {
+    Direct(Box<redis::Client>),
+    Sentinel(Box<Sentinels>),
+    Cluster(Box<ClusterTarget>),
+}
+
+/// How the crate reaches Redis: connection parameters, the command pool, the retry policy.
+pub(crate) struct Backend {
+    target: Target,
+    settings: Settings,
+    pool: Pool,
+    /// The Sentinel generation the pool's connections were made in.
+    pool_generation: AtomicU64,
+    /// Cluster only: the slot map last read, and whether it is still trusted (see
+    /// [`Backend::slot_map`] and [`Backend::last_slot_map`]).
+    slot_map: Mutex<(Option<Arc<SlotMap>>, bool)>,
+    /// Cluster only: masters whose last call went unanswered (see [`Backend::note_answer`]).
+    silent: Mutex<Vec<String>>,
+}
+
+impl Backend {
+    /// Checks the URLs and that they name a transport this build supports. No I/O.
+    pub fn new(deployment: &Deployment, settings: Settings) -> Result<Backend> {
+        let target = match deployment {
+            Deployment::Url(url) => Target::Direct(Box::new(direct_client(url)?)),
+            Deployment::Sentinel(spec) => {
+                Target::Sentinel(Box::new(Sentinels::new(spec, &settings.link)?))
+            }
+            Deployment::Cluster(seeds) => {
+                Target::Cluster(Box::new(ClusterTarget::new(seeds, &settings.link)?))
+            }
+        };
+        Ok(Backend {
+            target,
+            pool: Pool::new(settings.pool_size),
+            settings,
+            pool_generation: AtomicU64::new(0),
+            slot_map: Mutex::new((None, false)),
+            silent: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Counts the changes of server (a Sentinel failover) so far; always 0 for one server.
+    pub fn generation(&self) -> u64 {
+        match &self.target {
+            Target::Direct(_) | Target::Cluster(_) => 0,
+            Target::Sentinel(sentinels) => sentinels.generation(),
+        }
+    }
+
+    /// Asks the sentinels whether the master moved (nothing to do for one server); when it
+    /// did, pooled connections to the old one are dropped. Whether it moved.
+    pub fn follow_master(&self) -> bool {
+        let Target::Sentinel(sentinels) = &self.target else {
+            return false;
+        };
+        match sentinels.follow() {
+            Ok(moved) => {
+                self.drop_stale_connections();
+                moved
+            }
+            Err(e) => {
+                log::warn!("cannot ask the sentinels for the master: {e}");
+                false
+            }
+        }
+    }
+
+    /// How often [`Backend::follow_master`] should run, if at all.
+    pub fn follow_interval(&self) -> Option<Duration> {
+        match &self.target {
+            Target::Direct(_) | Target::Cluster(_) => None,
+            Target::Sentinel(_) => Some(crate::backend::sentinel::FOLLOW_INTERVAL),
+        }
+    }
+
+    fn drop_stale_connections(&self) {
+        let generation = self.generation();
+        if self.pool_generation.swap(generation, Ordering::AcqRel) != generation {
+            self.pool.invalidate();
+        }
+    }
+
+    /// Checks that the deployment answers and takes our credentials: one PING. On a Cluster,
+    /// to one node only: the cluster connection would send it to every master, and a client
+    /// must be able to start while a master is down (the locks of the other slots work).
+    pub fn check(&self) -> Result<()> {
+        match &self.target {
+            Target::Cluster(cluster) => {
+                let mut failure = None;
+                // A stopped node accepts the connection and never answers: try the next.
+                for _ in 0..cluster.nodes.len() {
+                    let pinged = cluster.connect_node(&self.settings).and_then(|mut con| {
+                        redis::cmd("PING").query::<()>(&mut con)?;
+                        // One reply per name: nil for a command the server does not know.
+                        let spublish: Vec<Value> = redis::cmd("COMMAND")
+                            .arg("INFO")
+                            .arg("SPUBLISH")
+                            .query(&mut con)?;
+                        Ok(matches!(spublish.first(), Some(Value::Array(_))))
+                    });
+                    match pinged {
+                        Ok(has_spublish) => {
+                            cluster.sharded.store(has_spublish, Ordering::Relaxed);
+                            return Ok(());
+                        }
+                        Err(e) => failure = Some(e),
+                    }
+                    cluster.skip_node();
+                }
+                Err(failure.expect("at least one seed node").into())
+            }
+            _ => Ok(self.run(|con| redis::cmd("PING").query::<()>(con))?),
+        }
+    }
+
+    /// Whether this is a Redis Cluster: a script may only touch keys of one slot.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.target, Target::Cluster(_))
+    }
+
+    /// How long a server may take to answer one command.
+    pub fn response_timeout(&self) -> Duration {
+        self.settings.link.response_timeout
+    }
+
+    /// How long making a connection may take.
+    pub fn connect_timeout(&self) -> Duration {
+        self.settings.link.connect_timeout
+    }
+
+    /// The TLS configuration every connection of this client uses, the subscriber's too.
+    pub fn tls(&self) -> &crate::backend::tls::TlsConfig {
+        &self.settings.link.tls
+    }
+
+    /// The username and password the seed URLs carry, for the connections the sharded
+    /// subscriber makes to the cluster's nodes.
+    pub fn node_credentials(&self) -> (Option<String>, Option<String>) {
+        let info = match &self.target {
+            Target::Cluster(cluster) => cluster.nodes[0].get_connection_info(),
+            Target::Direct(client) => client.get_connection_info(),
+            Target::Sentinel(_) => return (None, None),
+        };
+        let redis = info.redis_settings();
+        (
+            redis.username().map(str::to_string),
+            redis.password().map(str::to_string),
+        )
+    }
+
+    /// A pub/sub connection failed or never answered: on a Cluster, the next connection to
+    /// one seed node starts with the following one. A node stopped with SIGSTOP still accepts
+    /// TCP connections (the kernel completes the handshake), so starting with "the last one
+    /// that worked" would go back to it for as long as it stays stopped.
+    pub fn pubsub_failed(&self) {
+        match &self.target {
+            Target::Cluster(cluster) => cluster.skip_node(),
+            // It may have failed over: ask the sentinels before the next connection.
+            Target::Sentinel(sentinels) => sentinels.suspect(),
+            Target::Direct(_) => {}
+        }
+    }
+
+    /// The server a subscriber with classic pub/sub connects to: the one server, the master
+    /// Sentinel names, or on a Cluster without sharded pub/sub the seed node that worked
+    /// last (a PUBLISH reaches every node; [`Backend::pubsub_failed`] moves on to the next).
+    /// With its credentials (see [`Backend::node_credentials`]) and the
+    /// [generation](Backend::generation) it belongs to.
+    pub fn pubsub_server(
+        &self,
+    ) -> RedisResult<(ConnectionAddr, Option<String>, Option<String>, u64)> {
+        let (client, generation) = match &self.target {
+            Target::Direct(client) => ((**client).clone(), 0),
+            Target::Sentinel(sentinels) => sentinels.master()?,
+            Target::Cluster(cluster) => {
+                let n = cluster.next_node.load(Ordering::Relaxed) % cluster.nodes.len();
+                (cluster.nodes[n].clone(), 0)
+            }
+        };
+        let info = client.get_connection_info();
+        let redis = info.redis_settings();
+        Ok((
+            info.addr().clone(),
+            redis.username().map(str::to_string),
+            redis.password().map(str::to_string),
+            generation,
+        ))
+    }
+
+    /// A new command connection to one server, authenticated and on the right database. On
+    /// a Cluster, a connection to one node: the seed that worked last, else the next one that
+    /// answers.
+    pub fn connect(&self) -> RedisResult<Link> {
+        let settings = &self.settings;
+        match &self.target {
+            Target::Direct(client) => link_to(client, settings),
+            Target::Cluster(cluster) => cluster.connect_node(settings),
+            Target::Sentinel(sentinels) => {
+                let (master, _) = sentinels.master()?;
+                self.drop_stale_connections();
+                link_to(&master, settings).inspect_err(|_| sentinels.suspect())
+            }
+        }
+    }
+
+    /// Runs `op` on a pooled connection, again as [`Backend::retry_pause`] says when it fails
+    /// (on a fresh connection if the connection failed). `op` must be idempotent: it may run
+    /// more than once if a reply was lost.
+    pub fn run<T>(
+        &self,
+        mut op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
+    ) -> RedisResult<T> {
+        let mut retries = Retries::new();
+        loop {
+            match self.run_once(&mut op) {
+                Err(e) => match self.retry_pause(&e, &mut retries) {
+                    Some(pause) => {
+                        log::debug!("redis command failed ({e}), retrying in {pause:?}");
+                        std::thread::sleep(pause);
+                    }
+                    None => return Err(e),
+                },
+                Ok(value) => return Ok(value),
+            }
+        }
+    }
+
+    /// Runs `op` once, without retries: for best-effort notifications.
+    pub fn run_once_only<T>(
+        &self,
+        mut op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
+    ) -> RedisResult<T> {
+        self.run_once(&mut op)
+    }
+
+    fn run_once<T>(
+        &self,
+        op: &mut impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
+    ) -> RedisResult<T> {
+        let (mut con, epoch) = match self
+            .pool
+            .take(Instant::now() + self.settings.link.connect_timeout)?
+        {
+            Some(idle) => idle,
+            // The epoch from before connecting: a failover noticed meanwhile must not adopt a
+            // connection that may have gone to the old master.
+            None => match (self.pool.epoch(), self.connect_for_commands()) {
+                (epoch, Ok(con)) => (con, epoch),
+                (_, Err(e)) => {
+                    self.pool.release_slot();
+                    return Err(e);
+                }
+            },
+        };
+        // The cluster connection may connect to a node inside `op` (see `tls`).
+        let result = self.settings.link.tls.scoped(|| op(&mut *con));
+        match &result {
+            // On a Cluster a timeout says one node does not answer, not that the others are
+            // gone: drop this connection (a late reply would put it out of step), keep the
+            // rest. Remaking them all would touch the silent node again, a timeout each time.
+            Err(e) if self.is_cluster() && e.is_timeout() => self.pool.release_slot(),
+            Err(e) if is_transport_error(e) || self.master_moved(e) => {
+                // The server may have restarted, or a failover moved the master: every idle
+                // connection is suspect.
+                if let Target::Sentinel(sentinels) = &self.target {
+                    sentinels.suspect();
+                }
+                self.pool.invalidate();
+                self.pool.release_slot();
+            }
+            _ if !con.is_open() => self.pool.release_slot(),
+            _ => self.pool.give_back(con, epoch),
+        }
+        result
+    }
+
+    /// A command that gets no answer in time fails, never hangs its thread (see `link`): the
+    /// retry policy and the idempotent scripts make failing safe.
+    fn connect_for_commands(&self) -> RedisResult<PooledConnection> {
+        if let Target::Cluster(cluster) = &self.target {
+            // Timeouts are set by the builder (ClusterTarget::new), for every node.
+            let connection = self
+                .settings
+                .link
+                .tls
+                .scoped(|| cluster.client.get_generic_connection::<Link>())?;
+            return Ok(Box::new(connection));
+        }
+        Ok(Box::new(self.connect()?))
+    }
+}
+
+/// A new [`Link`] to the server `client` names, with the builder's timeouts.
+fn link_to(client: &redis::Client, settings: &Settings) -> RedisResult<Link> {
+    Link::connect(client.get_connection_info(), &settings.link)
+}
+
+/// A client for the server at `url`.
+fn direct_client(url: &str) -> Result<redis::Client> {
+    let info: ConnectionInfo = url
+        .into_connection_info()
+        .map_err(|e| Error::invalid(format!("redis URL {url:?}: {e}")))?;
+    if !info.addr().is_supported() {
+        return Err(Error::invalid(format!(
+            "redis URL {url:?}: this build has no TLS support (enable the `tls` feature)"
+        )));
+    }
+    // No CLIENT SETINFO on connect: its replies are read one timeout each, so against a
+    // stopped server a new connection would cost several timeouts instead of one.
+    let redis_settings = info.redis_settings().clone().set_skip_set_lib_name();
+    let info = info.set_redis_settings(redis_settings);
+    redis::Client::open(info).map_err(|e| Error::invalid(e.to_string()))
+}
+
+#[cfg(test)]
+mod test_support {
+    use super::*;
+
+    /// A backend with the builder's default timeouts (5 s connect, 3 s response); no I/O.
+    pub(crate) fn backend(deployment: Deployment) -> Backend {
+        let settings = Settings {
+            pool_size: 1,
+            link: LinkSettings {
+                connect_timeout: Duration::from_secs(5),
+                response_timeout: Duration::from_secs(3),
+                tls: Default::default(),
+            },
+        };
+        Backend::new(&deployment, settings).unwrap()
+    }
+
+    pub(crate) fn single() -> Backend {
+        backend(Deployment::Url("redis://127.0.0.1:6379/".into()))
+    }
+
+    pub(crate) fn cluster() -> Backend {
+        backend(Deployment::Cluster(vec!["redis://127.0.0.1:7000/".into()]))
+    }
+}
