@@ -377,7 +377,10 @@ impl ClientBuilder {
             let (follow_core, follow_stop) = (core.clone(), renewal_stopped_for_follow);
             std::thread::Builder::new()
                 .name("redlatch-sentinel".into())
-                .spawn(move || crate::renewal::follow(follow_core, follow_stop, every))
+                .spawn(move || {
+                    let ring = || follow_core.subscriber.ring();
+                    crate::backend::sentinel::follow(&follow_core.backend, follow_stop, every, ring)
+                })
                 .map_err(Error::Thread)?;
         }
         let subscriber = std::thread::Builder::new()

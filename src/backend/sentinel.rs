@@ -31,7 +31,10 @@ use redis::{
     RedisResult, Value,
 };
 
-use crate::backend::link::{Link, LinkSettings};
+use crossbeam_channel::Receiver;
+
+use super::Backend;
+use super::link::{Link, LinkSettings};
 use crate::error::{Error, Result};
 
 /// How often the renewal thread asks the sentinels whether the master moved.
@@ -240,5 +243,28 @@ impl Sentinels {
         }
         let client = redis::Client::open(info)?;
         Ok(Master { host, port, client })
+    }
+}
+
+/// The Sentinel follower's body: asks the sentinels every [`Backend::follow_interval`]
+/// whether the master moved, until `stop` is disconnected.
+///
+/// Its own thread, not a step of the renewal loop: asking costs up to a connect and a
+/// response timeout per sentinel when they do not answer, and renewals of a healthy master
+/// must not wait for that (with three stopped sentinels and a 1 s response timeout, a 2 s
+/// watchdog lost every lock). Renewal keeps using the master last found meanwhile.
+///
+/// [`Backend::follow_interval`]: super::Backend::follow_interval
+/// `moved` is called after each change of master: renewals now go to the new master and
+/// find there which locks the failover lost, and the subscriber must reconnect.
+pub(crate) fn follow(backend: &Backend, stop: Receiver<()>, every: Duration, moved: impl Fn()) {
+    loop {
+        if backend.follow_master() {
+            moved();
+        }
+        match stop.recv_timeout(every) {
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
     }
 }

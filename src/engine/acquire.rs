@@ -292,6 +292,41 @@ pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>, thread: u6
     }
 }
 
+/// Gives back a lock that a release handed to a thread of ours that had stopped waiting.
+/// Only a hand-over nobody took up is given back: the thread may have taken it up with an
+/// attempt of its own (same token) and be using it now.
+pub(crate) fn give_back(core: &Core, keys: &LockKeys, thread: u64, token: u64) {
+    // A thread that took the hand-over from its message holds it without Redis knowing yet:
+    // the registry of holds does know.
+    if core
+        .holds
+        .get(&keys.lock, thread)
+        .is_some_and(|hold| hold.token == token)
+    {
+        return;
+    }
+    let owner = core.owner(thread);
+    let freeing = scripts::Freeing::of(&core.backend);
+    // One attempt: the renewal thread must not stall on an errand.
+    match core
+        .backend
+        .run_once_only(|con| scripts::give_back(con, keys, &owner, token, freeing))
+    {
+        Ok(Release::Released) => {
+            log::debug!(
+                "gave back lock {:?}, handed to a thread that no longer waited",
+                keys.name
+            )
+        }
+        Ok(_) => {}
+        Err(e) => log::warn!(
+            "could not give back lock {:?}, handed to a thread that no longer waited ({e}); \
+             it expires with its lease",
+            keys.name
+        ),
+    }
+}
+
 /// Gives `holds` (taken at different times, each for `lease`) the same lease again from
 /// now, so that they all end together; `true` where the object is still ours. Those no
 /// longer ours are marked lost.

@@ -31,7 +31,9 @@ use redis::{ConnectionLike, RedisResult};
 use crate::keys::LockKeys;
 use crate::scripts::{Acquire, Freeing, Queueing, Release, TakenBy};
 
-pub(crate) use acquire::{Acquired, acquire, acquisition, extend_all, register, release};
+pub(crate) use acquire::{
+    Acquired, acquire, acquisition, extend_all, give_back, register, release,
+};
 pub(crate) use hold::{Hold, Holds};
 pub(crate) use lease::{Terms, deadline_after, validate_duration, validate_lease};
 pub(crate) use renew::{Renewed, renew};

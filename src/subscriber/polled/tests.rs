@@ -170,8 +170,11 @@ fn a_channel_too_long_to_read_back_is_not_subscribed_and_costs_the_others_nothin
     let keys = Arc::new(LockKeys::new("p", "x"));
     let _long_waiter = sub.join(sub.expect(&long, 1));
     let _waiter = sub.join(sub.expect(&keys, 2));
+    // One instant for every pass: on a loaded machine the test's 10 ms connect timeout could
+    // otherwise pass between them and drop the connection this test looks at.
+    let now = Instant::now();
     for _ in 0..3 {
-        task.reconcile(Instant::now());
+        task.reconcile(now);
     }
     let subscribed: Vec<&Sent> = task.shards[0]
         .sent
