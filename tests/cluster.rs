@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlatch::{Client, Error};
-use support::topology::{Cluster, ClusterNode, connect, key_slot, wait_for};
+use support::topology::{Cluster, ClusterNode, connect, key_slot, replicate_lock, wait_for};
 use support::{join_all, signal};
 
 fn client(c: &Cluster, watchdog: Duration) -> Client {
@@ -70,23 +70,6 @@ fn has_lock(port: u16, name: &str) -> bool {
         .arg(lock_key(name))
         .query(&mut con)
         .unwrap_or(false)
-}
-
-/// Whether the replica on `port` has lock `name`'s hash and its fence at `token`: what a
-/// failover to it keeps.
-fn replica_holds(port: u16, name: &str, token: u64) -> bool {
-    let mut con = connect(port, None).unwrap();
-    // A replica of a Cluster redirects reads to its master unless told otherwise.
-    redis::cmd("READONLY").query::<()>(&mut con).unwrap();
-    let exists: bool = redis::cmd("EXISTS")
-        .arg(lock_key(name))
-        .query(&mut con)
-        .unwrap();
-    let fence: Option<u64> = redis::cmd("GET")
-        .arg(format!("{}:fence", lock_key(name)))
-        .query(&mut con)
-        .unwrap();
-    exists && fence == Some(token)
 }
 
 fn channel_of(name: &str) -> String {
@@ -972,27 +955,17 @@ fn waiter_follows_its_shard_when_the_master_goes(outage: Outage) {
     wait_for("the waiter subscribed", Duration::from_secs(15), || {
         on(gone).then_some(())
     });
-    // Replication is asynchronous: what the replica lacks when its master stops is not
-    // there after it takes over, and the release then rightly finds the lock gone. WAIT
-    // only covers the writes of the connection it is sent on (on a new one it answers at
-    // once, whatever the replica has), so it follows a write of our own in the lock's
-    // slot: the replica's acknowledgement of that one covers the lock and the waiter's
-    // place in the queue, written before it.
-    let mut master = connect(gone, None).unwrap();
-    redis::cmd("SET")
-        .arg(format!("replicated:{{{name}}}"))
-        .arg(1)
-        .query::<()>(&mut master)
+    // The lock and the waiter's place must be on the replica before its master goes.
+    let mut replica_con = connect(replica, None).unwrap();
+    // A replica of a Cluster redirects reads to its master unless told otherwise.
+    redis::cmd("READONLY")
+        .query::<()>(&mut replica_con)
         .unwrap();
-    let replicated: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(2000)
-        .query(&mut master)
-        .unwrap();
-    assert_eq!(replicated, 1, "the replica acknowledged the lock's writes");
-    assert!(
-        replica_holds(replica, &name, guard.fencing_token()),
-        "the replica has the lock and its fence"
+    replicate_lock(
+        &mut connect(gone, None).unwrap(),
+        &mut replica_con,
+        &name,
+        guard.fencing_token(),
     );
 
     let t = Instant::now();

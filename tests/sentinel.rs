@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use redlatch::{Client, Error};
 use support::eventually;
-use support::topology::Sentinel;
+use support::topology::{Sentinel, replicate_lock};
 
 fn client(
     setup: &Sentinel,
@@ -379,12 +379,6 @@ fn a_waiter_follows_the_master_when_the_old_one_is_stopped() {
         .try_lock(Duration::ZERO, Some(Duration::from_secs(60)))
         .unwrap()
         .unwrap();
-    let replicated: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(2000)
-        .query(&mut setup.data_connection(old).unwrap())
-        .unwrap();
-    assert_eq!(replicated, 1, "the lock reached the replica");
     let subscribed = |port: u16| {
         let reply: (String, i64) = redis::cmd("PUBSUB")
             .arg("NUMSUB")
@@ -398,6 +392,19 @@ fn a_waiter_follows_the_master_when_the_old_one_is_stopped() {
     assert!(
         eventually(Duration::from_secs(5), || subscribed(old).is_some()),
         "the waiter subscribed"
+    );
+    // The lock and the waiter's place must be on the replica before its master stops.
+    let replica = setup
+        .servers()
+        .iter()
+        .map(|s| s.port)
+        .find(|&port| port != old)
+        .unwrap();
+    replicate_lock(
+        &mut setup.data_connection(old).unwrap(),
+        &mut setup.data_connection(replica).unwrap(),
+        "stopped",
+        guard.fencing_token(),
     );
 
     let t = Instant::now();

@@ -143,6 +143,37 @@ pub fn role(port: u16, password: Option<&str>) -> RedisResult<String> {
     }
 }
 
+/// Makes sure a failover to the replica keeps lock `name` (default key prefix) as the master
+/// holds it now, rather than assuming it: replication is asynchronous, what the replica lacks
+/// when its master goes is lost when it takes over, and a release there then rightly answers
+/// `LockLost`.
+///
+/// `WAIT` only covers the writes of the connection it is sent on (on a fresh one Redis answers
+/// at once with the number of connected replicas, whatever they have: redis/redis#6393), so
+/// it follows a write of our own in the lock's slot on `master`: the replica's
+/// acknowledgement of that write covers everything written before it, the lock and the
+/// waiters' places included. Then `replica` (a connection that may read there: a Cluster
+/// replica's after `READONLY`) must show the lock's hash and its fence at `token`.
+pub fn replicate_lock(master: &mut Connection, replica: &mut Connection, name: &str, token: u64) {
+    redis::cmd("SET")
+        .arg(format!("replicated:{{{name}}}"))
+        .arg(1)
+        .query::<()>(master)
+        .unwrap();
+    let replicated: i64 = redis::cmd("WAIT").arg(1).arg(2000).query(master).unwrap();
+    assert_eq!(replicated, 1, "the replica acknowledged the lock's writes");
+    let key = format!("redlatch:{{{name}}}");
+    let exists: bool = redis::cmd("EXISTS").arg(&key).query(replica).unwrap();
+    let fence: Option<u64> = redis::cmd("GET")
+        .arg(format!("{key}:fence"))
+        .query(replica)
+        .unwrap();
+    assert!(
+        exists && fence == Some(token),
+        "the replica has the lock and its fence: hash {exists}, fence {fence:?}, token {token}"
+    );
+}
+
 fn as_strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }

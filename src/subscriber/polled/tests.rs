@@ -1,10 +1,13 @@
 //! The thread's bookkeeping, fed the frames a Redis 7.0 node sends. No Redis is involved:
 //! the one socket goes to a local listener that is never read, and the frames are handed
 //! to the task as `serve` would hand them.
+use super::routes::{Routing, split_host_port};
 use super::*;
-use crate::backend::{Deployment, Settings};
+use crate::backend::{Deployment, Settings, SlotMap};
 use crate::keys::LockKeys;
 use crate::subscriber::{Subscriber, SubscriberTask, Wake};
+use redis::ConnectionAddr;
+use std::collections::VecDeque;
 use std::io::Write;
 use std::net::SocketAddr;
 
@@ -25,9 +28,9 @@ fn task() -> (Subscriber, PolledTask, std::net::TcpListener, String) {
     let SubscriberTask(mut task) = task;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let node = listener.local_addr().unwrap().to_string();
-    task.routing = Routing::Slots;
-    task.slots = Some(Arc::new(SlotMap::new(vec![(0, 16383, node.clone())])));
-    task.stale = false; // the map above is the one read
+    task.routes.routing = Routing::Slots;
+    task.routes.slots = Some(Arc::new(SlotMap::new(vec![(0, 16383, node.clone())])));
+    task.routes.stale = false; // the map above is the one read
     (sub, task, listener, node)
 }
 
@@ -204,7 +207,7 @@ fn a_channel_dropped_because_the_map_lists_no_master_for_its_slot_is_unconfirmed
     // The map is read again mid-failover and lists no master for the lock's slot: the
     // channel is unsubscribed, so a joiner must not take it as watched.
     let slot = keys.slot();
-    task.slots = Some(Arc::new(SlotMap::new(vec![
+    task.routes.slots = Some(Arc::new(SlotMap::new(vec![
         (0, slot - 1, node.clone()),
         (slot + 1, 16383, node.clone()),
     ])));
@@ -224,11 +227,11 @@ fn a_channel_dropped_because_the_map_lists_no_master_for_its_slot_is_unconfirmed
 #[test]
 fn on_one_server_the_subscription_is_confirmed() {
     let (sub, mut task, _listener, node) = task();
-    task.routing = Routing::Server;
-    task.slots = None;
+    task.routes.routing = Routing::Server;
+    task.routes.slots = None;
     let (host, port) = split_host_port(&node).unwrap();
     let addr = ConnectionAddr::Tcp(host.to_string(), port);
-    task.server = Some((addr, node, 0));
+    task.routes.server = Some((addr, node, 0));
     let keys = Arc::new(LockKeys::new("p", "x"));
     let waiter = sub.join(sub.expect(&keys, 1));
     task.reconcile(Instant::now());
@@ -309,7 +312,7 @@ fn cluster_nodes_are_dialled_over_tls_when_the_seeds_are() {
         let (errands, _) = crossbeam_channel::unbounded();
         let (_sub, SubscriberTask(mut task)) =
             Subscriber::new(backend, "p", "c0ffee", errands).unwrap();
-        task.routing = Routing::Slots; // as once `check` found SPUBLISH
+        task.routes.routing = Routing::Slots; // as once `check` found SPUBLISH
         for (node, addr) in [
             ("127.0.0.1:7000", "127.0.0.1:7000"),
             ("[::1]:7001", "[::1]:7001"),
@@ -318,7 +321,7 @@ fn cluster_nodes_are_dialled_over_tls_when_the_seeds_are() {
             let Ok(Dial::Tcp {
                 untried,
                 tls: start,
-            }) = task.dial(node)
+            }) = task.routes.dial(node)
             else {
                 panic!("{node} is not dialled over TCP");
             };
@@ -326,6 +329,6 @@ fn cluster_nodes_are_dialled_over_tls_when_the_seeds_are() {
             let addr: SocketAddr = addr.parse().unwrap();
             assert!(untried.contains(&addr), "{node}: {untried:?}");
         }
-        assert!(task.dial("no port").is_err());
+        assert!(task.routes.dial("no port").is_err());
     }
 }
