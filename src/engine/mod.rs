@@ -28,8 +28,10 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
+use crate::core::Core;
+use crate::error::Result;
 use crate::keys::LockKeys;
-use crate::scripts::{Acquire, Freeing, Queueing, Release, TakenBy};
+use crate::scripts::{self, Acquire, Freeing, Queueing, Release, TakenBy};
 
 pub(crate) use acquire::{
     Acquired, acquire, acquisition, extend_all, give_back, register, release,
@@ -76,4 +78,31 @@ pub(crate) trait Kind {
         freeing: Freeing,
         taken_by: TakenBy,
     ) -> RedisResult<Release>;
+}
+
+/// Runs one of a kind's other scripts (a read of the object's state, a force-unlock) under
+/// the retry policy, so that kinds never reach the transport: `op` gets a connection and
+/// what a script that frees the object must know of the deployment. A refusal of foreign
+/// data is [`Error::WrongType`](crate::Error::WrongType) naming the key. `op` must be
+/// idempotent: it may run again after a lost reply.
+pub(crate) fn call<T>(
+    core: &Core,
+    keys: &LockKeys,
+    mut op: impl FnMut(&mut dyn ConnectionLike, Freeing) -> RedisResult<T>,
+) -> Result<T> {
+    let freeing = Freeing::of(&core.backend);
+    core.backend
+        .run(|con| op(con, freeing))
+        .map_err(|e| scripts::failure(keys, e))
+}
+
+/// Checks an object's name for this client's deployment (see `keys::check_name`).
+pub(crate) fn check_name(core: &Core, name: &str) -> Result<()> {
+    crate::keys::check_name(name, core.backend.is_cluster())
+}
+
+/// The indices of `slots` in groups that may each go in one script call: one group per slot
+/// on a Cluster, one of all elsewhere (`Backend::group_by_slot`).
+pub(crate) fn group_by_slot(core: &Core, slots: impl IntoIterator<Item = u16>) -> Vec<Vec<usize>> {
+    core.backend.group_by_slot(slots)
 }

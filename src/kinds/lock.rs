@@ -129,14 +129,12 @@ impl Lock {
     pub fn force_unlock(&self) -> Result<bool> {
         self.validate_name()?;
         let keys = &self.keys;
-        let backend = &self.core().backend;
         // Names this call, so that a retry after a lost reply answers the same rather than
         // deleting a lock somebody took in the meantime.
         let request = uuid::Uuid::new_v4().simple().to_string();
-        let freeing = Freeing::of(backend);
-        backend
-            .run(|con| scripts::force_unlock(con, keys, &request, freeing))
-            .map_err(|e| scripts::failure(keys, e))
+        engine::call(self.core(), keys, |con, freeing| {
+            scripts::force_unlock(con, keys, &request, freeing)
+        })
     }
 
     fn inspect(&self) -> Result<scripts::Inspection> {
@@ -144,9 +142,7 @@ impl Lock {
         let core = self.core();
         let owner = core.owner(thread_number());
         let keys = &self.keys;
-        core.backend
-            .run(|con| scripts::inspect(con, keys, &owner))
-            .map_err(|e| scripts::failure(keys, e))
+        engine::call(core, keys, |con, _| scripts::inspect(con, keys, &owner))
     }
 
     /// Whether thread `thread` of this client holds the lock (by the client's registry).
@@ -159,7 +155,7 @@ impl Lock {
     }
 
     pub(crate) fn validate_name(&self) -> Result<()> {
-        crate::keys::check_name(&self.keys.name, self.core().backend.is_cluster())
+        engine::check_name(self.core(), &self.keys.name)
     }
 
     /// The lease terms of an acquisition asking for `lease`.

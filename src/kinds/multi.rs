@@ -96,9 +96,8 @@ impl MultiLock {
             let missing: Vec<usize> = (0..held.len()).filter(|&i| held[i].is_none()).collect();
             let mut busy = None;
             let mut last: (&[usize], Instant) = (&[], Instant::now());
-            let groups = core
-                .backend
-                .group_by_slot(missing.iter().map(|&i| self.locks[i].keys().slot()));
+            let groups =
+                engine::group_by_slot(core, missing.iter().map(|&i| self.locks[i].keys().slot()));
             let groups: Vec<Vec<usize>> = groups
                 .into_iter()
                 .map(|g| g.into_iter().map(|j| missing[j]).collect())
