@@ -447,9 +447,31 @@ fn timed_out(what: &'static str) -> io::Error {
 /// A socket whose every read and write must be over by one deadline: before each, the
 /// socket's own timeout is set to what is left, so a reply that trickles in a byte at a time
 /// still fails when the deadline passes.
+///
+/// Setting a socket timeout is a syscall, and on the hot path every request would pay two.
+/// So the socket's timeout is left as it is while it is within [`REARM_MARGIN`] of what is
+/// left: a request's first write and read find nearly the whole response timeout left, as the
+/// last request's did. The socket's timeout may then end a blocking call up to that margin
+/// after the deadline, or before it, and then the call is made again with the rest.
 struct Deadlined<S> {
     inner: S,
     deadline: Option<Instant>,
+    /// What the socket's read and write timeouts are set to; `None` before the first set.
+    read_armed: Option<Option<Duration>>,
+    write_armed: Option<Option<Duration>>,
+}
+
+/// How far a socket's timeout may be from what is left of the deadline before it is set
+/// again (see [`Deadlined`]).
+const REARM_MARGIN: Duration = Duration::from_millis(5);
+
+/// Whether a socket timeout set to `armed` must be set to `left` again.
+fn needs_rearm(armed: Option<Option<Duration>>, left: Option<Duration>) -> bool {
+    match (armed, left) {
+        (Some(Some(armed)), Some(left)) => armed.abs_diff(left) > REARM_MARGIN,
+        (Some(None), None) => false,
+        _ => true,
+    }
 }
 
 /// The socket timeouts [`Deadlined`] re-arms.
@@ -482,7 +504,15 @@ impl<S> Deadlined<S> {
         Deadlined {
             inner,
             deadline: Some(deadline),
+            read_armed: None,
+            write_armed: None,
         }
+    }
+
+    /// Whether the deadline is still ahead: a socket timeout that ended a call before it
+    /// was the socket's, set within [`REARM_MARGIN`], and the call is made again.
+    fn before_deadline(&self) -> bool {
+        self.deadline.is_some_and(|d| remaining(d).is_some())
     }
 
     /// What is left of the deadline for the next read or write (`None`: no deadline), or a
@@ -497,23 +527,45 @@ impl<S> Deadlined<S> {
     }
 }
 
-// One timeout set per read or write, the one it needs: a syscall each, on the hot path.
 impl<S: Read + Timeouts> Read for Deadlined<S> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.inner.set_read_timeout(self.left()?)?;
-        self.inner.read(buf).map_err(name_timeout)
+        loop {
+            let left = self.left()?;
+            if needs_rearm(self.read_armed, left) {
+                self.inner.set_read_timeout(left)?;
+                self.read_armed = Some(left);
+            }
+            match self.inner.read(buf) {
+                Err(e) if is_socket_timeout(&e) && self.before_deadline() => continue,
+                done => return done.map_err(name_timeout),
+            }
+        }
     }
 }
 
 impl<S: Write + Timeouts> Write for Deadlined<S> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.inner.set_write_timeout(self.left()?)?;
-        self.inner.write(buf).map_err(name_timeout)
+        loop {
+            let left = self.left()?;
+            if needs_rearm(self.write_armed, left) {
+                self.inner.set_write_timeout(left)?;
+                self.write_armed = Some(left);
+            }
+            match self.inner.write(buf) {
+                Err(e) if is_socket_timeout(&e) && self.before_deadline() => continue,
+                done => return done.map_err(name_timeout),
+            }
+        }
     }
 
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
     }
+}
+
+/// A socket timeout: `WouldBlock` on Unix, `TimedOut` elsewhere.
+fn is_socket_timeout(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
 }
 
 /// A socket timeout shows as `WouldBlock` on Unix; it is a timeout to everyone above
@@ -523,5 +575,22 @@ fn name_timeout(e: io::Error) -> io::Error {
         timed_out("redis did not answer in time (connect or response timeout)")
     } else {
         e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_socket_timeout_is_set_again_only_when_it_strays_from_the_deadline() {
+        let ms = Duration::from_millis;
+        assert!(needs_rearm(None, Some(ms(3000))), "never set");
+        assert!(needs_rearm(None, None), "never set");
+        assert!(!needs_rearm(Some(Some(ms(3000))), Some(ms(2999))), "a request's first read");
+        assert!(needs_rearm(Some(Some(ms(3000))), Some(ms(1200))), "a reply that trickles");
+        assert!(needs_rearm(Some(Some(ms(10))), Some(ms(3000))), "the next request");
+        assert!(needs_rearm(Some(Some(ms(3000))), None), "no deadline any more");
+        assert!(!needs_rearm(Some(None), None));
     }
 }
