@@ -141,6 +141,58 @@ impl Freeing {
     }
 }
 
+/// What the scripts that free a lock publish on its channel (`release.lua`,
+/// `force_unlock.lua`), parsed: the one place that knows the messages' text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Message<'a> {
+    /// `grant <token> <lease ms> <owner>`: the lock was handed to `owner`, the oldest waiter
+    /// still waiting, with fencing token `token`, for `lease` unless renewed.
+    Grant {
+        token: u64,
+        lease: Duration,
+        owner: &'a str,
+    },
+    /// `unlock`: freed, with only stale places queued: one waiter should try.
+    Unlock,
+    /// `force`: deleted by a force-unlock: every waiter should try.
+    Force,
+}
+
+impl<'a> Message<'a> {
+    /// The message `payload` carries; `None` for anything our scripts never publish.
+    pub fn parse(payload: &'a [u8]) -> Option<Message<'a>> {
+        match payload {
+            b"unlock" => return Some(Message::Unlock),
+            b"force" => return Some(Message::Force),
+            _ => {}
+        }
+        let grant = std::str::from_utf8(payload.strip_prefix(b"grant ")?).ok()?;
+        let mut parts = grant.splitn(3, ' ');
+        let token = parts.next()?.parse().ok()?;
+        let lease = Duration::from_millis(parts.next()?.parse().ok()?);
+        let owner = parts.next().filter(|o| !o.is_empty())?;
+        Some(Message::Grant {
+            token,
+            lease,
+            owner,
+        })
+    }
+
+    /// The payload as the scripts publish it: for tests that play a release's part.
+    #[cfg(test)]
+    pub fn payload(&self) -> Vec<u8> {
+        match self {
+            Message::Grant {
+                token,
+                lease,
+                owner,
+            } => format!("grant {token} {} {owner}", lease.as_millis()).into_bytes(),
+            Message::Unlock => b"unlock".to_vec(),
+            Message::Force => b"force".to_vec(),
+        }
+    }
+}
+
 /// What `acquire.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Acquire {
@@ -455,4 +507,44 @@ pub(crate) fn inspect(
 /// Milliseconds for Redis; callers validated that the value fits.
 fn millis(d: Duration) -> u64 {
     d.as_millis() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text `release.lua` and `force_unlock.lua` publish (their `string.format` and
+    /// literals), and what is not theirs.
+    #[test]
+    fn messages_parse_as_the_scripts_publish_them() {
+        assert_eq!(
+            Message::parse(b"grant 42 30000 c0ffee:7"),
+            Some(Message::Grant {
+                token: 42,
+                lease: Duration::from_secs(30),
+                owner: "c0ffee:7",
+            })
+        );
+        assert_eq!(Message::parse(b"unlock"), Some(Message::Unlock));
+        assert_eq!(Message::parse(b"force"), Some(Message::Force));
+        for foreign in [
+            &b"grant"[..],
+            b"grant 42",
+            b"grant 42 30000",
+            b"grant 42 30000 ",
+            b"grant x 30000 o:1",
+            b"grant 42 -1 o:1",
+            b"unlock ",
+            b"hello",
+            b"",
+        ] {
+            assert_eq!(Message::parse(foreign), None, "{foreign:?}");
+        }
+        let grant = Message::Grant {
+            token: 9,
+            lease: Duration::from_millis(1500),
+            owner: "id:3",
+        };
+        assert_eq!(Message::parse(&grant.payload()), Some(grant));
+    }
 }

@@ -565,7 +565,10 @@ impl<S: Write + Timeouts> Write for Deadlined<S> {
 
 /// A socket timeout: `WouldBlock` on Unix, `TimedOut` elsewhere.
 fn is_socket_timeout(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 /// A socket timeout shows as `WouldBlock` on Unix; it is a timeout to everyone above
@@ -587,10 +590,22 @@ mod tests {
         let ms = Duration::from_millis;
         assert!(needs_rearm(None, Some(ms(3000))), "never set");
         assert!(needs_rearm(None, None), "never set");
-        assert!(!needs_rearm(Some(Some(ms(3000))), Some(ms(2999))), "a request's first read");
-        assert!(needs_rearm(Some(Some(ms(3000))), Some(ms(1200))), "a reply that trickles");
-        assert!(needs_rearm(Some(Some(ms(10))), Some(ms(3000))), "the next request");
-        assert!(needs_rearm(Some(Some(ms(3000))), None), "no deadline any more");
+        assert!(
+            !needs_rearm(Some(Some(ms(3000))), Some(ms(2999))),
+            "a request's first read"
+        );
+        assert!(
+            needs_rearm(Some(Some(ms(3000))), Some(ms(1200))),
+            "a reply that trickles"
+        );
+        assert!(
+            needs_rearm(Some(Some(ms(10))), Some(ms(3000))),
+            "the next request"
+        );
+        assert!(
+            needs_rearm(Some(Some(ms(3000))), None),
+            "no deadline any more"
+        );
         assert!(!needs_rearm(Some(None), None));
     }
 }

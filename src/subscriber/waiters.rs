@@ -35,16 +35,10 @@ use parking_lot::{Condvar, Mutex};
 
 use super::{Errand, Shared, Subscriber};
 use crate::keys::LockKeys;
+use crate::scripts::Message;
 
 #[cfg(test)]
 mod tests;
-
-/// Payload of a release that found only stale places queued: wake one waiter.
-const UNLOCK: &[u8] = b"unlock";
-/// Payload of a force-unlock's message: wake every waiter.
-const FORCE: &[u8] = b"force";
-/// Payload prefix of a release that handed the lock over: `grant <token> <lease ms> <owner>`.
-const GRANT: &[u8] = b"grant ";
 
 /// A thread about to join the waiters of `keys`; `handed` is a hand-over that came early.
 pub(super) struct Arriving {
@@ -60,36 +54,42 @@ impl Shared {
         let entry = std::str::from_utf8(channel)
             .ok()
             .and_then(|ch| self.entries.lock().get(ch).cloned());
-        if let Some(grant) = payload.strip_prefix(GRANT) {
-            self.deliver_grant(channel, entry, grant);
-            return;
-        }
-        if let Some(entry) = entry {
-            let mut state = entry.state.lock();
-            if payload == UNLOCK {
-                state.wakes += 1;
-                Entry::wake_one(&state);
-            } else if payload == FORCE {
-                state.wakes += 1;
-                Entry::wake_all(&state);
+        match Message::parse(payload) {
+            Some(Message::Grant {
+                token,
+                lease,
+                owner,
+            }) => self.deliver_grant(channel, entry, token, lease, owner),
+            Some(Message::Unlock) => {
+                if let Some(entry) = entry {
+                    let mut state = entry.state.lock();
+                    state.wakes += 1;
+                    Entry::wake_one(&state);
+                }
             }
+            Some(Message::Force) => {
+                if let Some(entry) = entry {
+                    let mut state = entry.state.lock();
+                    state.wakes += 1;
+                    Entry::wake_all(&state);
+                }
+            }
+            None => {}
         }
     }
 
-    /// `<token> <lease ms> <owner>`: the lock now belongs to `owner`, for `lease` unless
-    /// renewed. Every waiter here learns that the lock's lease changed: if the new holder
-    /// never takes it up (it died while it waited), nothing will be published when that lease
-    /// runs out, so no waiter may sleep past it.
-    fn deliver_grant(&self, channel: &[u8], entry: Option<Arc<Entry>>, grant: &[u8]) {
-        let Some((token, lease, owner)) = std::str::from_utf8(grant).ok().and_then(|g| {
-            let mut parts = g.splitn(3, ' ');
-            Some((parts.next()?, parts.next()?, parts.next()?))
-        }) else {
-            return;
-        };
-        let (Ok(token), Ok(lease)) = (token.parse::<u64>(), lease.parse::<u64>()) else {
-            return;
-        };
+    /// The lock now belongs to `owner`, for `lease` unless renewed. Every waiter here learns
+    /// that the lock's lease changed: if the new holder never takes it up (it died while it
+    /// waited), nothing will be published when that lease runs out, so no waiter may sleep
+    /// past it.
+    fn deliver_grant(
+        &self,
+        channel: &[u8],
+        entry: Option<Arc<Entry>>,
+        token: u64,
+        lease: Duration,
+        owner: &str,
+    ) {
         let received = Instant::now();
         let thread = owner
             .strip_prefix(self.owner_prefix.as_str())
@@ -98,7 +98,7 @@ impl Shared {
         // under the same lock, so the hand-over finds it in one place or the other.
         let mut arriving = self.arriving.lock();
         if let Some(entry) = &entry {
-            let busy_until = received + Duration::from_millis(lease);
+            let busy_until = received + lease;
             let mut state = entry.state.lock();
             state.handovers += 1;
             state.handover_ends = Some(busy_until);

@@ -91,7 +91,12 @@ fn a_message_too_big_to_keep_is_skipped_and_the_grant_behind_it_delivered() {
     bytes.extend(message_bytes(&keys.channel, &vec![b'x'; 3 << 20]));
     bytes.extend(message_bytes(
         &keys.channel,
-        format!("grant 9 30000 {}:1", "c0ffee").as_bytes(),
+        &crate::scripts::Message::Grant {
+            token: 9,
+            lease: Duration::from_secs(30),
+            owner: "c0ffee:1",
+        }
+        .payload(),
     ));
     let writer = std::thread::spawn(move || node.write_all(&bytes).map(|_| node));
 

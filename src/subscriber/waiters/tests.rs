@@ -4,6 +4,17 @@
 use crossbeam_channel::Receiver;
 
 use super::*;
+
+/// What a release publishes when it hands the lock to `owner`.
+fn grant(token: u64, lease_ms: u64, owner: &str) -> Vec<u8> {
+    let lease = Duration::from_millis(lease_ms);
+    Message::Grant {
+        token,
+        lease,
+        owner,
+    }
+    .payload()
+}
 use crate::backend::{Backend, Settings};
 
 const CLIENT: &str = "c0ffee";
@@ -61,10 +72,10 @@ fn one_release_wakes_the_oldest_waiter_only() {
     let (sub, _, keys) = subscriber();
     let first = sub.join(sub.expect(&keys, 1));
     let second = sub.join(sub.expect(&keys, 2));
-    sub.deliver(CH, UNLOCK);
+    sub.deliver(CH, &Message::Unlock.payload());
     assert!(permit(&first));
     assert!(!permit(&second));
-    sub.deliver(CH, UNLOCK);
+    sub.deliver(CH, &Message::Unlock.payload());
     assert!(permit(&first) || permit(&second));
 }
 
@@ -72,8 +83,8 @@ fn one_release_wakes_the_oldest_waiter_only() {
 fn a_permit_waits_for_a_busy_waiter_and_does_not_pile_up() {
     let (sub, _, keys) = subscriber();
     let waiter = sub.join(sub.expect(&keys, 1));
-    sub.deliver(CH, UNLOCK);
-    sub.deliver(CH, UNLOCK); // a second release while the first permit is unused
+    sub.deliver(CH, &Message::Unlock.payload());
+    sub.deliver(CH, &Message::Unlock.payload()); // a second release while the first permit is unused
     assert!(permit(&waiter), "a permit granted before the wait is kept");
     assert_eq!(
         waiter.wait(NOW),
@@ -87,7 +98,7 @@ fn a_waiter_leaving_with_an_unused_permit_passes_it_on() {
     let (sub, _, keys) = subscriber();
     let leaving = sub.join(sub.expect(&keys, 1));
     let staying = sub.join(sub.expect(&keys, 2));
-    sub.deliver(CH, UNLOCK);
+    sub.deliver(CH, &Message::Unlock.payload());
     drop(leaving); // its deadline passed before it used the wake-up
     assert!(permit(&staying));
 }
@@ -97,7 +108,7 @@ fn a_waiter_that_acquired_keeps_its_permit_to_itself() {
     let (sub, _, keys) = subscriber();
     let mut winner = sub.join(sub.expect(&keys, 1));
     let other = sub.join(sub.expect(&keys, 2));
-    sub.deliver(CH, UNLOCK);
+    sub.deliver(CH, &Message::Unlock.payload());
     winner.acquired();
     drop(winner);
     assert!(!permit(&other));
@@ -107,7 +118,7 @@ fn a_waiter_that_acquired_keeps_its_permit_to_itself() {
 fn force_unlock_and_confirmation_wake_everyone_once() {
     let (sub, _, keys) = subscriber();
     let waiters: Vec<_> = (1..=3).map(|t| sub.join(sub.expect(&keys, t))).collect();
-    sub.deliver(CH, FORCE);
+    sub.deliver(CH, &Message::Force.payload());
     assert!(waiters.iter().all(permit));
     assert!(waiters.iter().all(|w| !permit(w)));
 
@@ -148,13 +159,13 @@ fn what_happens_between_attempt_and_join_is_not_missed() {
 
     // A force-unlock between the attempt and the join: try again at once.
     let expecting = sub.expect(&keys, 2);
-    sub.deliver(CH, FORCE);
+    sub.deliver(CH, &Message::Force.payload());
     let second = sub.join(expecting);
     assert!(permit(&second));
 
     // The lock handed to another thread meanwhile: sleep no longer than its lease.
     let expecting = sub.expect(&keys, 3);
-    sub.deliver(CH, b"grant 5 50 someone-else:1");
+    sub.deliver(CH, &grant(5, 50, "someone-else:1"));
     let third = sub.join(expecting);
     let start = Instant::now();
     assert_eq!(third.wait(Duration::from_secs(10)), Wake::Timeout);
@@ -166,7 +177,7 @@ fn a_hand_over_that_overtakes_the_attempts_reply_waits_for_the_thread() {
     let (sub, errands, keys) = subscriber();
     let _other = sub.join(sub.expect(&keys, 1));
     let expecting = sub.expect(&keys, 2);
-    sub.deliver(CH, format!("grant 11 30000 {CLIENT}:2").as_bytes());
+    sub.deliver(CH, &grant(11, 30000, &format!("{CLIENT}:2")));
     let waiter = sub.join(expecting);
     assert!(matches!(
         waiter.wait(NOW),
@@ -176,7 +187,7 @@ fn a_hand_over_that_overtakes_the_attempts_reply_waits_for_the_thread() {
 
     // A thread that then does not wait gives the early hand-over back.
     let expecting = sub.expect(&keys, 3);
-    sub.deliver(CH, format!("grant 12 30000 {CLIENT}:3").as_bytes());
+    sub.deliver(CH, &grant(12, 30000, &format!("{CLIENT}:3")));
     drop(expecting);
     assert!(matches!(
         errands.try_recv(),
@@ -189,7 +200,7 @@ fn a_hand_over_wakes_exactly_the_thread_it_names() {
     let (sub, errands, keys) = subscriber();
     let first = sub.join(sub.expect(&keys, 1));
     let second = sub.join(sub.expect(&keys, 2));
-    sub.deliver(CH, format!("grant 42 30000 {CLIENT}:2").as_bytes());
+    sub.deliver(CH, &grant(42, 30000, &format!("{CLIENT}:2")));
     assert!(matches!(
         second.wait(NOW),
         Wake::HandedOver { token: 42, .. }
@@ -202,7 +213,7 @@ fn a_hand_over_wakes_exactly_the_thread_it_names() {
 fn a_hand_over_with_a_short_lease_shortens_everyones_sleep() {
     let (sub, _, keys) = subscriber();
     let waiter = sub.join(sub.expect(&keys, 1));
-    sub.deliver(CH, b"grant 8 50 someone-else:1");
+    sub.deliver(CH, &grant(8, 50, "someone-else:1"));
     let start = Instant::now();
     assert_eq!(waiter.wait(Duration::from_secs(10)), Wake::Timeout);
     assert!(
@@ -215,7 +226,7 @@ fn a_hand_over_with_a_short_lease_shortens_everyones_sleep() {
 fn a_hand_over_to_another_client_wakes_nobody_here() {
     let (sub, errands, keys) = subscriber();
     let waiter = sub.join(sub.expect(&keys, 1));
-    sub.deliver(CH, b"grant 7 30000 someone-else:1");
+    sub.deliver(CH, &grant(7, 30000, "someone-else:1"));
     assert_eq!(waiter.wait(NOW), Wake::Timeout);
     assert!(errands.try_recv().is_err());
 }
@@ -224,7 +235,7 @@ fn a_hand_over_to_another_client_wakes_nobody_here() {
 fn a_hand_over_to_a_thread_that_stopped_waiting_is_given_back() {
     let (sub, errands, keys) = subscriber();
     let _other = sub.join(sub.expect(&keys, 1));
-    sub.deliver(CH, format!("grant 9 30000 {CLIENT}:5").as_bytes());
+    sub.deliver(CH, &grant(9, 30000, &format!("{CLIENT}:5")));
     match errands.try_recv() {
         Ok(Errand::GiveBack { thread, token, .. }) => {
             assert_eq!((thread, token), (5, 9));
@@ -237,7 +248,7 @@ fn a_hand_over_to_a_thread_that_stopped_waiting_is_given_back() {
 fn messages_for_other_channels_wake_nobody() {
     let (sub, _, keys) = subscriber();
     let waiter = sub.join(sub.expect(&keys, 1));
-    sub.deliver(b"other", UNLOCK);
+    sub.deliver(b"other", &Message::Unlock.payload());
     sub.deliver(CH, b"something else");
     assert!(!permit(&waiter));
 }
@@ -260,7 +271,7 @@ fn a_parked_waiter_is_woken_by_a_release() {
     std::thread::scope(|s| {
         s.spawn(|| {
             std::thread::sleep(Duration::from_millis(20));
-            sub.deliver(CH, UNLOCK);
+            sub.deliver(CH, &Message::Unlock.payload());
         });
         assert_eq!(waiter.wait(Duration::from_secs(10)), Wake::Permit);
     });
