@@ -129,7 +129,7 @@ impl Client {
 
     /// A handle on the lock called `name`. No I/O; the name is checked when the lock is used:
     /// an empty one, or one longer than [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, makes
-    /// every call fail with [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    /// every call fail with [`Error::InvalidArgument`].
     pub fn lock(&self, name: &str) -> Lock {
         Lock::new(self.runtime.clone(), name)
     }

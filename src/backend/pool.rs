@@ -14,7 +14,7 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex};
 use redis::{ConnectionLike, RedisError, RedisResult};
 
-/// A command connection: the scripts and the closures given to [`Backend::run`] see only
+/// A command connection: the scripts and the closures given to [`Backend::run`](super::Backend::run) see only
 /// `ConnectionLike`, so they run unchanged on whatever kind of connection the target makes.
 pub(super) type PooledConnection = Box<dyn ConnectionLike + Send>;
 

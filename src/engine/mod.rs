@@ -5,14 +5,14 @@
 //! release grants. The engine does the rest, once, for every kind:
 //!
 //! - attempt, and on a busy object queue in Redis and wait on the subscriber for a hand-over
-//!   or a wake-up, then attempt again ([`acquire`]);
+//!   or a wake-up, then attempt again ([`acquire()`]);
 //! - withdraw from the queue when the wait is over, taking up a hand-over that came
 //!   meanwhile;
 //! - `WAIT` for replicas after an acquisition, when the client asks for it;
 //! - register every hold with the client's registry *before* its first guard exists, so the
 //!   renewal thread renews it from that moment ([`Holds`]);
 //! - lease deadlines and the lost signal ([`Hold::is_lost`]);
-//! - release ([`release`]) and renewal ([`renew`]), grouped by slot or master on a Cluster.
+//! - release ([`release`]) and renewal ([`renew()`]), grouped by slot or master on a Cluster.
 //!
 //! Kinds (`kinds/`) add only what their users see: typed handles and guards, and their rules
 //! (re-entry, composition). None of them reaches the transport, the subscriber or the
