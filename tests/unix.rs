@@ -5,11 +5,10 @@
 mod support;
 
 use std::path::PathBuf;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redlatch::Client;
-use support::{RedisServer, command_calls, unique};
+use support::{RedisServer, unique};
 
 const TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -54,35 +53,7 @@ fn a_release_wakes_a_waiter_over_a_unix_socket_without_polling() {
     let server = UnixServer::start();
     let mut admin = server.server.admin();
     let (holder, waiter) = (server.client(), server.client());
-    let name = unique("unix");
-    let held = holder.lock(&name).lock().unwrap();
-    let lock = waiter.lock(&name);
-    let waiting = thread::spawn(move || {
-        let guard = lock.try_lock(Duration::from_secs(20), None).unwrap();
-        (Instant::now(), guard.map(|g| g.fencing_token()))
-    });
-    support::await_waiting(&mut admin, &name);
-    support::the_one_pubsub_client(&mut admin);
-    let before = command_calls(&mut admin, "evalsha");
-    thread::sleep(Duration::from_secs(1));
-    let during = command_calls(&mut admin, "evalsha") - before;
-    assert_eq!(
-        during, 0,
-        "the waiter sent {during} scripts while it waited"
-    );
-    let token = held.fencing_token();
-    let released = Instant::now();
-    held.unlock().unwrap();
-    let (woken, got) = waiting.join().unwrap();
-    assert!(
-        got.is_some_and(|t| t > token),
-        "the waiter did not get the lock"
-    );
-    let after = woken.duration_since(released);
-    assert!(
-        after < Duration::from_millis(500),
-        "woken {after:?} after the release"
-    );
+    support::release_wakes_a_waiter_without_polling(&mut admin, &holder, &waiter, &unique("unix"));
 }
 
 /// The heartbeat works over a unix socket: see

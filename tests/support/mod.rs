@@ -303,6 +303,46 @@ pub fn the_one_pubsub_client(admin: &mut redis::Connection) -> u64 {
     seen[0].0
 }
 
+/// A thread of `waiter` waits for lock `name`, which `holder` holds, over whatever transport
+/// the two clients use: while it waits it sends no script, the server has exactly one pub/sub
+/// connection with that one subscription (no channel of the client's own), and the release
+/// hands it the lock, with a newer token, within 500 ms. `admin` reaches the same server.
+pub fn release_wakes_a_waiter_without_polling(
+    admin: &mut redis::Connection,
+    holder: &redlatch::Client,
+    waiter: &redlatch::Client,
+    name: &str,
+) {
+    let held = holder.lock(name).lock().unwrap();
+    let lock = waiter.lock(name);
+    let waiting = thread::spawn(move || {
+        let guard = lock.try_lock(Duration::from_secs(20), None).unwrap();
+        (Instant::now(), guard.map(|g| g.fencing_token()))
+    });
+    await_waiting(admin, name);
+    the_one_pubsub_client(admin);
+    let before = command_calls(admin, "evalsha");
+    thread::sleep(Duration::from_secs(1));
+    let during = command_calls(admin, "evalsha") - before;
+    assert_eq!(
+        during, 0,
+        "the waiter sent {during} scripts while it waited"
+    );
+    let token = held.fencing_token();
+    let released = Instant::now();
+    held.unlock().unwrap();
+    let (woken, got) = waiting.join().unwrap();
+    assert!(
+        got.is_some_and(|t| t > token),
+        "the waiter did not get the lock"
+    );
+    let after = woken.duration_since(released);
+    assert!(
+        after < Duration::from_millis(500),
+        "woken {after:?} after the release"
+    );
+}
+
 /// A server reached over `holder`'s and `waiter`'s transport is stopped (SIGSTOP) for 8 s
 /// while a thread of `waiter` waits for a lock `holder` holds. The subscriber's heartbeat (a
 /// PING after 5 s of quiet, answered within the 1 s response timeout) must give up its
