@@ -8,7 +8,7 @@ use crate::backend::sentinel::SentinelSpec;
 use crate::backend::tls::TlsConfig;
 use crate::backend::{Backend, Deployment, Settings};
 use crate::core::{Core, Replicas, Runtime};
-use crate::engine::Holds;
+use crate::engine::hold::Holds;
 use crate::engine::validate_duration;
 use crate::error::{Error, Result};
 use crate::kinds::lock::Lock;

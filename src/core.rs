@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 
 use crate::backend::Backend;
-use crate::engine::Holds;
+use crate::engine::hold::Holds;
 use crate::subscriber::Subscriber;
 
 /// State shared by the client's handles and its threads (two; three with Sentinel).

@@ -7,6 +7,7 @@
 //! server a pub/sub connection should go to; none of them knows which deployment it is.
 //!
 //! - `link`: one connection, whose every request has a deadline;
+//! - `stream`: the bytes under a link (TCP, unix, TLS), each read and write bounded by it;
 //! - `tls`: the TLS configuration all connections of a client share;
 //! - `pool`: the command connections, without threads or PINGs;
 //! - `retry`: which failures are retried, how often, after what pause;
@@ -18,6 +19,7 @@ pub(crate) mod link;
 mod pool;
 mod retry;
 pub(crate) mod sentinel;
+pub(crate) mod stream;
 pub(crate) mod tls;
 
 use std::sync::Arc;

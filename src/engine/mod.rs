@@ -19,7 +19,7 @@
 //! renewal thread.
 
 mod acquire;
-mod hold;
+pub(crate) mod hold;
 mod lease;
 mod renew;
 
@@ -36,7 +36,7 @@ use crate::scripts::{self, Acquire, Freeing, Queueing, Release, TakenBy};
 pub(crate) use acquire::{
     Acquired, acquire, acquisition, extend_all, give_back, register, release,
 };
-pub(crate) use hold::{Hold, Holds};
+pub(crate) use hold::Hold;
 pub(crate) use lease::{Terms, deadline_after, validate_duration, validate_lease};
 pub(crate) use renew::{Renewed, renew};
 

@@ -94,7 +94,7 @@ impl Dial {
                 let mut failure = io::Error::new(io::ErrorKind::NotFound, "no address");
                 while let Some(addr) = untried.pop_front() {
                     let tcp = TcpStream::connect(addr).and_then(|stream| {
-                        crate::backend::link::configure_socket(&stream).map(|()| stream)
+                        crate::backend::stream::configure_socket(&stream).map(|()| stream)
                     });
                     match tcp {
                         Ok(tcp) => return Stream::over(tcp, tls.as_ref()),
