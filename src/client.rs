@@ -64,6 +64,14 @@ impl Client {
     /// sentinels' own credentials). The client follows the master through failovers; give
     /// the master's credentials with [`ClientBuilder::master_credentials`].
     ///
+    /// With the `tls` feature the sentinels may be `rediss://host:port` instead, all of them
+    /// or none (a mix fails `build()` with [`Error::InvalidArgument`]). Sentinel reports a
+    /// master by host and port only, so the client follows the usual rule (redis-py's and
+    /// Redisson's): sentinels reached over TLS watch masters and replicas that speak TLS,
+    /// at the port Sentinel reports (the TLS port when they run with `tls-replication yes`),
+    /// their certificates checked against the host Sentinel names. The certificates given to
+    /// [`ClientBuilder::tls_certificates`] serve the sentinels and every master alike.
+    ///
     /// ```no_run
     /// # fn main() -> redlatch::Result<()> {
     /// let client = redlatch::Client::sentinel_builder(
@@ -252,7 +260,9 @@ impl ClientBuilder {
     /// For `rediss://` servers (and Sentinel and Cluster nodes reached over TLS): trust the CA
     /// in `root_cert` instead of the webpki roots, and with `client_tls`, present that
     /// certificate and key (mutual TLS, for a server run with `tls-auth-clients yes`). Both
-    /// in PEM. A certificate or key that cannot be read fails `build()` with
+    /// in PEM. One configuration serves every connection of the client: on Sentinel, the
+    /// sentinels, each master they name and the pub/sub connection to it; on a Cluster,
+    /// every node. A certificate or key that cannot be read fails `build()` with
     /// [`Error::InvalidArgument`]; a server that refuses them fails it with [`Error::Redis`].
     ///
     /// ```no_run

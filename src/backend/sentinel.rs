@@ -57,6 +57,8 @@ pub(crate) struct Sentinels {
     master_name: String,
     /// How to talk to whichever server is the master: credentials, TCP settings.
     master_info: RedisConnectionInfo,
+    /// Whether the master and its replicas speak TLS: the sentinels' URLs are `rediss://`.
+    masters_over_tls: bool,
     /// Timeouts and TLS, for the sentinels and the master alike.
     settings: LinkSettings,
     current: Mutex<Option<Master>>,
@@ -91,15 +93,41 @@ impl Sentinels {
                     .as_str()
                     .into_connection_info()
                     .map_err(|e| Error::invalid(format!("sentinel URL {url:?}: {e}")))?;
-                if !matches!(info.addr(), ConnectionAddr::Tcp(..)) {
-                    return Err(Error::invalid(format!(
-                        "sentinel URL {url:?}: only redis://host:port is supported"
-                    )));
+                match info.addr() {
+                    ConnectionAddr::Tcp(..) => {}
+                    ConnectionAddr::TcpTls { insecure: true, .. } => {
+                        return Err(Error::invalid(format!(
+                            "sentinel URL {url:?}: #insecure is refused; give the sentinels' \
+                             CA to ClientBuilder::tls_certificates instead"
+                        )));
+                    }
+                    addr @ ConnectionAddr::TcpTls { .. } if !addr.is_supported() => {
+                        return Err(Error::invalid(format!(
+                            "sentinel URL {url:?}: this build has no TLS support (enable the \
+                             `tls` feature)"
+                        )));
+                    }
+                    ConnectionAddr::TcpTls { .. } => {}
+                    _ => {
+                        return Err(Error::invalid(format!(
+                            "sentinel URL {url:?}: only redis://host:port and \
+                             rediss://host:port are supported"
+                        )));
+                    }
                 }
                 let settings = info.redis_settings().clone().set_skip_set_lib_name();
                 Ok(info.set_redis_settings(settings))
             })
             .collect::<Result<Vec<_>>>()?;
+        let over_tls = |info: &ConnectionInfo| matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+        let masters_over_tls = over_tls(&sentinels[0]);
+        // The scheme of the sentinels says how to reach the master they name (see
+        // `master_addr`): sentinels that disagree leave no rule to follow.
+        if sentinels.iter().any(|s| over_tls(s) != masters_over_tls) {
+            return Err(Error::invalid(
+                "the sentinel URLs mix redis:// and rediss://; use one scheme for all",
+            ));
+        }
         let mut master_info = RedisConnectionInfo::default().set_skip_set_lib_name();
         if let Some(username) = &spec.username {
             master_info = master_info.set_username(username);
@@ -111,6 +139,7 @@ impl Sentinels {
             sentinels: Mutex::new(sentinels),
             master_name: spec.master_name.clone(),
             master_info,
+            masters_over_tls,
             settings: settings.clone(),
             current: Mutex::new(None),
             stale: AtomicBool::new(false),
@@ -202,6 +231,29 @@ impl Sentinels {
         )))
     }
 
+    /// Where to reach the master a sentinel names at `host:port`.
+    ///
+    /// A sentinel reports only a host and a port, never whether the server speaks TLS there.
+    /// The rule redis-py and Redisson follow: a deployment whose sentinels are reached over
+    /// TLS runs its masters and replicas over TLS too. With `tls-replication yes` the port
+    /// Sentinel reports is the TLS port, since it is the one the replicas replicate from
+    /// (and announce). Sentinels, master and subscriber share the client's one TLS
+    /// configuration, so one CA must have signed all their certificates.
+    fn master_addr(&self, host: &str, port: u16) -> ConnectionAddr {
+        if self.masters_over_tls {
+            ConnectionAddr::TcpTls {
+                host: host.to_string(),
+                port,
+                // Certificates are checked against the host name Sentinel reports, as for
+                // any rediss:// URL; `insecure` sentinel URLs are refused in `new`.
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host.to_string(), port)
+        }
+    }
+
     fn link(&self, info: &ConnectionInfo) -> RedisResult<Link> {
         Link::connect(info, &self.settings)
     }
@@ -218,7 +270,8 @@ impl Sentinels {
                 "this sentinel does not know the master",
             )));
         };
-        let info = ConnectionAddr::Tcp(host.clone(), port)
+        let info = self
+            .master_addr(&host, port)
             .into_connection_info()?
             .set_redis_settings(self.master_info.clone());
         // The sentinel may not have seen a failover yet: the server itself must agree.
@@ -266,5 +319,76 @@ pub(crate) fn follow(backend: &Backend, stop: Receiver<()>, every: Duration, mov
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             _ => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sentinels(urls: &[&str]) -> Result<Sentinels> {
+        let spec = SentinelSpec {
+            sentinels: urls.iter().map(|u| u.to_string()).collect(),
+            master_name: "m".into(),
+            username: None,
+            password: None,
+        };
+        let settings = LinkSettings {
+            connect_timeout: Duration::from_secs(1),
+            response_timeout: Duration::from_secs(1),
+            tls: Default::default(),
+        };
+        Sentinels::new(&spec, &settings)
+    }
+
+    #[test]
+    fn plain_sentinels_name_plain_masters() {
+        let s = sentinels(&["redis://127.0.0.1:26379", "redis://127.0.0.1:26380"]).unwrap();
+        assert!(matches!(s.master_addr("10.0.0.1", 6379),
+            ConnectionAddr::Tcp(h, 6379) if h == "10.0.0.1"));
+    }
+
+    #[test]
+    fn other_transports_are_refused() {
+        for url in [
+            "redis+unix:///tmp/sentinel.sock",
+            "unix:///tmp/sentinel.sock",
+        ] {
+            assert!(
+                matches!(sentinels(&[url]), Err(Error::InvalidArgument(_))),
+                "{url}"
+            );
+        }
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_sentinels_name_tls_masters_and_schemes_must_agree() {
+        let s = sentinels(&["rediss://127.0.0.1:26379", "rediss://localhost:26380"]).unwrap();
+        assert!(matches!(s.master_addr("10.0.0.1", 6380),
+            ConnectionAddr::TcpTls { host, port: 6380, insecure: false, tls_params: None }
+                if host == "10.0.0.1"));
+        for urls in [
+            ["redis://127.0.0.1:26379", "rediss://127.0.0.1:26380"],
+            ["rediss://127.0.0.1:26379", "redis://127.0.0.1:26380"],
+        ] {
+            assert!(
+                matches!(sentinels(&urls), Err(Error::InvalidArgument(_))),
+                "{urls:?}"
+            );
+        }
+        assert!(matches!(
+            sentinels(&["rediss://127.0.0.1:26379/#insecure"]),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn tls_sentinels_need_the_tls_feature() {
+        assert!(matches!(
+            sentinels(&["rediss://127.0.0.1:26379"]),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 }

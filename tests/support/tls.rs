@@ -31,10 +31,14 @@ impl Certificates {
         );
         let (client_cert, client_key) =
             signed(&ca, &["client"], ExtendedKeyUsagePurpose::ClientAuth);
+        // The client pair on disk too: servers that demand client certificates present it
+        // to each other (replication, sentinels).
         for (name, pem) in [
             ("ca.crt", ca.pem()),
             ("server.crt", server_cert),
             ("server.key", server_key),
+            ("client.crt", client_cert.clone()),
+            ("client.key", client_key.clone()),
         ] {
             std::fs::write(dir.join(name), pem).unwrap();
         }
@@ -51,7 +55,9 @@ impl Certificates {
         ca("a CA nobody here uses").pem().into_bytes()
     }
 
-    fn path(&self, name: &str) -> String {
+    /// The file `name` of this run (`ca.crt`, `server.crt`, `server.key`, `client.crt`,
+    /// `client.key`).
+    pub fn path(&self, name: &str) -> String {
         self.dir.join(name).to_string_lossy().into_owned()
     }
 }
@@ -84,6 +90,32 @@ fn signed(
     let key = KeyPair::generate().unwrap();
     let cert = params.signed_by(&key, ca).unwrap();
     (cert.pem(), key.serialize_pem())
+}
+
+/// The TLS settings of a redis-server or sentinel of this run, as `(name, value)` pairs (for
+/// a command line or a config file), without the TLS port: replication and Sentinel's links
+/// over TLS, and with `auth_clients` a client certificate demanded and presented.
+pub fn server_settings(certs: &Certificates, auth_clients: bool) -> Vec<(String, String)> {
+    let mut settings = vec![
+        ("tls-cert-file", certs.path("server.crt")),
+        ("tls-key-file", certs.path("server.key")),
+        ("tls-ca-cert-file", certs.path("ca.crt")),
+        ("tls-replication", "yes".into()),
+        (
+            "tls-auth-clients",
+            if auth_clients { "yes" } else { "no" }.into(),
+        ),
+    ];
+    if auth_clients {
+        // The server certificate is for servers only (ServerAuth): a replica or a sentinel
+        // that connects needs the client one.
+        settings.push(("tls-client-cert-file", certs.path("client.crt")));
+        settings.push(("tls-client-key-file", certs.path("client.key")));
+    }
+    settings
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
 }
 
 /// A redis-server listening on a plain port (`server.port`, for admin) and on `tls_port`.

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, RedisResult};
 
+use super::tls::Certificates;
 use super::{RedisServer, free_port};
 
 /// How long a helper waits for a topology to settle before it panics.
@@ -205,16 +206,36 @@ pub struct SentinelAuth {
     pub sentinel_password: Option<String>,
 }
 
+/// A [`Sentinel`] setup over TLS: every process also listens on a TLS port, replicates and
+/// monitors over TLS (`tls-replication yes`), so the addresses Sentinel reports are TLS
+/// ports. Each keeps its plain port for the test's admin connections.
+pub struct SentinelTls {
+    pub certs: Certificates,
+    /// Whether every process demands a client certificate (`tls-auth-clients yes`).
+    pub auth_clients: bool,
+    /// The TLS port of each data node, in the order of [`Sentinel::servers`].
+    tls_ports: Vec<u16>,
+}
+
 /// One `redis-server --sentinel` process with its own config file (Sentinel rewrites it).
 struct SentinelProcess {
     port: u16,
+    /// Over TLS: the port clients and the other sentinels use.
+    tls_port: Option<u16>,
     child: Option<Child>,
 }
 
 impl SentinelProcess {
-    fn start(dir: &Path, name: &str, master_port: u16, auth: &SentinelAuth) -> SentinelProcess {
+    fn start(
+        dir: &Path,
+        name: &str,
+        master_port: u16,
+        auth: &SentinelAuth,
+        tls: Option<&SentinelTls>,
+    ) -> SentinelProcess {
         for _ in 0..20 {
             let port = free_port();
+            let tls_port = tls.map(|_| free_port());
             let conf = dir.join(format!("sentinel-{port}.conf"));
             let mut text = format!(
                 "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\n\
@@ -231,6 +252,12 @@ impl SentinelProcess {
             if let Some(p) = &auth.sentinel_password {
                 text.push_str(&format!("requirepass {p}\nsentinel sentinel-pass {p}\n"));
             }
+            if let (Some(tls), Some(tls_port)) = (tls, tls_port) {
+                text.push_str(&format!("tls-port {tls_port}\n"));
+                for (key, value) in super::tls::server_settings(&tls.certs, tls.auth_clients) {
+                    text.push_str(&format!("{key} {value}\n"));
+                }
+            }
             std::fs::write(&conf, text).unwrap();
             let child = Command::new("redis-server")
                 .arg(&conf)
@@ -241,6 +268,7 @@ impl SentinelProcess {
                 .expect("redis-server must be on PATH (apt-get install redis-server)");
             let mut process = SentinelProcess {
                 port,
+                tls_port,
                 child: Some(child),
             };
             let deadline = Instant::now() + Duration::from_secs(10);
@@ -281,6 +309,7 @@ impl Drop for SentinelProcess {
 /// two other sentinels, so [`Sentinel::failover`] can run at once.
 pub struct Sentinel {
     auth: SentinelAuth,
+    tls: Option<SentinelTls>,
     /// The data nodes: `[0]` started as the master, `[1]` as its replica.
     servers: Vec<RedisServer>,
     sentinels: Vec<SentinelProcess>,
@@ -296,6 +325,21 @@ impl Sentinel {
     }
 
     pub fn start_with(auth: SentinelAuth) -> Sentinel {
+        Sentinel::start_full(auth, None)
+    }
+
+    /// Every process over TLS with certificates made for the run (see [`SentinelTls`]);
+    /// with `auth_clients`, every one demands a client certificate.
+    pub fn start_tls(auth_clients: bool) -> Sentinel {
+        let tls = SentinelTls {
+            certs: Certificates::generate(),
+            auth_clients,
+            tls_ports: Vec::new(),
+        };
+        Sentinel::start_full(SentinelAuth::default(), Some(tls))
+    }
+
+    fn start_full(auth: SentinelAuth, mut tls: Option<SentinelTls>) -> Sentinel {
         let dir = TempDir::new("sentinel");
         let mut args: Vec<String> = vec![
             "--dir".into(),
@@ -308,16 +352,45 @@ impl Sentinel {
             args.extend(["--requirepass".into(), p.clone()]);
             args.extend(["--masterauth".into(), p.clone()]);
         }
-        let master = RedisServer::start_with(&as_strs(&args));
+        if let Some(tls) = &tls {
+            for (key, value) in super::tls::server_settings(&tls.certs, tls.auth_clients) {
+                args.extend([format!("--{key}"), value]);
+            }
+        }
+        // Over TLS, a data node on a free TLS port too: what the others know it by.
+        let start = |args: &[String], tls: &mut Option<SentinelTls>| {
+            RedisServer::start_with_port(|_| {
+                let mut args = args.to_vec();
+                if let Some(tls) = tls.as_mut() {
+                    let tls_port = free_port();
+                    tls.tls_ports.push(tls_port);
+                    args.extend(["--tls-port".into(), tls_port.to_string()]);
+                }
+                args
+            })
+        };
+        let master = start(&args, &mut tls);
+        // The port attempts that failed left their TLS ports behind: the last is the one.
+        let keep_last = |tls: &mut Option<SentinelTls>, n: usize| {
+            if let Some(tls) = tls.as_mut() {
+                let last = tls.tls_ports.pop().expect("a TLS port was chosen");
+                tls.tls_ports.truncate(n);
+                tls.tls_ports.push(last);
+            }
+        };
+        keep_last(&mut tls, 0);
+        let master_announced = tls.as_ref().map_or(master.port, |t| t.tls_ports[0]);
         let mut replica_args = args.clone();
         replica_args.extend([
             "--replicaof".into(),
             "127.0.0.1".into(),
-            master.port.to_string(),
+            master_announced.to_string(),
         ]);
-        let replica = RedisServer::start_with(&as_strs(&replica_args));
+        let replica = start(&replica_args, &mut tls);
+        keep_last(&mut tls, 1);
         let mut setup = Sentinel {
             auth,
+            tls,
             servers: vec![master, replica],
             sentinels: Vec::new(),
             dir,
@@ -325,12 +398,47 @@ impl Sentinel {
         setup.await_replica_synced(setup.servers[1].port);
         let master_port = setup.servers[0].port;
         for _ in 0..3 {
-            let sentinel =
-                SentinelProcess::start(setup.dir.path(), Sentinel::NAME, master_port, &setup.auth);
+            let sentinel = SentinelProcess::start(
+                setup.dir.path(),
+                Sentinel::NAME,
+                master_announced,
+                &setup.auth,
+                setup.tls.as_ref(),
+            );
             setup.sentinels.push(sentinel);
         }
         setup.await_sentinels_settled(master_port, 1);
         setup
+    }
+
+    /// The TLS settings, certificates included, of a setup from [`Sentinel::start_tls`].
+    pub fn tls(&self) -> Option<&SentinelTls> {
+        self.tls.as_ref()
+    }
+
+    /// The port the data node with admin port `port` is known by to the others: its TLS
+    /// port over TLS, else `port` itself.
+    pub fn announced_port(&self, port: u16) -> u16 {
+        match &self.tls {
+            Some(tls) => self
+                .servers
+                .iter()
+                .position(|s| s.port == port)
+                .map_or(port, |i| tls.tls_ports[i]),
+            None => port,
+        }
+    }
+
+    /// The admin port of the data node Sentinel or a replica reports as `announced`.
+    fn admin_port(&self, announced: u16) -> u16 {
+        match &self.tls {
+            Some(tls) => tls
+                .tls_ports
+                .iter()
+                .position(|p| *p == announced)
+                .map_or(announced, |i| self.servers[i].port),
+            None => announced,
+        }
     }
 
     /// The process id of sentinel `i`, to stop it.
@@ -346,11 +454,18 @@ impl Sentinel {
         self.sentinels.iter().map(|s| s.port).collect()
     }
 
-    /// `redis://[:sentinel password@]127.0.0.1:port/` of each sentinel.
+    /// `redis://[:sentinel password@]127.0.0.1:port/` of each sentinel; over TLS,
+    /// `rediss://...` with its TLS port.
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels
             .iter()
-            .map(|s| url_for(s.port, self.auth.sentinel_password.as_deref()))
+            .map(|s| {
+                let password = self.auth.sentinel_password.as_deref();
+                match s.tls_port {
+                    Some(tls_port) => url_for(tls_port, password).replacen("redis:", "rediss:", 1),
+                    None => url_for(s.port, password),
+                }
+            })
             .collect()
     }
 
@@ -384,7 +499,8 @@ impl Sentinel {
         connect(port, self.auth.data_password.as_deref())
     }
 
-    /// The master's address as sentinel `i` reports it (`SENTINEL GET-MASTER-ADDR-BY-NAME`).
+    /// The master's address as sentinel `i` reports it (`SENTINEL GET-MASTER-ADDR-BY-NAME`;
+    /// over TLS, a TLS port: see [`Sentinel::announced_port`]).
     pub fn master_addr_from(&self, i: usize) -> RedisResult<(String, u16)> {
         let mut con = self.sentinel_connection(i)?;
         let (host, port): (String, u16) = redis::cmd("SENTINEL")
@@ -394,8 +510,8 @@ impl Sentinel {
         Ok((host, port))
     }
 
-    /// The master's port, as every reachable sentinel reports it (they must agree; waits,
-    /// bounded, until they do).
+    /// The master's (admin) port, as every reachable sentinel reports it (they must agree;
+    /// waits, bounded, until they do).
     pub fn master_port(&self) -> u16 {
         wait_for("the sentinels agree on the master", SETTLE, || {
             self.reported_master_ports().and_then(|ports| {
@@ -405,17 +521,17 @@ impl Sentinel {
         })
     }
 
-    /// `redis://[:data password@]127.0.0.1:port/` of the current master.
+    /// `redis://[:data password@]127.0.0.1:port/` of the current master (its admin port).
     pub fn master_url(&self) -> String {
         url_for(self.master_port(), self.auth.data_password.as_deref())
     }
 
-    /// The master port each live sentinel reports; `None` if none answers.
+    /// The master (admin) port each live sentinel reports; `None` if none answers.
     fn reported_master_ports(&self) -> Option<Vec<u16>> {
         let ports: Vec<u16> = (0..self.sentinels.len())
             .filter(|i| self.sentinels[*i].child.is_some())
             .filter_map(|i| self.master_addr_from(i).ok())
-            .map(|(_, port)| port)
+            .map(|(_, port)| self.admin_port(port))
             .collect();
         (!ports.is_empty()).then_some(ports)
     }
@@ -461,6 +577,7 @@ impl Sentinel {
     /// failover can run.
     pub fn await_settled(&self) {
         let master = self.master_port();
+        let announced = self.announced_port(master);
         for server in &self.servers {
             if server.port != master && server.is_running() {
                 wait_for(
@@ -470,7 +587,7 @@ impl Sentinel {
                         let mut con = self.data_connection(server.port).ok()?;
                         let info = info(&mut con, "replication").ok()?;
                         (info.get("role")? == "slave"
-                            && info.get("master_port")? == &master.to_string()
+                            && info.get("master_port")? == &announced.to_string()
                             && info.get("master_link_status")? == "up")
                             .then_some(())
                     },
@@ -497,6 +614,7 @@ impl Sentinel {
     /// other sentinels.
     fn await_sentinels_settled(&self, master: u16, replicas: usize) {
         let others = self.live_sentinels() - 1;
+        let master = self.announced_port(master);
         for i in 0..self.sentinels.len() {
             if self.sentinels[i].child.is_none() {
                 continue;
