@@ -148,6 +148,12 @@ fn unreadable_certificates_are_invalid_arguments_before_any_io() {
             }),
         },
     ];
+    // A URL that asks to skip the certificate check is refused the same way.
+    let port = support::free_port();
+    match Client::open(&format!("rediss://127.0.0.1:{port}/#insecure")) {
+        Err(Error::InvalidArgument(why)) => println!("{why}"),
+        other => panic!("expected InvalidArgument for #insecure, got {other:?}"),
+    }
     for certs in cases {
         // No server listens there: an InvalidArgument proves nothing was tried.
         let port = support::free_port();

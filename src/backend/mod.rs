@@ -367,6 +367,12 @@ fn direct_client(url: &str) -> Result<redis::Client> {
             "redis URL {url:?}: this build has no TLS support (enable the `tls` feature)"
         )));
     }
+    if matches!(info.addr(), ConnectionAddr::TcpTls { insecure: true, .. }) {
+        return Err(Error::invalid(format!(
+            "redis URL {url:?}: #insecure (no certificate check) is refused; give the \
+             server's CA to ClientBuilder::tls_certificates instead"
+        )));
+    }
     // No CLIENT SETINFO on connect: its replies are read one timeout each, so against a
     // stopped server a new connection would cost several timeouts instead of one.
     let redis_settings = info.redis_settings().clone().set_skip_set_lib_name();
