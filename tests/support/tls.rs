@@ -94,7 +94,7 @@ fn signed(
 
 /// The TLS settings of a redis-server or sentinel of this run, as `(name, value)` pairs (for
 /// a command line or a config file), without the TLS port: replication and Sentinel's links
-/// over TLS, and with `auth_clients` a client certificate demanded and presented.
+/// over TLS, a client certificate presented, and with `auth_clients` demanded.
 pub fn server_settings(certs: &Certificates, auth_clients: bool) -> Vec<(String, String)> {
     let mut settings = vec![
         ("tls-cert-file", certs.path("server.crt")),
@@ -106,12 +106,11 @@ pub fn server_settings(certs: &Certificates, auth_clients: bool) -> Vec<(String,
             if auth_clients { "yes" } else { "no" }.into(),
         ),
     ];
-    if auth_clients {
-        // The server certificate is for servers only (ServerAuth): a replica or a sentinel
-        // that connects needs the client one.
-        settings.push(("tls-client-cert-file", certs.path("client.crt")));
-        settings.push(("tls-client-key-file", certs.path("client.key")));
-    }
+    // The server certificate is for servers only (ServerAuth): a replica, a sentinel or a
+    // cluster node that connects needs the client one (the cluster bus demands it even
+    // without `tls-auth-clients`).
+    settings.push(("tls-client-cert-file", certs.path("client.crt")));
+    settings.push(("tls-client-key-file", certs.path("client.key")));
     settings
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))

@@ -747,6 +747,13 @@ type Served = (u16, bool, Vec<(u16, u16)>);
 pub struct Cluster {
     nodes: Vec<RedisServer>,
     dir: TempDir,
+    tls: Option<ClusterTls>,
+}
+
+/// A cluster's TLS side: its certificates, and each node's TLS port by its plain one.
+pub struct ClusterTls {
+    pub certs: Certificates,
+    tls_ports: HashMap<u16, u16>,
 }
 
 impl Cluster {
@@ -760,33 +767,65 @@ impl Cluster {
     /// A cluster whose nodes get `extra` arguments too, e.g. `["--rename-command",
     /// "SPUBLISH", ""]` for a cluster without sharded pub/sub, as before Redis 7.
     pub fn start_with(extra: &[&str]) -> Cluster {
+        Cluster::start_full(extra, None)
+    }
+
+    /// A cluster whose clients, replication and cluster bus speak TLS (`--tls-cluster yes`),
+    /// with certificates made for the run; `auth_clients`: whether the nodes demand a client
+    /// certificate. Every node keeps its plain port too, for the test's own admin
+    /// connections and for [`Cluster::view`] (a node tells a plain client the plain ports of
+    /// the others, and a TLS client their TLS ports).
+    pub fn start_tls(auth_clients: bool) -> Cluster {
+        Cluster::start_full(&[], Some((Certificates::generate(), auth_clients)))
+    }
+
+    fn start_full(extra: &[&str], tls: Option<(Certificates, bool)>) -> Cluster {
         let dir = TempDir::new("cluster");
         let mut nodes = Vec::new();
+        let mut tls_ports = HashMap::new();
         for _ in 0..6 {
             let path = dir.path().to_path_buf();
+            let mut tls_port = 0;
             nodes.push(RedisServer::start_with_port(|port| {
                 let conf = path.join(format!("nodes-{port}.conf"));
                 let _ = std::fs::remove_file(&conf);
-                vec![
-                    "--cluster-enabled".into(),
-                    "yes".into(),
-                    "--cluster-config-file".into(),
-                    conf.display().to_string(),
-                    // The bus port defaults to port + 10000, which may not exist.
-                    "--cluster-port".into(),
-                    free_port().to_string(),
-                    "--cluster-node-timeout".into(),
-                    Cluster::NODE_TIMEOUT.as_millis().to_string(),
-                    "--dir".into(),
-                    path.display().to_string(),
-                    // A diskless full sync otherwise waits 5 s for more replicas to join it.
-                    "--repl-diskless-sync-delay".into(),
-                    "0".into(),
-                ]
-                .into_iter()
-                .chain(extra.iter().map(|a| a.to_string()))
-                .collect()
+                let tls_args: Vec<String> = match &tls {
+                    None => Vec::new(),
+                    Some((certs, auth_clients)) => {
+                        tls_port = free_port();
+                        let settings = super::tls::server_settings(certs, *auth_clients);
+                        [("tls-port".to_string(), tls_port.to_string())]
+                            .into_iter()
+                            .chain([("tls-cluster".to_string(), "yes".to_string())])
+                            .chain(settings)
+                            .flat_map(|(k, v)| [format!("--{k}"), v])
+                            .collect()
+                    }
+                };
+                tls_args
+                    .into_iter()
+                    .chain(vec![
+                        "--cluster-enabled".into(),
+                        "yes".into(),
+                        "--cluster-config-file".into(),
+                        conf.display().to_string(),
+                        // The bus port defaults to port + 10000, which may not exist.
+                        "--cluster-port".into(),
+                        free_port().to_string(),
+                        "--cluster-node-timeout".into(),
+                        Cluster::NODE_TIMEOUT.as_millis().to_string(),
+                        "--dir".into(),
+                        path.display().to_string(),
+                        // A diskless full sync otherwise waits 5 s for more replicas to join it.
+                        "--repl-diskless-sync-delay".into(),
+                        "0".into(),
+                    ])
+                    .chain(extra.iter().map(|a| a.to_string()))
+                    .collect()
             }));
+            if tls.is_some() {
+                tls_ports.insert(nodes.last().unwrap().port, tls_port);
+            }
         }
         let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
         args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
@@ -796,7 +835,8 @@ impl Cluster {
             "--cluster-yes".into(),
         ]);
         run_bounded("redis-cli", &args, Duration::from_secs(60));
-        let cluster = Cluster { nodes, dir };
+        let tls = tls.map(|(certs, _)| ClusterTls { certs, tls_ports });
+        let cluster = Cluster { nodes, dir, tls };
         cluster.await_settled();
         cluster
     }
@@ -807,6 +847,21 @@ impl Cluster {
             .iter()
             .filter(|n| n.is_running())
             .map(|n| n.url())
+            .collect()
+    }
+
+    /// The TLS side of a cluster from [`Cluster::start_tls`].
+    pub fn tls(&self) -> Option<&ClusterTls> {
+        self.tls.as_ref()
+    }
+
+    /// `rediss://127.0.0.1:tls_port/` of every running node, for a cluster client over TLS.
+    pub fn tls_seed_urls(&self) -> Vec<String> {
+        let tls = self.tls.as_ref().expect("a cluster started with start_tls");
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running())
+            .map(|n| format!("rediss://127.0.0.1:{}/", tls.tls_ports[&n.port]))
             .collect()
     }
 
