@@ -8,20 +8,10 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redlatch::{Client, ClientTlsConfig, Error, TlsCertificates};
-use support::tls::{Certificates, TlsServer};
+use support::tls::{Certificates, TlsServer, trusting};
 use support::unique;
 
 const TIMEOUT: Duration = Duration::from_secs(1);
-
-fn trusting(ca: &[u8], client: Option<&Certificates>) -> TlsCertificates {
-    TlsCertificates {
-        root_cert: Some(ca.to_vec()),
-        client_tls: client.map(|c| ClientTlsConfig {
-            client_cert: c.client_cert.clone(),
-            client_key: c.client_key.clone(),
-        }),
-    }
-}
 
 fn client(server: &TlsServer, with_client_cert: bool) -> redlatch::Result<Client> {
     let certs = &server.certs;

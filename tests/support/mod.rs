@@ -328,10 +328,20 @@ pub fn release_wakes_a_waiter_without_polling(
         during, 0,
         "the waiter sent {during} scripts while it waited"
     );
+    release_hands_over(held, waiting);
+}
+
+/// Unlocks `held` and joins `waiting` (a thread that waits for the same lock and returns when
+/// it got it and its token): it must get the lock, with a newer token, within 500 ms of the
+/// release, and return within 25 s at all.
+pub fn release_hands_over(
+    held: redlatch::LockGuard,
+    waiting: thread::JoinHandle<(Instant, Option<u64>)>,
+) {
     let token = held.fencing_token();
     let released = Instant::now();
     held.unlock().unwrap();
-    let (woken, got) = waiting.join().unwrap();
+    let (woken, got) = join_all(vec![waiting], Duration::from_secs(25), "the waiter").remove(0);
     assert!(
         got.is_some_and(|t| t > token),
         "the waiter did not get the lock"

@@ -92,6 +92,18 @@ fn signed(
     (cert.pem(), key.serialize_pem())
 }
 
+/// A client's TLS settings: trust `ca`, and present `client`'s certificate if given.
+#[cfg(feature = "tls")]
+pub fn trusting(ca: &[u8], client: Option<&Certificates>) -> redlatch::TlsCertificates {
+    redlatch::TlsCertificates {
+        root_cert: Some(ca.to_vec()),
+        client_tls: client.map(|c| redlatch::ClientTlsConfig {
+            client_cert: c.client_cert.clone(),
+            client_key: c.client_key.clone(),
+        }),
+    }
+}
+
 /// The TLS settings of a redis-server or sentinel of this run, as `(name, value)` pairs (for
 /// a command line or a config file), without the TLS port: replication and Sentinel's links
 /// over TLS, a client certificate presented, and with `auth_clients` demanded.
