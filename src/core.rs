@@ -41,8 +41,8 @@ pub(crate) struct Replicas {
 
 impl Core {
     /// The owner id of the calling thread: `<client id>:<thread number>`.
-    pub fn owner(&self, thread: u64) -> String {
-        format!("{}:{thread}", self.id)
+    pub fn thread_owner(&self) -> Arc<str> {
+        format!("{}:{}", self.id, thread_number()).into()
     }
 }
 

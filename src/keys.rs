@@ -71,10 +71,34 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
     Ok(())
 }
 
-/// The keys and channel of one lock.
+/// The kinds of object kept in Redis. Each has keys of its own, all under the name's hash
+/// tag: objects of different families never share a key, so a lock and, say, a semaphore of
+/// the same name are two objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Family {
+    /// `Lock`, `SpinLock`, and the members of `MultiLock` and `Redlock`: `p:{name}`.
+    Lock,
+}
+
+impl Family {
+    /// What follows `p:{name}` in the object's main key (and starts its other keys).
+    fn suffix(self) -> &'static str {
+        match self {
+            Family::Lock => "",
+        }
+    }
+
+    const ALL: [Family; 1] = [Family::Lock];
+}
+
+/// The keys and channel of one object: a lock, or an object of another [`Family`]. The
+/// scripts of every family use the same roles: a main key, a fencing counter, a channel,
+/// a wait queue and the waiters' terms.
 #[derive(Debug)]
 pub(crate) struct LockKeys {
+    pub family: Family,
     pub name: String,
+    /// The main key: `p:{name}` for a lock, `p:{name}:<family>` for the others.
     pub lock: String,
     pub fence: String,
     pub channel: String,
@@ -83,9 +107,16 @@ pub(crate) struct LockKeys {
 }
 
 impl LockKeys {
+    /// The keys of lock `name` under `prefix`.
     pub fn new(prefix: &str, name: &str) -> LockKeys {
-        let lock = format!("{prefix}:{{{name}}}");
+        LockKeys::of(Family::Lock, prefix, name)
+    }
+
+    /// The keys of the object of `family` called `name`, under `prefix`.
+    pub fn of(family: Family, prefix: &str, name: &str) -> LockKeys {
+        let lock = format!("{prefix}:{{{name}}}{}", family.suffix());
         LockKeys {
+            family,
             name: name.to_string(),
             fence: format!("{lock}:fence"),
             channel: format!("{lock}:unlocked"),
@@ -93,6 +124,20 @@ impl LockKeys {
             waiters: format!("{lock}:waiters"),
             lock,
         }
+    }
+
+    /// The object whose channel is `channel`, under `prefix`: the inverse of
+    /// [`LockKeys::of`]. Unambiguous, since a family's suffix follows the closing brace
+    /// directly, and a name can only put a brace before `:unlocked` for the lock itself.
+    pub fn from_channel(prefix: &str, channel: &str) -> Option<LockKeys> {
+        let tagged = channel
+            .strip_prefix(prefix)?
+            .strip_prefix(":{")?
+            .strip_suffix(":unlocked")?;
+        Family::ALL.into_iter().find_map(|family| {
+            let name = tagged.strip_suffix(family.suffix())?.strip_suffix('}')?;
+            Some(LockKeys::of(family, prefix, name))
+        })
     }
 
     /// The Redis Cluster slot of every key of this lock: CRC16 (XMODEM) of the hash tag, mod
@@ -156,6 +201,17 @@ mod tests {
         assert_ne!(key_slot(b"{}foo"), key_slot(b""));
         let keys = LockKeys::new("p", "foo");
         assert_eq!(keys.slot(), 12182);
+        for family in Family::ALL {
+            let keys = LockKeys::of(family, "p", "foo");
+            assert_eq!(keys.slot(), 12182);
+            let back = LockKeys::from_channel("p", &keys.channel).unwrap();
+            assert_eq!((back.family, back.name.as_str()), (family, "foo"));
+            let tricky = LockKeys::of(family, "p", "a}:b}");
+            let back = LockKeys::from_channel("p", &tricky.channel).unwrap();
+            assert_eq!((back.family, back.name.as_str()), (family, "a}:b}"));
+        }
+        assert!(LockKeys::from_channel("q", &keys.channel).is_none());
+        assert!(LockKeys::from_channel("p", "p:{foo}:other").is_none());
         for key in [&keys.fence, &keys.queue, &keys.waiters, &keys.channel] {
             assert_eq!(key_slot(key.as_bytes()), keys.slot());
         }

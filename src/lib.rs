@@ -79,7 +79,7 @@ pub mod bench_support {
         let keys = std::sync::Arc::new(LockKeys::new(&core.prefix, name));
         let start = Instant::now();
         let subscriber = &core.subscriber;
-        let waiter = subscriber.join(subscriber.expect(&keys, crate::core::thread_number()));
+        let waiter = subscriber.join(subscriber.expect(&keys, &core.thread_owner()));
         (waiter.wait(Duration::from_secs(5)) == crate::subscriber::Wake::Permit)
             .then(|| start.elapsed())
     }

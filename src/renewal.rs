@@ -38,7 +38,7 @@ pub(crate) fn run(core: Arc<Core>, stop: Receiver<()>, errands: Receiver<Errand>
         select! {
             recv(stop) -> _ => return,
             recv(errands) -> errand => match errand {
-                Ok(Errand::GiveBack { keys, thread, token }) => engine::give_back(&core, &keys, thread, token),
+                Ok(Errand::GiveBack { keys, owner, token }) => engine::give_back(&core, &keys, &owner, token),
                 Err(_) => {}
             },
             default(next.saturating_duration_since(Instant::now())) => {}
@@ -52,25 +52,25 @@ fn round(core: &Core, lease: Duration, period: Duration, stop: &Receiver<()>) ->
     let now = Instant::now();
     let horizon = now + period / 4;
     let mut next = now + period;
-    let mut due: Vec<(u64, Arc<Hold>)> = Vec::new();
-    for (thread, hold) in core.holds.watchdog_holds() {
+    let mut due: Vec<Arc<Hold>> = Vec::new();
+    for hold in core.holds.watchdog_holds() {
         if hold.is_lost() {
             continue; // its lease ran out: is_lost() marked and logged it
         }
         let renew_at = hold.renew_at();
         if renew_at <= horizon {
-            due.push((thread, hold));
+            due.push(hold);
         } else {
             next = next.min(renew_at);
         }
     }
-    let holds: Vec<&Hold> = due.iter().map(|(_, hold)| &**hold).collect();
+    let holds: Vec<&Hold> = due.iter().map(|hold| &**hold).collect();
     let stopping = || !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty));
     let Renewed { outcome, failure } = engine::renew(core, &holds, lease, &stopping);
-    for ((thread, hold), outcome) in due.iter().zip(outcome) {
+    for (hold, outcome) in due.iter().zip(outcome) {
         match outcome {
             Some((sent, true)) => hold.renewed(sent, lease, period),
-            Some((_, false)) if core.holds.contains(*thread, hold) && hold.mark_lost() => {
+            Some((_, false)) if core.holds.contains(hold) && hold.mark_lost() => {
                 // Not registered any more means its owner released it meanwhile.
                 log::warn!(
                     "lock {:?} is no longer held by us; marked lost",

@@ -8,7 +8,7 @@ use redis::ConnectionLike;
 use super::hold::Hold;
 use super::lease::{Terms, deadline_after};
 use super::{Kind, renew};
-use crate::core::{Core, Replicas, thread_number};
+use crate::core::{Core, Replicas};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::scripts::{self, Acquire, Queueing, Release, TakenBy};
@@ -18,10 +18,9 @@ use crate::subscriber::Wake;
 /// round trip of the attempt that renews it.
 const QUEUE_SLACK: Duration = Duration::from_secs(2);
 
-/// A hold of the calling thread, with one guard counted for the caller to wrap.
+/// A hold, with one guard counted for the caller to wrap.
 pub(crate) struct Acquired {
     pub hold: Arc<Hold>,
-    pub thread: u64,
 }
 
 /// Another owner held the object when an attempt sent at `sent` ran: for `ttl` more, with
@@ -33,9 +32,10 @@ struct Busy {
     sent: Instant,
 }
 
-/// Acquires `kind` for the calling thread, waiting at most `wait` (`None`: as long as it
-/// takes; `ZERO`: one attempt, no queueing). `Ok(None)`: not acquired in time. A thread that
-/// holds it already re-enters at once (or learns its hold was lost).
+/// Acquires `kind` for `owner` (the calling thread's owner id, or one of an acquisition of its
+/// own), waiting at most `wait` (`None`: as long as it takes; `ZERO`: one attempt, no
+/// queueing). `Ok(None)`: not acquired in time. An owner that holds it already re-enters at
+/// once (or learns its hold was lost).
 ///
 /// An attempt that finds the object busy also queues the thread in Redis, so that the
 /// release which frees it hands it straight to the oldest waiter anywhere in the fleet: the
@@ -46,21 +46,21 @@ struct Busy {
 pub(crate) fn acquire(
     core: &Core,
     kind: &dyn Kind,
+    owner: Arc<str>,
     wait: Option<Duration>,
     terms: Terms,
 ) -> Result<Option<Acquired>> {
     let keys = kind.keys();
     // A wait too long to represent is a wait without end.
     let deadline = deadline_after(wait);
-    let thread = thread_number();
-    let existing = core.holds.get(&keys.lock, thread);
+    let existing = core.holds.get(&keys.lock, &owner);
     // A re-entry never waits (it either succeeds or finds its hold lost), and a single
     // attempt does not queue.
     let queues = wait != Some(Duration::ZERO) && existing.is_none();
     let queueing = |queued| queueing(core, queues, queued, deadline, terms);
-    let expecting = queues.then(|| core.subscriber.expect(keys, thread));
+    let expecting = queues.then(|| core.subscriber.expect(keys, &owner));
 
-    let mut busy = match attempt(core, kind, existing, terms, queueing(false))? {
+    let mut busy = match attempt(core, kind, &owner, existing, terms, queueing(false))? {
         Ok(acquired) => return Ok(Some(acquired)),
         Err(busy) => busy,
     };
@@ -69,7 +69,7 @@ pub(crate) fn acquire(
     };
     if deadline.is_some_and(|d| Instant::now() >= d) {
         drop(expecting);
-        return give_up(core, kind, terms); // no time left: don't subscribe for nothing
+        return give_up(core, kind, owner, terms); // no time left: don't subscribe for nothing
     }
     // Make sure the channel is subscribed: unless it was since before the attempt, the first
     // wait returns when it is, and the attempt after it cannot miss a release.
@@ -97,10 +97,9 @@ pub(crate) fn acquire(
                     && core.replicas.is_none()
                 {
                     waiter.acquired();
-                    let owner = core.owner(thread).into();
-                    let hold = register(core, keys, thread, owner, token, TakenBy::Message);
+                    let hold = register(core, keys, owner, token, TakenBy::Message);
                     hold.extend(busy.sent, terms.lease_set(), terms.renew_every());
-                    return Ok(Some(Acquired { hold, thread }));
+                    return Ok(Some(Acquired { hold }));
                 }
                 // Too little of the lease is known to be left, or it was handed over with a
                 // shorter lease than asked for: take it up with a round trip, which sets the
@@ -110,9 +109,9 @@ pub(crate) fn acquire(
         }
         if !confirm && deadline.is_some_and(|d| Instant::now() >= d) {
             drop(waiter);
-            return give_up(core, kind, terms);
+            return give_up(core, kind, owner, terms);
         }
-        match attempt(core, kind, None, terms, queueing(true))? {
+        match attempt(core, kind, &owner, None, terms, queueing(true))? {
             Ok(acquired) => {
                 waiter.acquired();
                 return Ok(Some(acquired));
@@ -145,9 +144,12 @@ fn queueing(
 }
 
 /// The wait is over: leave the queue, unless the object was handed to us meanwhile.
-fn give_up(core: &Core, kind: &dyn Kind, terms: Terms) -> Result<Option<Acquired>> {
-    let thread = thread_number();
-    let owner = core.owner(thread);
+fn give_up(
+    core: &Core,
+    kind: &dyn Kind,
+    owner: Arc<str>,
+    terms: Terms,
+) -> Result<Option<Acquired>> {
     let keys = kind.keys();
     let sent = Instant::now();
     let token = core
@@ -155,36 +157,32 @@ fn give_up(core: &Core, kind: &dyn Kind, terms: Terms) -> Result<Option<Acquired
         .run(|con| kind.withdraw(con, &owner, terms.lease_set()))
         .map_err(|e| scripts::failure(keys, e))?;
     Ok(token.map(|token| {
-        let hold = register(core, keys, thread, owner.into(), token, TakenBy::Attempt);
+        let hold = register(core, keys, owner, token, TakenBy::Attempt);
         hold.extend(sent, terms.lease_set(), terms.renew_every());
-        Acquired { hold, thread }
+        Acquired { hold }
     }))
 }
 
-/// One round trip: acquire or re-enter (`existing` is this thread's hold, if any), or learn
-/// how long the holder has left (and, when `queueing` says so, take a place in the queue).
+/// One round trip: acquire or re-enter (`existing` is `owner`'s hold, if any), or learn how
+/// long the holder has left (and, when `queueing` says so, take a place in the queue).
 fn attempt(
     core: &Core,
     kind: &dyn Kind,
+    owner: &Arc<str>,
     existing: Option<Arc<Hold>>,
     terms: Terms,
     queueing: Queueing,
 ) -> Result<std::result::Result<Acquired, Busy>> {
     let keys = kind.keys();
-    let thread = thread_number();
     if existing.as_ref().is_some_and(|h| h.is_lost()) {
         return Err(lost(keys));
     }
     let held = existing.as_ref().map(|h| (h.guards(), h.token));
-    let owner: Arc<str> = match &existing {
-        Some(hold) => hold.owner.clone(),
-        None => core.owner(thread).into(),
-    };
     let lease = terms.lease_set();
     let sent = Instant::now();
     let (reply, acknowledged) = acquisition(
         core,
-        |con| kind.attempt(con, &owner, held, lease, queueing),
+        |con| kind.attempt(con, owner, held, lease, queueing),
         |reply| matches!(reply, Acquire::Acquired { .. }),
     )
     .map_err(|e| scripts::failure(keys, e))?;
@@ -195,14 +193,14 @@ fn attempt(
                     hold.add_guard();
                     hold
                 }
-                None => register(core, keys, thread, owner, token, TakenBy::Attempt),
+                None => register(core, keys, owner.clone(), token, TakenBy::Attempt),
             };
             hold.extend(sent, lease, terms.renew_every());
-            let acquired = Acquired { hold, thread };
+            let acquired = Acquired { hold };
             match (acknowledged, core.replicas) {
                 (Some(acknowledged), Some(replicas)) if acknowledged < replicas.count => {
                     // Not safe against a failover, as asked: give it back.
-                    if let Err(e) = release(core, kind, &acquired.hold, thread) {
+                    if let Err(e) = release(core, kind, &acquired.hold) {
                         log::error!(
                             "giving back lock {:?}, not replicated as asked, failed ({e}); \
                              it expires when its lease runs out",
@@ -250,27 +248,26 @@ pub(crate) fn acquisition<R>(
 pub(crate) fn register(
     core: &Core,
     keys: &Arc<LockKeys>,
-    thread: u64,
     owner: Arc<str>,
     token: u64,
     taken_by: TakenBy,
 ) -> Arc<Hold> {
     let hold = Arc::new(Hold::new(keys.clone(), owner, token, taken_by, core.epoch));
     hold.add_guard();
-    core.holds.insert(thread, hold.clone());
+    core.holds.insert(hold.clone());
     hold
 }
 
-/// Releases one guard of `hold`, thread `thread`'s hold of `kind`. `Err(Error::LockLost)`
+/// Releases one guard of `hold`, a hold of `kind`. `Err(Error::LockLost)`
 /// if it was no longer ours (then nothing in Redis was changed) or had already been reported
 /// lost (then a hold Redis still had is released all the same); `Err(Error::Redis)` if
 /// Redis could not be reached, and then the object expires with its lease: renewal stopped
 /// before the release was sent, since a hold nobody wants must not be kept alive.
-pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>, thread: u64) -> Result<()> {
+pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>) -> Result<()> {
     let holds = hold.guards();
     if holds == 1 {
         // Stop renewal before the lock is released, never after.
-        core.holds.remove(thread, hold);
+        core.holds.remove(hold);
     }
     hold.remove_guard();
     let was_lost = hold.is_lost();
@@ -292,25 +289,24 @@ pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>, thread: u6
     }
 }
 
-/// Gives back a lock that a release handed to a thread of ours that had stopped waiting.
-/// Only a hand-over nobody took up is given back: the thread may have taken it up with an
+/// Gives back a lock that a release handed to an owner of ours that had stopped waiting.
+/// Only a hand-over nobody took up is given back: the owner may have taken it up with an
 /// attempt of its own (same token) and be using it now.
-pub(crate) fn give_back(core: &Core, keys: &LockKeys, thread: u64, token: u64) {
-    // A thread that took the hand-over from its message holds it without Redis knowing yet:
+pub(crate) fn give_back(core: &Core, keys: &LockKeys, owner: &str, token: u64) {
+    // An owner that took the hand-over from its message holds it without Redis knowing yet:
     // the registry of holds does know.
     if core
         .holds
-        .get(&keys.lock, thread)
+        .get(&keys.lock, owner)
         .is_some_and(|hold| hold.token == token)
     {
         return;
     }
-    let owner = core.owner(thread);
     let freeing = scripts::Freeing::of(&core.backend);
     // One attempt: the renewal thread must not stall on an errand.
     match core
         .backend
-        .run_once_only(|con| scripts::give_back(con, keys, &owner, token, freeing))
+        .run_once_only(|con| scripts::give_back(con, keys, owner, token, freeing))
     {
         Ok(Release::Released) => {
             log::debug!(

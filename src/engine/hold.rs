@@ -2,7 +2,7 @@
 //!
 //! A [`Hold`] is one thread's ownership of one lock: every guard that thread has for that lock
 //! shares it (re-entries add guards, not holds). The client keeps all holds in one
-//! [`Holds`] registry, keyed by lock key and thread; the acquiring thread inserts a hold
+//! [`Holds`] registry, keyed by lock key and owner id; the acquiring thread inserts a hold
 //! *before* handing out its first guard, and removes it when its last guard *starts*
 //! releasing. The renewal thread reads the same registry, so renewal can neither miss a fresh
 //! lock nor outlive an unlock (the race in Redisson #7272 needs two registries to disagree).
@@ -17,7 +17,8 @@ use parking_lot::Mutex;
 use crate::keys::LockKeys;
 use crate::scripts::TakenBy;
 
-/// One thread's ownership of one lock.
+/// One owner's ownership of one lock: a thread's, or (for a kind whose guards may move
+/// between threads) one acquisition's.
 ///
 /// Invariant: only the owning thread changes `guards`; the renewal thread only reads the
 /// lease deadline, moves it forward, and sets `lost`.
@@ -143,44 +144,48 @@ impl Hold {
     }
 }
 
-/// All holds of one client: by lock key, then by thread number. Looked up by `&str`, so the
+/// All holds of one client: by lock key, then by owner id. Looked up by `&str`, so the
 /// acquiring and releasing paths allocate nothing to find a hold.
 #[derive(Default)]
 pub(crate) struct Holds {
-    map: Mutex<HashMap<Arc<str>, ThreadHolds>>,
+    map: Mutex<HashMap<Arc<str>, OwnerHolds>>,
 }
 
-/// The holds of one lock, by thread number.
-type ThreadHolds = HashMap<u64, Arc<Hold>>;
+/// The holds of one lock, by owner id (a thread's, or one acquisition's of its own).
+type OwnerHolds = HashMap<Arc<str>, Arc<Hold>>;
 
 impl Holds {
-    pub fn get(&self, lock_key: &str, thread: u64) -> Option<Arc<Hold>> {
-        self.map.lock().get(lock_key)?.get(&thread).cloned()
+    pub fn get(&self, lock_key: &str, owner: &str) -> Option<Arc<Hold>> {
+        self.map.lock().get(lock_key)?.get(owner).cloned()
     }
 
-    pub fn insert(&self, thread: u64, hold: Arc<Hold>) {
+    pub fn insert(&self, hold: Arc<Hold>) {
         let mut map = self.map.lock();
+        let owner = hold.owner.clone();
         match map.get_mut(hold.keys.lock.as_str()) {
-            Some(threads) => {
-                threads.insert(thread, hold);
+            Some(owners) => {
+                owners.insert(owner, hold);
             }
             None => {
                 let key = Arc::from(hold.keys.lock.as_str());
-                map.insert(key, HashMap::from([(thread, hold)]));
+                map.insert(key, HashMap::from([(owner, hold)]));
             }
         }
     }
 
     /// Removes `hold` if it is still the registered one.
-    pub fn remove(&self, thread: u64, hold: &Arc<Hold>) {
+    pub fn remove(&self, hold: &Arc<Hold>) {
         let mut map = self.map.lock();
         let lock_key = hold.keys.lock.as_str();
-        let Some(threads) = map.get_mut(lock_key) else {
+        let Some(owners) = map.get_mut(lock_key) else {
             return;
         };
-        if threads.get(&thread).is_some_and(|h| Arc::ptr_eq(h, hold)) {
-            threads.remove(&thread);
-            if threads.is_empty() {
+        if owners
+            .get(&hold.owner)
+            .is_some_and(|h| Arc::ptr_eq(h, hold))
+        {
+            owners.remove(&hold.owner);
+            if owners.is_empty() {
                 map.remove(lock_key);
             }
         }
@@ -188,19 +193,19 @@ impl Holds {
 
     /// Still registered: the renewal thread checks this before reporting a hold lost, since
     /// its owner may have released it while the renewal was in flight.
-    pub fn contains(&self, thread: u64, hold: &Arc<Hold>) -> bool {
-        self.get(&hold.keys.lock, thread)
+    pub fn contains(&self, hold: &Arc<Hold>) -> bool {
+        self.get(&hold.keys.lock, &hold.owner)
             .is_some_and(|h| Arc::ptr_eq(&h, hold))
     }
 
-    /// Watchdog holds that are not lost, with their thread numbers.
-    pub fn watchdog_holds(&self) -> Vec<(u64, Arc<Hold>)> {
+    /// Watchdog holds that are not lost.
+    pub fn watchdog_holds(&self) -> Vec<Arc<Hold>> {
         self.map
             .lock()
             .values()
-            .flat_map(|threads| threads.iter())
-            .filter(|(_, h)| h.is_watchdog() && !h.lost.load(Ordering::Acquire))
-            .map(|(thread, h)| (*thread, h.clone()))
+            .flat_map(|owners| owners.values())
+            .filter(|h| h.is_watchdog() && !h.lost.load(Ordering::Acquire))
+            .cloned()
             .collect()
     }
 }

@@ -7,6 +7,7 @@ use redis::RedisError;
 
 use super::hold::Hold;
 use crate::core::Core;
+use crate::keys::Family;
 use crate::scripts::{self, Renewal};
 
 /// Holds per renewal script call.
@@ -20,8 +21,8 @@ pub(crate) struct Renewed {
     pub failure: Option<RedisError>,
 }
 
-/// Renews `holds` with `lease`: one script call per [`BATCH`] holds (on a Cluster, where a
-/// script may not cross slots, per slot), and the calls of each server together: all of them
+/// Renews `holds` with `lease`: one script call per [`BATCH`] holds of one family (on a
+/// Cluster, where a script may not cross slots, per slot too), and the calls of each server together: all of them
 /// on one server, those of each master on a Cluster. Of each such group the first call goes
 /// alone and the rest follow in one pipeline, so at most two round trips per server; a
 /// pipeline the server refused (a slot that moved, a flushed script cache) is run again call
@@ -42,6 +43,7 @@ pub(crate) fn renew(
     let batches: Vec<Vec<usize>> = backend
         .group_by_slot(holds.iter().map(|h| h.keys.slot()))
         .into_iter()
+        .flat_map(|group| by_family(group, holds))
         .flat_map(|group| {
             group
                 .chunks(BATCH)
@@ -144,6 +146,20 @@ pub(crate) fn renew_now(
         .into_iter()
         .map(|o| o.is_some_and(|(_, ours)| ours))
         .collect())
+}
+
+/// `group` (indices into `holds`) split by family, in order of first appearance: each
+/// family's holds are renewed by its own script.
+fn by_family(group: Vec<usize>, holds: &[&Hold]) -> Vec<Vec<usize>> {
+    let mut parts: Vec<(Family, Vec<usize>)> = Vec::new();
+    for i in group {
+        let family = holds[i].keys.family;
+        match parts.iter_mut().find(|(f, _)| *f == family) {
+            Some((_, part)) => part.push(i),
+            None => parts.push((family, vec![i])),
+        }
+    }
+    parts.into_iter().map(|(_, part)| part).collect()
 }
 
 fn renewal_of(hold: &Hold) -> Renewal<'_> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
-use crate::core::{Core, Runtime, thread_number};
+use crate::core::{Core, Runtime};
 use crate::engine::{self, Acquired, Hold, Kind, Terms, validate_duration, validate_lease};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
@@ -140,14 +140,17 @@ impl Lock {
     fn inspect(&self) -> Result<scripts::Inspection> {
         self.validate_name()?;
         let core = self.core();
-        let owner = core.owner(thread_number());
+        let owner = core.thread_owner();
         let keys = &self.keys;
         engine::call(core, keys, |con, _| scripts::inspect(con, keys, &owner))
     }
 
-    /// Whether thread `thread` of this client holds the lock (by the client's registry).
-    pub(crate) fn is_held_by(&self, thread: u64) -> bool {
-        self.core().holds.get(&self.keys.lock, thread).is_some()
+    /// Whether the calling thread holds the lock, by this client's registry (no I/O).
+    pub(crate) fn is_held_here(&self) -> bool {
+        let core = self.core();
+        core.holds
+            .get(&self.keys.lock, &core.thread_owner())
+            .is_some()
     }
 
     pub(crate) fn core(&self) -> &Arc<Core> {
@@ -174,16 +177,16 @@ impl Lock {
     ) -> Result<Option<LockGuard>> {
         self.validate_name()?;
         validate_lease(lease)?;
-        let acquired = engine::acquire(self.core(), self, wait, self.terms(lease))?;
+        let core = self.core();
+        let acquired = engine::acquire(core, self, core.thread_owner(), wait, self.terms(lease))?;
         Ok(acquired.map(|acquired| self.guard(acquired)))
     }
 
     /// The guard of a hold the engine registered (and counted the guard of).
-    pub(crate) fn guard(&self, Acquired { hold, thread }: Acquired) -> LockGuard {
+    pub(crate) fn guard(&self, Acquired { hold }: Acquired) -> LockGuard {
         LockGuard {
             lock: self.clone(),
             hold,
-            thread,
             released: false,
             _not_send: PhantomData,
         }
@@ -262,7 +265,6 @@ impl Kind for Lock {
 pub struct LockGuard {
     lock: Lock,
     hold: Arc<Hold>,
-    thread: u64,
     released: bool,
     _not_send: PhantomData<*const ()>,
 }
@@ -321,7 +323,7 @@ impl LockGuard {
 
     fn release(&mut self) -> Result<()> {
         self.released = true;
-        engine::release(self.lock.core(), &self.lock, &self.hold, self.thread)
+        engine::release(self.lock.core(), &self.lock, &self.hold)
     }
 }
 

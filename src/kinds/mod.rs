@@ -19,12 +19,7 @@ use lock::{Lock, LockGuard};
 /// [`RedLock`](crate::RedLock)) starts with: every name and the lease are valid, and the
 /// calling thread holds none of the locks, since `what` does not re-enter and the thread
 /// would wait for itself.
-pub(crate) fn check_composite(
-    locks: &[Lock],
-    lease: Option<Duration>,
-    thread: u64,
-    what: &str,
-) -> Result<()> {
+pub(crate) fn check_composite(locks: &[Lock], lease: Option<Duration>, what: &str) -> Result<()> {
     if locks.is_empty() {
         return Err(Error::invalid(format!("a {what} needs at least one lock")));
     }
@@ -32,7 +27,7 @@ pub(crate) fn check_composite(
         lock.validate_name()?;
     }
     validate_lease(lease)?;
-    match locks.iter().find(|l| l.is_held_by(thread)) {
+    match locks.iter().find(|l| l.is_held_here()) {
         Some(held) => Err(Error::invalid(format!(
             "this thread already holds lock {:?}; a {what} does not re-enter it",
             held.name()

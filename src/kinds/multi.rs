@@ -1,10 +1,8 @@
 //! [`MultiLock`]: several named locks taken all or none, with one wait and one lease.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
-use crate::core::thread_number;
 use crate::engine::{self, Acquired, Hold, Kind, Terms, deadline_after, validate_duration};
 use crate::error::{Error, Result};
 use crate::kinds::lock::{Lock, LockGuard};
@@ -82,8 +80,7 @@ impl MultiLock {
         wait: Option<Duration>,
         lease: Option<Duration>,
     ) -> Result<Option<MultiLockGuard>> {
-        let thread = thread_number();
-        check_composite(&self.locks, lease, thread, "multi-lock")?;
+        check_composite(&self.locks, lease, "multi-lock")?;
         let first = &self.locks[0];
         let core = first.core();
         let deadline = deadline_after(wait);
@@ -104,7 +101,7 @@ impl MultiLock {
                 .collect();
             for group in &groups {
                 let sent = Instant::now();
-                match self.attempt_all(group, thread, terms, &mut held)? {
+                match self.attempt_all(group, terms, &mut held)? {
                     None => last = (group, sent),
                     Some(index) => {
                         busy = Some(group[index]);
@@ -160,13 +157,12 @@ impl MultiLock {
     fn attempt_all(
         &self,
         group: &[usize],
-        thread: u64,
         terms: Terms,
         held: &mut [Option<LockGuard>],
     ) -> Result<Option<usize>> {
         let core = self.locks[0].core();
         let lease = terms.lease_set();
-        let owner: Arc<str> = core.owner(thread).into();
+        let owner = core.thread_owner();
         let keys: Vec<_> = group.iter().map(|&i| &**self.locks[i].keys()).collect();
         let sent = Instant::now();
         let (reply, acknowledged) = engine::acquisition(
@@ -186,16 +182,9 @@ impl MultiLock {
         // Guards first: any failure below releases what was just taken.
         for (&i, token) in group.iter().zip(tokens) {
             let lock = &self.locks[i];
-            let hold = engine::register(
-                core,
-                lock.keys(),
-                thread,
-                owner.clone(),
-                token,
-                TakenBy::Attempt,
-            );
+            let hold = engine::register(core, lock.keys(), owner.clone(), token, TakenBy::Attempt);
             hold.extend(sent, lease, terms.renew_every());
-            held[i] = Some(lock.guard(Acquired { hold, thread }));
+            held[i] = Some(lock.guard(Acquired { hold }));
         }
         match (acknowledged, core.replicas) {
             (Some(acknowledged), Some(replicas)) if acknowledged < replicas.count => {

@@ -18,7 +18,6 @@
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
-use crate::core::thread_number;
 use crate::engine::{deadline_after, validate_duration};
 use crate::error::{Error, Result};
 use crate::kinds::lock::{Lock, LockGuard};
@@ -107,7 +106,7 @@ impl RedLock {
         wait: Option<Duration>,
         lease: Option<Duration>,
     ) -> Result<Option<RedLockGuard>> {
-        check_composite(&self.locks, lease, thread_number(), "Redlock")?;
+        check_composite(&self.locks, lease, "Redlock")?;
         let deadline = deadline_after(wait);
         let n = self.locks.len();
         let mut held: Vec<Option<LockGuard>> = (0..n).map(|_| None).collect();

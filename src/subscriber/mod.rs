@@ -54,13 +54,12 @@ pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Work the subscriber hands to the renewal thread, so that neither it nor a waiter spends
 /// a round trip on it.
 pub(crate) enum Errand {
-    /// The lock was handed to thread `thread` of ours, which no longer waits: give it back,
-    /// unless it was taken up after all (by an attempt or a withdrawal of that thread, which
-    /// remove the "granted" terms in Redis, or from the message, which registers the hold
-    /// here).
+    /// The lock was handed to `owner` of ours, which no longer waits: give it back, unless
+    /// it was taken up after all (by an attempt or a withdrawal of that owner, which remove
+    /// the "granted" terms in Redis, or from the message, which registers the hold here).
     GiveBack {
         keys: Arc<LockKeys>,
-        thread: u64,
+        owner: Arc<str>,
         token: u64,
     },
 }
@@ -73,7 +72,7 @@ pub(crate) struct Subscriber {
 struct Shared {
     /// Channels that have waiters. The thread subscribes exactly these.
     entries: Mutex<HashMap<String, Arc<Entry>>>,
-    /// `<client id>:`, the start of the owner ids of this client's threads.
+    /// `<client id>:`, the start of every owner id of this client.
     owner_prefix: String,
     /// The key prefix, to name a lock from its channel.
     key_prefix: String,
@@ -82,9 +81,10 @@ struct Shared {
     waker: mio::Waker,
     /// To the renewal thread, which runs errands.
     errands: Sender<Errand>,
-    /// Threads about to queue for a lock (their attempt is in flight), by thread number: a
-    /// hand-over that arrives before the thread has joined the entry waits here for it.
-    arriving: Mutex<HashMap<u64, Arriving>>,
+    /// Owners about to queue for a lock (their attempt is in flight), by owner id: a
+    /// hand-over that arrives before the owner's thread has joined the entry waits here for
+    /// it.
+    arriving: Mutex<HashMap<Arc<str>, Arriving>>,
 }
 
 impl Subscriber {

@@ -35,7 +35,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::{Errand, Shared, Subscriber};
 use crate::keys::LockKeys;
-use crate::scripts::Message;
+use crate::scripts::{Grants, Message};
 
 #[cfg(test)]
 mod tests;
@@ -55,11 +55,9 @@ impl Shared {
             .ok()
             .and_then(|ch| self.entries.lock().get(ch).cloned());
         match Message::parse(payload) {
-            Some(Message::Grant {
-                token,
-                lease,
-                owner,
-            }) => self.deliver_grant(channel, entry, token, lease, owner),
+            Some(Message::Grant { lease, grants }) => {
+                self.deliver_grants(channel, entry, lease, grants)
+            }
             Some(Message::Unlock) => {
                 if let Some(entry) = entry {
                     let mut state = entry.state.lock();
@@ -78,82 +76,76 @@ impl Shared {
         }
     }
 
-    /// The lock now belongs to `owner`, for `lease` unless renewed. Every waiter here learns
-    /// that the lock's lease changed: if the new holder never takes it up (it died while it
-    /// waited), nothing will be published when that lease runs out, so no waiter may sleep
-    /// past it.
-    fn deliver_grant(
+    /// The object now belongs to the owners in `grants`, for `lease` unless renewed. Every
+    /// other waiter here learns that the object's lease changed: if a new holder never takes
+    /// it up (it died while it waited), nothing will be published when that lease runs out,
+    /// so no waiter may sleep past it.
+    fn deliver_grants(
         &self,
         channel: &[u8],
         entry: Option<Arc<Entry>>,
-        token: u64,
         lease: Duration,
-        owner: &str,
+        grants: Grants<'_>,
     ) {
         let received = Instant::now();
-        let thread = owner
-            .strip_prefix(self.owner_prefix.as_str())
-            .and_then(|t| t.parse::<u64>().ok());
+        let ours = |owner: &str| owner.starts_with(self.owner_prefix.as_str());
         // `arriving` first, held throughout: a thread moves from it to the entry's queue
         // under the same lock, so the hand-over finds it in one place or the other.
         let mut arriving = self.arriving.lock();
+        let mut handed = Vec::new();
         if let Some(entry) = &entry {
             let busy_until = received + lease;
             let mut state = entry.state.lock();
             state.handovers += 1;
             state.handover_ends = Some(busy_until);
-            let mut handed = false;
             for slot in &state.queue {
-                if Some(slot.thread) == thread {
-                    slot.hand_over(token);
-                    handed = true;
-                } else {
+                match grants.iter().find(|(_, owner)| *owner == &*slot.owner) {
+                    Some((token, owner)) if ours(owner) => {
+                        slot.hand_over(token);
+                        handed.push(owner);
+                    }
                     // If the new holder never takes it up, nothing is published when its
                     // lease ends: sleep no longer than that.
-                    slot.wake_by(busy_until);
+                    _ => slot.wake_by(busy_until),
                 }
-            }
-            if handed {
-                return;
             }
         }
-        let Some(thread) = thread else {
-            return; // another client's thread
-        };
-        match arriving.get_mut(&thread) {
-            // Its attempt's reply and this message crossed: the thread joins in a moment.
-            Some(a) if a.keys.channel.as_bytes() == channel => a.handed = Some(token),
-            // Its thread no longer waits: it gave up, or took the lock up with an attempt of its
-            // own, or the message came very late. Give the lock back if nobody took it up
-            // (the give-back checks that, see `Errand::GiveBack`).
-            _ => {
-                drop(arriving);
-                let keys = entry
-                    .map(|e| e.keys.clone())
-                    .or_else(|| self.keys_of(channel));
-                if let Some(keys) = keys {
-                    self.give_back(keys, thread, token);
-                }
+        let mut unclaimed = Vec::new();
+        for (token, owner) in grants.iter() {
+            if !ours(owner) || handed.contains(&owner) {
+                continue; // another client's, or delivered above
+            }
+            match arriving.get_mut(owner) {
+                // Its attempt's reply and this message crossed: the thread joins in a moment.
+                Some(a) if a.keys.channel.as_bytes() == channel => a.handed = Some(token),
+                // Its thread no longer waits: it gave up, or took the object up with an
+                // attempt of its own, or the message came very late. Give it back if nobody
+                // took it up (the give-back checks that, see `Errand::GiveBack`).
+                _ => unclaimed.push((token, Arc::<str>::from(owner))),
+            }
+        }
+        drop(arriving);
+        if unclaimed.is_empty() {
+            return;
+        }
+        let keys = entry
+            .map(|e| e.keys.clone())
+            .or_else(|| self.keys_of(channel));
+        if let Some(keys) = keys {
+            for (token, owner) in unclaimed {
+                self.give_back(keys.clone(), owner, token);
             }
         }
     }
 
-    /// The lock whose channel is `channel`, under this client's prefix.
+    /// The object whose channel is `channel`, under this client's prefix.
     fn keys_of(&self, channel: &[u8]) -> Option<Arc<LockKeys>> {
-        let name = std::str::from_utf8(channel)
-            .ok()?
-            .strip_prefix(self.key_prefix.as_str())?
-            .strip_prefix(":{")?
-            .strip_suffix("}:unlocked")?;
-        Some(Arc::new(LockKeys::new(&self.key_prefix, name)))
+        let channel = std::str::from_utf8(channel).ok()?;
+        LockKeys::from_channel(&self.key_prefix, channel).map(Arc::new)
     }
 
-    fn give_back(&self, keys: Arc<LockKeys>, thread: u64, token: u64) {
-        let _ = self.errands.send(Errand::GiveBack {
-            keys,
-            thread,
-            token,
-        });
+    fn give_back(&self, keys: Arc<LockKeys>, owner: Arc<str>, token: u64) {
+        let _ = self.errands.send(Errand::GiveBack { keys, owner, token });
     }
 }
 
@@ -191,7 +183,7 @@ struct Watching {
 pub(crate) struct Expecting<'a> {
     subscriber: &'a Subscriber,
     keys: Arc<LockKeys>,
-    thread: u64,
+    owner: Arc<str>,
     watching: Option<Watching>,
     joined: bool,
 }
@@ -202,7 +194,7 @@ impl Drop for Expecting<'_> {
             return;
         }
         let shared = &self.subscriber.shared;
-        let arriving = shared.arriving.lock().remove(&self.thread);
+        let arriving = shared.arriving.lock().remove(&self.owner);
         if let Some(Arriving {
             keys,
             handed: Some(token),
@@ -210,14 +202,14 @@ impl Drop for Expecting<'_> {
         {
             // Handed over to a thread that then did not wait (its attempt got the lock by
             // itself, or its time was up): give it back.
-            shared.give_back(keys, self.thread, token);
+            shared.give_back(keys, self.owner.clone(), token);
         }
     }
 }
 
-/// Where one waiting thread parks.
+/// Where one waiting thread parks, waiting for `owner`.
 struct Slot {
-    thread: u64,
+    owner: Arc<str>,
     state: Mutex<SlotState>,
     wake: Condvar,
 }
@@ -226,16 +218,16 @@ struct Slot {
 struct SlotState {
     /// A wake-up to use: try again.
     permit: bool,
-    /// The lock was handed to this thread, with this token.
+    /// The lock was handed to this slot's owner, with this token.
     handed: Option<u64>,
     /// Wake no later than this to try again: the lock's lease changed hands and ends then.
     wake_by: Option<Instant>,
 }
 
 impl Slot {
-    fn new(thread: u64) -> Slot {
+    fn new(owner: Arc<str>) -> Slot {
         Slot {
-            thread,
+            owner,
             state: Mutex::new(SlotState::default()),
             wake: Condvar::new(),
         }
@@ -303,15 +295,15 @@ pub(crate) enum Wake {
 }
 
 impl Subscriber {
-    /// Announces that thread `thread` is about to attempt `keys`'s lock and, if it is busy,
-    /// queue for it. Call before the attempt; then [`Subscriber::join`] (or drop the result,
+    /// Announces that the calling thread is about to attempt `keys`'s lock for `owner` and,
+    /// if it is busy, queue for it. Call before the attempt; then [`Subscriber::join`] (or drop the result,
     /// which gives back a hand-over that came for nothing).
     ///
     /// It notes whether the lock's channel is subscribed now: if the subscription holds until
     /// the thread joins, no release since the attempt can have been missed, and the attempt
     /// that otherwise follows joining is spared. And it catches a hand-over that overtakes the
     /// attempt's own reply.
-    pub fn expect(&self, keys: &Arc<LockKeys>, thread: u64) -> Expecting<'_> {
+    pub fn expect(&self, keys: &Arc<LockKeys>, owner: &Arc<str>) -> Expecting<'_> {
         let watching = self
             .shared
             .entries
@@ -328,7 +320,7 @@ impl Subscriber {
                 })
             });
         self.shared.arriving.lock().insert(
-            thread,
+            owner.clone(),
             Arriving {
                 keys: keys.clone(),
                 handed: None,
@@ -337,7 +329,7 @@ impl Subscriber {
         Expecting {
             subscriber: self,
             keys: keys.clone(),
-            thread,
+            owner: owner.clone(),
             watching,
             joined: false,
         }
@@ -351,13 +343,13 @@ impl Subscriber {
     /// miss a release.
     pub fn join(&self, mut expecting: Expecting<'_>) -> Waiter<'_> {
         expecting.joined = true;
-        let thread = expecting.thread;
+        let owner = expecting.owner.clone();
         let keys = expecting.keys.clone();
-        let slot = Arc::new(Slot::new(thread));
+        let slot = Arc::new(Slot::new(owner.clone()));
         let (entry, created) = {
             // Lock order: arriving, entries, entry state (as in `Shared::deliver_grant`).
             let mut arriving = self.shared.arriving.lock();
-            let handed = arriving.remove(&thread).and_then(|a| a.handed);
+            let handed = arriving.remove(&owner).and_then(|a| a.handed);
             let mut entries = self.shared.entries.lock();
             let (entry, created) = match entries.get(&keys.channel) {
                 Some(entry) => (entry.clone(), false),
@@ -487,7 +479,7 @@ impl Drop for Waiter<'_> {
         if let Some(token) = unused_hand_over {
             // Handed over while the thread was leaving (an error, or an attempt of its own got
             // the lock): nobody will use this hold.
-            shared.give_back(self.entry.keys.clone(), self.slot.thread, token);
+            shared.give_back(self.entry.keys.clone(), self.slot.owner.clone(), token);
         }
         let last = state.queue.is_empty();
         drop(state);

@@ -42,6 +42,11 @@ fn tcp(addresses: &[SocketAddr]) -> Dial {
     }
 }
 
+/// The owner id of thread `thread` of this test's client.
+fn owner(thread: u64) -> Arc<str> {
+    format!("c0ffee:{thread}").into()
+}
+
 fn bulk(s: &str) -> Frame {
     Frame::Bulk(Some(s.as_bytes().to_vec()))
 }
@@ -76,7 +81,7 @@ fn message_bytes(channel: &str, payload: &[u8]) -> Vec<u8> {
 fn a_message_too_big_to_keep_is_skipped_and_the_grant_behind_it_delivered() {
     let (sub, mut task, listener, _node) = task();
     let keys = Arc::new(LockKeys::new("p", "x"));
-    let waiter = sub.join(sub.expect(&keys, 1));
+    let waiter = sub.join(sub.expect(&keys, &owner(1)));
     task.reconcile(Instant::now());
     let (mut node, _) = listener.accept().unwrap();
     let mut bytes = b"+PONG\r\n".to_vec();
@@ -91,12 +96,7 @@ fn a_message_too_big_to_keep_is_skipped_and_the_grant_behind_it_delivered() {
     bytes.extend(message_bytes(&keys.channel, &vec![b'x'; 3 << 20]));
     bytes.extend(message_bytes(
         &keys.channel,
-        &crate::scripts::Message::Grant {
-            token: 9,
-            lease: Duration::from_secs(30),
-            owner: "c0ffee:1",
-        }
-        .payload(),
+        &crate::scripts::Message::grant(Duration::from_secs(30), &[(9, "c0ffee:1")]),
     ));
     let writer = std::thread::spawn(move || node.write_all(&bytes).map(|_| node));
 
@@ -176,8 +176,8 @@ fn a_channel_too_long_to_read_back_is_not_subscribed_and_costs_the_others_nothin
     let (sub, mut task, _listener, _node) = task();
     let long = Arc::new(LockKeys::new("p", &"n".repeat(MAX_CHANNEL)));
     let keys = Arc::new(LockKeys::new("p", "x"));
-    let _long_waiter = sub.join(sub.expect(&long, 1));
-    let _waiter = sub.join(sub.expect(&keys, 2));
+    let _long_waiter = sub.join(sub.expect(&long, &owner(1)));
+    let _waiter = sub.join(sub.expect(&keys, &owner(2)));
     // One instant for every pass: on a loaded machine the test's 10 ms connect timeout could
     // otherwise pass between them and drop the connection this test looks at.
     let now = Instant::now();
@@ -203,7 +203,7 @@ fn a_channel_too_long_to_read_back_is_not_subscribed_and_costs_the_others_nothin
 fn a_channel_dropped_because_the_map_lists_no_master_for_its_slot_is_unconfirmed() {
     let (sub, mut task, _listener, node) = task();
     let keys = Arc::new(LockKeys::new("p", "x"));
-    let _waiter = sub.join(sub.expect(&keys, 1));
+    let _waiter = sub.join(sub.expect(&keys, &owner(1)));
     task.reconcile(Instant::now());
     task.handle(0, Frame::Simple(b"PONG".to_vec())).unwrap();
     task.handle(0, push("ssubscribe", &keys.channel)).unwrap();
@@ -238,7 +238,7 @@ fn on_one_server_the_subscription_is_confirmed() {
     let addr = ConnectionAddr::Tcp(host.to_string(), port);
     task.routes.server = Some((addr, node, 0));
     let keys = Arc::new(LockKeys::new("p", "x"));
-    let waiter = sub.join(sub.expect(&keys, 1));
+    let waiter = sub.join(sub.expect(&keys, &owner(1)));
     task.reconcile(Instant::now());
     task.handle(0, Frame::Simple(b"PONG".to_vec())).unwrap();
     task.handle(0, push("subscribe", &keys.channel)).unwrap();
@@ -250,7 +250,7 @@ fn on_one_server_the_subscription_is_confirmed() {
 fn a_subscription_is_confirmed_only_by_the_answer_that_names_its_channel() {
     let (sub, mut task, _listener, _node) = task();
     let [x, z, w] = ["x", "z", "w"].map(|name| Arc::new(LockKeys::new("p", name)));
-    let leaving = sub.join(sub.expect(&x, 1));
+    let leaving = sub.join(sub.expect(&x, &owner(1)));
     task.reconcile(Instant::now());
     task.handle(0, Frame::Simple(b"PONG".to_vec())).unwrap();
     task.handle(0, push("ssubscribe", &x.channel)).unwrap();
@@ -258,8 +258,8 @@ fn a_subscription_is_confirmed_only_by_the_answer_that_names_its_channel() {
     // x's last waiter leaves as waiters for z and w arrive: one reconcile sends
     // SUNSUBSCRIBE x, SSUBSCRIBE z, SSUBSCRIBE w (in the map's order).
     drop(leaving);
-    let _z = sub.join(sub.expect(&z, 2));
-    let _w = sub.join(sub.expect(&w, 3));
+    let _z = sub.join(sub.expect(&z, &owner(2)));
+    let _w = sub.join(sub.expect(&w, &owner(3)));
     task.reconcile(Instant::now());
     let subscribed: Vec<String> = task.shards[0]
         .sent

@@ -4,8 +4,12 @@
 //! `NOSCRIPT` (a `SCRIPT FLUSH`, a restarted or failed-over server), with EVAL, which runs the
 //! text and caches it again, so a flushed script cache never surfaces to the user. The text is
 //! fixed; keys and values travel as KEYS and ARGV, so user data never becomes code.
+//!
+//! This module runs the scripts and holds what every kind shares: the replies the engine
+//! understands ([`Acquire`], [`Release`]), the error a refusal means ([`failure`]), and the
+//! parsed form of every message a script publishes ([`Message`]). Each kind's scripts have a
+//! file of their own ([`lock`]).
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::{
@@ -15,17 +19,13 @@ use redis::{
 
 use crate::backend::Backend;
 use crate::error::Error;
-use crate::keys::LockKeys;
+use crate::keys::{Family, LockKeys};
 
-static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../lua/acquire.lua")));
-static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../lua/release.lua")));
-static RENEW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../lua/renew.lua")));
-static FORCE_UNLOCK: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../lua/force_unlock.lua")));
-static WITHDRAW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../lua/withdraw.lua")));
-static INSPECT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../lua/inspect.lua")));
-static ACQUIRE_MANY: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../lua/acquire_many.lua")));
+mod lock;
+
+pub(crate) use lock::{
+    AcquireMany, Inspection, acquire, acquire_many, force_unlock, inspect, release, withdraw,
+};
 
 /// One script of `lua/`: EVALSHA, then EVAL on `NOSCRIPT`.
 ///
@@ -88,6 +88,11 @@ impl Invocation<'_> {
         }
     }
 
+    /// The EVALSHA command, for a pipeline (which cannot fall back to EVAL call by call).
+    fn command_sha(&self) -> Cmd {
+        self.command("EVALSHA", &self.lua.hash)
+    }
+
     fn command(&self, eval: &str, script: &str) -> Cmd {
         let mut cmd = redis::cmd(eval);
         cmd.arg(script)
@@ -145,17 +150,35 @@ impl Freeing {
 /// `force_unlock.lua`), parsed: the one place that knows the messages' text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Message<'a> {
-    /// `grant <token> <lease ms> <owner>`: the lock was handed to `owner`, the oldest waiter
-    /// still waiting, with fencing token `token`, for `lease` unless renewed.
-    Grant {
-        token: u64,
-        lease: Duration,
-        owner: &'a str,
-    },
+    /// `grant <token> <lease ms> <owner>[ <token> <owner>]...`: the object was handed to
+    /// each `owner` (waiters still waiting, oldest first) with its fencing `token`, for
+    /// `lease` unless renewed. A lock grants one owner; a kind with shares may grant several
+    /// in one message.
+    Grant { lease: Duration, grants: Grants<'a> },
     /// `unlock`: freed, with only stale places queued: one waiter should try.
     Unlock,
     /// `force`: deleted by a force-unlock: every waiter should try.
     Force,
+}
+
+/// The `(token, owner)` pairs of a [`Message::Grant`], checked when parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grants<'a> {
+    first: (u64, &'a str),
+    /// `<token> <owner>` pairs after the first, separated by single spaces.
+    rest: &'a str,
+}
+
+impl<'a> Grants<'a> {
+    /// Every `(token, owner)`, in the order granted.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &'a str)> + use<'a> {
+        let mut words = self.rest.split(' ').filter(|w| !w.is_empty());
+        let more = std::iter::from_fn(move || {
+            let token = words.next()?.parse().ok()?;
+            Some((token, words.next()?))
+        });
+        std::iter::once(self.first).chain(more)
+    }
 }
 
 impl<'a> Message<'a> {
@@ -167,28 +190,49 @@ impl<'a> Message<'a> {
             _ => {}
         }
         let grant = std::str::from_utf8(payload.strip_prefix(b"grant ")?).ok()?;
-        let mut parts = grant.splitn(3, ' ');
+        let mut parts = grant.splitn(4, ' ');
         let token = parts.next()?.parse().ok()?;
         let lease = Duration::from_millis(parts.next()?.parse().ok()?);
         let owner = parts.next().filter(|o| !o.is_empty())?;
-        Some(Message::Grant {
-            token,
+        let rest = parts.next().unwrap_or("");
+        // Whole pairs only: a token that is a number, and an owner after it.
+        let words: Vec<&str> = rest.split(' ').collect();
+        let pairs_ok = rest.is_empty()
+            || (words.len().is_multiple_of(2)
+                && words
+                    .chunks(2)
+                    .all(|pair| pair[0].parse::<u64>().is_ok() && !pair[1].is_empty()));
+        pairs_ok.then_some(Message::Grant {
             lease,
-            owner,
+            grants: Grants {
+                first: (token, owner),
+                rest,
+            },
         })
     }
 
-    /// The payload as the scripts publish it: for tests that play a release's part.
+    /// The payload of a grant of `grants`, as the scripts publish it: for tests that play a
+    /// release's part.
+    #[cfg(test)]
+    pub fn grant(lease: Duration, grants: &[(u64, &str)]) -> Vec<u8> {
+        let pairs: Vec<String> = grants.iter().map(|(t, o)| format!("{t} {o}")).collect();
+        let (first, rest) = pairs.split_first().expect("at least one grant");
+        let (token, owner) = first.split_once(' ').unwrap();
+        let mut payload = format!("grant {token} {} {owner}", lease.as_millis());
+        for pair in rest {
+            payload.push(' ');
+            payload.push_str(pair);
+        }
+        payload.into_bytes()
+    }
+
+    /// The payload of `unlock` or `force`.
     #[cfg(test)]
     pub fn payload(&self) -> Vec<u8> {
         match self {
-            Message::Grant {
-                token,
-                lease,
-                owner,
-            } => format!("grant {token} {} {owner}", lease.as_millis()).into_bytes(),
             Message::Unlock => b"unlock".to_vec(),
             Message::Force => b"force".to_vec(),
+            Message::Grant { .. } => panic!("use Message::grant"),
         }
     }
 }
@@ -224,115 +268,6 @@ impl Queueing {
     };
 }
 
-pub(crate) fn acquire(
-    con: &mut dyn ConnectionLike,
-    keys: &LockKeys,
-    owner: &str,
-    hold: Option<(u32, u64)>,
-    lease: Duration,
-    queueing: Queueing,
-) -> RedisResult<Acquire> {
-    let (holds, token) = hold.unwrap_or((0, 0));
-    let reply: Vec<i64> = ACQUIRE
-        .key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.queue)
-        .key(&keys.waiters)
-        .arg(owner)
-        .arg(holds)
-        .arg(millis(lease))
-        .arg(token)
-        .arg(millis(queueing.queue_for))
-        .arg(if queueing.queued { "1" } else { "0" })
-        .arg(millis(queueing.handover_lease))
-        .invoke(con)?;
-    Ok(match reply.as_slice() {
-        [1, token, ..] => Acquire::Acquired {
-            token: *token as u64,
-        },
-        [0, pttl, rest @ ..] => Acquire::Busy {
-            ttl: Duration::from_millis((*pttl).max(0) as u64),
-            fence: rest.first().map_or(0, |f| (*f).max(0) as u64),
-        },
-        _ => Acquire::Lost,
-    })
-}
-
-/// What `acquire_many.lua` answered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum AcquireMany {
-    /// All of them ours, with these fencing tokens (in the order asked).
-    Acquired(Vec<u64>),
-    /// Lock `index` (from 0) is held, for at most `ttl` more; nothing was taken.
-    Busy { index: usize, ttl: Duration },
-    /// Lock `index`'s hash (or, with `fence`, its fencing counter) holds data that is not a
-    /// lock of ours; nothing was taken.
-    Foreign { index: usize, fence: bool },
-}
-
-/// Takes every lock of `locks` that is free for `owner`, or none of them.
-pub(crate) fn acquire_many(
-    con: &mut dyn ConnectionLike,
-    locks: &[&LockKeys],
-    owner: &str,
-    lease: Duration,
-) -> RedisResult<AcquireMany> {
-    let mut invocation = ACQUIRE_MANY.prepare_invoke();
-    for keys in locks {
-        invocation.key(&keys.lock).key(&keys.fence);
-    }
-    let reply: RedisResult<Vec<i64>> = invocation.arg(owner).arg(millis(lease)).invoke(con);
-    let reply = match reply {
-        Ok(reply) => reply,
-        Err(e) if e.code() == Some("WRONGTYPE") => {
-            let mut words = e.detail().unwrap_or("").split_whitespace();
-            let fence = words.next() == Some("fence");
-            let index = words.next().and_then(|i| i.parse::<usize>().ok());
-            return match index {
-                Some(i) if i >= 1 => Ok(AcquireMany::Foreign {
-                    index: i - 1,
-                    fence,
-                }),
-                _ => Err(e),
-            };
-        }
-        Err(e) => return Err(e),
-    };
-    Ok(match reply.as_slice() {
-        [0, index, pttl] => AcquireMany::Busy {
-            index: (*index as usize).saturating_sub(1),
-            ttl: Duration::from_millis((*pttl).max(0) as u64),
-        },
-        [1, tokens @ ..] => AcquireMany::Acquired(tokens.iter().map(|t| *t as u64).collect()),
-        _ => {
-            return Err(redis::RedisError::from((
-                redis::ErrorKind::UnexpectedReturnType,
-                "acquire_many.lua answered something else",
-                format!("{reply:?}"),
-            )));
-        }
-    })
-}
-
-/// Takes the caller out of the queue; `Some(token)` if the lock had been handed to it, which
-/// then holds it with at least `lease` and the hand-over's token.
-pub(crate) fn withdraw(
-    con: &mut dyn ConnectionLike,
-    keys: &LockKeys,
-    owner: &str,
-    lease: Duration,
-) -> RedisResult<Option<u64>> {
-    let (granted, token): (i64, i64) = WITHDRAW
-        .key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.queue)
-        .key(&keys.waiters)
-        .arg(owner)
-        .arg(millis(lease))
-        .invoke(con)?;
-    Ok((granted == 1).then_some(token as u64))
-}
-
 /// What `release.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Release {
@@ -353,24 +288,8 @@ pub(crate) enum TakenBy {
     Message,
 }
 
-pub(crate) fn release(
-    con: &mut dyn ConnectionLike,
-    keys: &LockKeys,
-    owner: &str,
-    holds: u32,
-    token: u64,
-    freeing: Freeing,
-    taken_by: TakenBy,
-) -> RedisResult<Release> {
-    let mode = match taken_by {
-        TakenBy::Attempt => "0",
-        TakenBy::Message => "2",
-    };
-    run_release(con, keys, owner, holds, token, freeing, mode)
-}
-
-/// Gives back a hand-over to `owner` with `token` that nobody took up; changes nothing if it
-/// was taken up (by an attempt, a withdrawal, or from the message).
+/// Gives back a hand-over to `owner` with `token` that nobody took up (its thread no longer
+/// waited), with the release script of `keys`'s family; changes nothing if it was taken up.
 pub(crate) fn give_back(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
@@ -378,37 +297,9 @@ pub(crate) fn give_back(
     token: u64,
     freeing: Freeing,
 ) -> RedisResult<Release> {
-    run_release(con, keys, owner, 1, token, freeing, "1")
-}
-
-fn run_release(
-    con: &mut dyn ConnectionLike,
-    keys: &LockKeys,
-    owner: &str,
-    holds: u32,
-    token: u64,
-    freeing: Freeing,
-    mode: &str,
-) -> RedisResult<Release> {
-    let reply: i64 = RELEASE
-        .key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.channel)
-        .key(keys.release_latch(owner, token))
-        .key(&keys.queue)
-        .key(&keys.waiters)
-        .arg(owner)
-        .arg(holds)
-        .arg(token)
-        .arg(millis(freeing.latch_ttl))
-        .arg(freeing.publish)
-        .arg(mode)
-        .invoke(con)?;
-    Ok(match reply {
-        1 => Release::Released,
-        2 => Release::StillHeld,
-        _ => Release::NotOurs,
-    })
+    match keys.family {
+        Family::Lock => lock::give_back(con, keys, owner, token, freeing),
+    }
 }
 
 /// One hold to renew: the lock, the owner whose field must still be there, and the fencing
@@ -440,7 +331,7 @@ pub(crate) fn renew_pipelined(
 ) -> RedisResult<Vec<Vec<bool>>> {
     let mut pipeline = redis::pipe();
     for batch in batches {
-        pipeline.add_command(renewal(batch, lease).command("EVALSHA", &RENEW.hash));
+        pipeline.add_command(renewal(batch, lease).command_sha());
     }
     // Straight to the connection: `Pipeline::query` refuses a cluster connection, which sends
     // a pipeline to the node of its first command.
@@ -454,54 +345,11 @@ pub(crate) fn renew_pipelined(
         .collect()
 }
 
+/// The call that renews `batch`, whose holds are all of one family.
 fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) -> Invocation<'a> {
-    let mut invocation = RENEW.prepare_invoke();
-    invocation.arg(millis(lease));
-    for r in batch {
-        invocation
-            .key(&r.keys.lock)
-            .key(&r.keys.fence)
-            .arg(r.owner)
-            .arg(r.token);
+    match batch.first().map(|r| r.keys.family) {
+        Some(Family::Lock) | None => lock::renewal(batch, lease),
     }
-    invocation
-}
-
-/// Deletes the lock whoever holds it; `request` names this call so a retry answers the same.
-pub(crate) fn force_unlock(
-    con: &mut dyn ConnectionLike,
-    keys: &LockKeys,
-    request: &str,
-    freeing: Freeing,
-) -> RedisResult<bool> {
-    let reply: i64 = FORCE_UNLOCK
-        .key(&keys.lock)
-        .key(&keys.channel)
-        .key(keys.force_latch(request))
-        .arg(freeing.publish)
-        .arg(millis(freeing.latch_ttl))
-        .invoke(con)?;
-    Ok(reply == 1)
-}
-
-/// A lock's state as `inspect.lua` reads it.
-pub(crate) struct Inspection {
-    pub locked: bool,
-    pub holds: u32,
-    pub ttl: Option<Duration>,
-}
-
-pub(crate) fn inspect(
-    con: &mut dyn ConnectionLike,
-    keys: &LockKeys,
-    owner: &str,
-) -> RedisResult<Inspection> {
-    let (locked, holds, pttl): (i64, i64, i64) = INSPECT.key(&keys.lock).arg(owner).invoke(con)?;
-    Ok(Inspection {
-        locked: locked == 1,
-        holds: holds.clamp(0, u32::MAX as i64) as u32,
-        ttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
-    })
 }
 
 /// Milliseconds for Redis; callers validated that the value fits.
@@ -517,13 +365,22 @@ mod tests {
     /// literals), and what is not theirs.
     #[test]
     fn messages_parse_as_the_scripts_publish_them() {
+        fn grants(m: Option<Message<'_>>) -> Option<(Duration, Vec<(u64, &str)>)> {
+            match m {
+                Some(Message::Grant { lease, grants }) => Some((lease, grants.iter().collect())),
+                _ => None,
+            }
+        }
         assert_eq!(
-            Message::parse(b"grant 42 30000 c0ffee:7"),
-            Some(Message::Grant {
-                token: 42,
-                lease: Duration::from_secs(30),
-                owner: "c0ffee:7",
-            })
+            grants(Message::parse(b"grant 42 30000 c0ffee:7")),
+            Some((Duration::from_secs(30), vec![(42, "c0ffee:7")]))
+        );
+        assert_eq!(
+            grants(Message::parse(b"grant 42 500 c:7 43 c:8 44 d:1")),
+            Some((
+                Duration::from_millis(500),
+                vec![(42, "c:7"), (43, "c:8"), (44, "d:1")]
+            ))
         );
         assert_eq!(Message::parse(b"unlock"), Some(Message::Unlock));
         assert_eq!(Message::parse(b"force"), Some(Message::Force));
@@ -534,17 +391,21 @@ mod tests {
             b"grant 42 30000 ",
             b"grant x 30000 o:1",
             b"grant 42 -1 o:1",
+            b"grant 42 1 o:1 43",
+            b"grant 42 1 o:1 x o:2",
+            b"grant 42 1 o:1 43 ",
+            b"grant 42 1 o:1  o:2",
             b"unlock ",
             b"hello",
             b"",
         ] {
             assert_eq!(Message::parse(foreign), None, "{foreign:?}");
         }
-        let grant = Message::Grant {
-            token: 9,
-            lease: Duration::from_millis(1500),
-            owner: "id:3",
-        };
-        assert_eq!(Message::parse(&grant.payload()), Some(grant));
+        let payload = Message::grant(Duration::from_millis(1500), &[(9, "id:3"), (10, "id:4")]);
+        assert_eq!(payload, b"grant 9 1500 id:3 10 id:4");
+        assert_eq!(
+            grants(Message::parse(&payload)),
+            Some((Duration::from_millis(1500), vec![(9, "id:3"), (10, "id:4")]))
+        );
     }
 }

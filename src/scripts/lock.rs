@@ -1,0 +1,238 @@
+//! The lock's scripts (`Lock`, and the members of `MultiLock` and `Redlock`): take, queue,
+//! withdraw, release, renew, force-unlock and read one lock.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{ConnectionLike, RedisResult};
+
+use super::{Acquire, Freeing, Invocation, Lua, Queueing, Release, Renewal, TakenBy, millis};
+use crate::keys::LockKeys;
+
+static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/acquire.lua")));
+static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/release.lua")));
+static RENEW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/renew.lua")));
+static FORCE_UNLOCK: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/force_unlock.lua")));
+static WITHDRAW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/withdraw.lua")));
+static INSPECT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/inspect.lua")));
+static ACQUIRE_MANY: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/acquire_many.lua")));
+
+pub(crate) fn acquire(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    hold: Option<(u32, u64)>,
+    lease: Duration,
+    queueing: Queueing,
+) -> RedisResult<Acquire> {
+    let (holds, token) = hold.unwrap_or((0, 0));
+    let reply: Vec<i64> = ACQUIRE
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.queue)
+        .key(&keys.waiters)
+        .arg(owner)
+        .arg(holds)
+        .arg(millis(lease))
+        .arg(token)
+        .arg(millis(queueing.queue_for))
+        .arg(if queueing.queued { "1" } else { "0" })
+        .arg(millis(queueing.handover_lease))
+        .invoke(con)?;
+    Ok(match reply.as_slice() {
+        [1, token, ..] => Acquire::Acquired {
+            token: *token as u64,
+        },
+        [0, pttl, rest @ ..] => Acquire::Busy {
+            ttl: Duration::from_millis((*pttl).max(0) as u64),
+            fence: rest.first().map_or(0, |f| (*f).max(0) as u64),
+        },
+        _ => Acquire::Lost,
+    })
+}
+
+/// What `acquire_many.lua` answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AcquireMany {
+    /// All of them ours, with these fencing tokens (in the order asked).
+    Acquired(Vec<u64>),
+    /// Lock `index` (from 0) is held, for at most `ttl` more; nothing was taken.
+    Busy { index: usize, ttl: Duration },
+    /// Lock `index`'s hash (or, with `fence`, its fencing counter) holds data that is not a
+    /// lock of ours; nothing was taken.
+    Foreign { index: usize, fence: bool },
+}
+
+/// Takes every lock of `locks` that is free for `owner`, or none of them.
+pub(crate) fn acquire_many(
+    con: &mut dyn ConnectionLike,
+    locks: &[&LockKeys],
+    owner: &str,
+    lease: Duration,
+) -> RedisResult<AcquireMany> {
+    let mut invocation = ACQUIRE_MANY.prepare_invoke();
+    for keys in locks {
+        invocation.key(&keys.lock).key(&keys.fence);
+    }
+    let reply: RedisResult<Vec<i64>> = invocation.arg(owner).arg(millis(lease)).invoke(con);
+    let reply = match reply {
+        Ok(reply) => reply,
+        Err(e) if e.code() == Some("WRONGTYPE") => {
+            let mut words = e.detail().unwrap_or("").split_whitespace();
+            let fence = words.next() == Some("fence");
+            let index = words.next().and_then(|i| i.parse::<usize>().ok());
+            return match index {
+                Some(i) if i >= 1 => Ok(AcquireMany::Foreign {
+                    index: i - 1,
+                    fence,
+                }),
+                _ => Err(e),
+            };
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(match reply.as_slice() {
+        [0, index, pttl] => AcquireMany::Busy {
+            index: (*index as usize).saturating_sub(1),
+            ttl: Duration::from_millis((*pttl).max(0) as u64),
+        },
+        [1, tokens @ ..] => AcquireMany::Acquired(tokens.iter().map(|t| *t as u64).collect()),
+        _ => {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "acquire_many.lua answered something else",
+                format!("{reply:?}"),
+            )));
+        }
+    })
+}
+
+/// Takes the caller out of the queue; `Some(token)` if the lock had been handed to it, which
+/// then holds it with at least `lease` and the hand-over's token.
+pub(crate) fn withdraw(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    lease: Duration,
+) -> RedisResult<Option<u64>> {
+    let (granted, token): (i64, i64) = WITHDRAW
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.queue)
+        .key(&keys.waiters)
+        .arg(owner)
+        .arg(millis(lease))
+        .invoke(con)?;
+    Ok((granted == 1).then_some(token as u64))
+}
+
+pub(crate) fn release(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    holds: u32,
+    token: u64,
+    freeing: Freeing,
+    taken_by: TakenBy,
+) -> RedisResult<Release> {
+    let mode = match taken_by {
+        TakenBy::Attempt => "0",
+        TakenBy::Message => "2",
+    };
+    run_release(con, keys, owner, holds, token, freeing, mode)
+}
+
+/// Gives back a hand-over to `owner` with `token` that nobody took up; changes nothing if it
+/// was taken up (by an attempt, a withdrawal, or from the message).
+pub(super) fn give_back(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    token: u64,
+    freeing: Freeing,
+) -> RedisResult<Release> {
+    run_release(con, keys, owner, 1, token, freeing, "1")
+}
+
+fn run_release(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    holds: u32,
+    token: u64,
+    freeing: Freeing,
+    mode: &str,
+) -> RedisResult<Release> {
+    let reply: i64 = RELEASE
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.channel)
+        .key(keys.release_latch(owner, token))
+        .key(&keys.queue)
+        .key(&keys.waiters)
+        .arg(owner)
+        .arg(holds)
+        .arg(token)
+        .arg(millis(freeing.latch_ttl))
+        .arg(freeing.publish)
+        .arg(mode)
+        .invoke(con)?;
+    Ok(match reply {
+        1 => Release::Released,
+        2 => Release::StillHeld,
+        _ => Release::NotOurs,
+    })
+}
+
+/// The call of `renew.lua` that renews the lock holds in `batch`.
+pub(super) fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) -> Invocation<'a> {
+    let mut invocation = RENEW.prepare_invoke();
+    invocation.arg(millis(lease));
+    for r in batch {
+        invocation
+            .key(&r.keys.lock)
+            .key(&r.keys.fence)
+            .arg(r.owner)
+            .arg(r.token);
+    }
+    invocation
+}
+
+/// Deletes the lock whoever holds it; `request` names this call so a retry answers the same.
+pub(crate) fn force_unlock(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    request: &str,
+    freeing: Freeing,
+) -> RedisResult<bool> {
+    let reply: i64 = FORCE_UNLOCK
+        .key(&keys.lock)
+        .key(&keys.channel)
+        .key(keys.force_latch(request))
+        .arg(freeing.publish)
+        .arg(millis(freeing.latch_ttl))
+        .invoke(con)?;
+    Ok(reply == 1)
+}
+
+/// A lock's state as `inspect.lua` reads it.
+pub(crate) struct Inspection {
+    pub locked: bool,
+    pub holds: u32,
+    pub ttl: Option<Duration>,
+}
+
+pub(crate) fn inspect(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+) -> RedisResult<Inspection> {
+    let (locked, holds, pttl): (i64, i64, i64) = INSPECT.key(&keys.lock).arg(owner).invoke(con)?;
+    Ok(Inspection {
+        locked: locked == 1,
+        holds: holds.clamp(0, u32::MAX as i64) as u32,
+        ttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+    })
+}
