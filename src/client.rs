@@ -12,6 +12,8 @@ use crate::engine::hold::Holds;
 use crate::engine::validate_duration;
 use crate::error::{Error, Result};
 use crate::kinds::lock::Lock;
+use crate::kinds::read_write::ReadWriteLock;
+use crate::kinds::semaphore::Semaphore;
 use crate::subscriber::Subscriber;
 #[cfg(feature = "tls")]
 use redis::TlsCertificates;
@@ -140,6 +142,18 @@ impl Client {
     /// every call fail with [`Error::InvalidArgument`].
     pub fn lock(&self, name: &str) -> Lock {
         Lock::new(self.runtime.clone(), name)
+    }
+
+    /// A handle on the read-write lock called `name` (`p:{name}:rwlock`: not the lock of
+    /// the same name). No I/O; the name is checked when it is used.
+    pub fn read_write_lock(&self, name: &str) -> ReadWriteLock {
+        ReadWriteLock::new(self.runtime.clone(), name)
+    }
+
+    /// A handle on the semaphore called `name` (`p:{name}:semaphore`). No I/O; the name is
+    /// checked when it is used.
+    pub fn semaphore(&self, name: &str) -> Semaphore {
+        Semaphore::new(self.runtime.clone(), name)
     }
 
     /// This client's id, the first half of its owner ids (`<id>:<thread number>`).

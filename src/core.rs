@@ -44,6 +44,13 @@ impl Core {
     pub fn thread_owner(&self) -> Arc<str> {
         format!("{}:{}", self.id, thread_number()).into()
     }
+
+    /// An owner id of its own for one acquisition whose guard may move between threads
+    /// (a semaphore's permits): `<client id>:p<number>`, never reused by this process.
+    pub fn fresh_owner(&self) -> Arc<str> {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        format!("{}:p{}", self.id, NEXT.fetch_add(1, Ordering::Relaxed)).into()
+    }
 }
 
 /// The calling thread's number: unique within the process, never reused.

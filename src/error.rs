@@ -22,6 +22,13 @@ pub enum Error {
         /// The lock's name.
         name: String,
     },
+    /// Waiting would never end: a thread that holds only a read of a
+    /// [`ReadWriteLock`](crate::ReadWriteLock) asked to write it, and would wait for its own
+    /// read to go. Nothing was sent to Redis; the read is still held.
+    WouldDeadlock {
+        /// The lock's name.
+        name: String,
+    },
     /// A key that the lock uses holds data that is not a lock of ours (another type, or a
     /// hash without a lease). It was left untouched.
     WrongType {
@@ -56,6 +63,11 @@ impl fmt::Display for Error {
             Error::LockLost { name } => {
                 write!(f, "lock {name:?} was lost: it expired or was taken")
             }
+            Error::WouldDeadlock { name } => write!(
+                f,
+                "lock {name:?}: this thread holds a read of it and asked to write, which \
+                 would wait for itself; release the read first"
+            ),
             Error::WrongType { key } => {
                 write!(
                     f,

@@ -12,6 +12,12 @@
 //!   lives a few seconds
 //! - `p:{name}:forced:<request id>`  the same for a force-unlock
 //!
+//! A read-write lock (`p:{name}:rwlock`) and a semaphore (`p:{name}:semaphore`) keep their
+//! holders in that main key (hash: owner id -> `"<count> <token>"`; a read-write lock also
+//! `writer` -> the write owner) with one lease per holder in `<main>:leases` (zset: owner
+//! id -> lease end, ms), and the same `:fence`, `:unlocked`, `:queue`, `:waiters` and
+//! `:released:...` after the main key; a semaphore's total is `<main>:permits`.
+//!
 //! The lock's keys share the hash tag `{name}`, so each script touches one Cluster slot.
 
 use crate::error::{Error, Result};
@@ -78,6 +84,10 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
 pub(crate) enum Family {
     /// `Lock`, `SpinLock`, and the members of `MultiLock` and `Redlock`: `p:{name}`.
     Lock,
+    /// `ReadWriteLock`: `p:{name}:rwlock`.
+    ReadWrite,
+    /// `Semaphore`: `p:{name}:semaphore`.
+    Semaphore,
 }
 
 impl Family {
@@ -85,10 +95,12 @@ impl Family {
     fn suffix(self) -> &'static str {
         match self {
             Family::Lock => "",
+            Family::ReadWrite => ":rwlock",
+            Family::Semaphore => ":semaphore",
         }
     }
 
-    const ALL: [Family; 1] = [Family::Lock];
+    const ALL: [Family; 3] = [Family::Lock, Family::ReadWrite, Family::Semaphore];
 }
 
 /// The keys and channel of one object: a lock, or an object of another [`Family`]. The
@@ -149,6 +161,17 @@ impl LockKeys {
     /// The latch that records the final release of the hold `owner` took with `token`.
     pub fn release_latch(&self, owner: &str, token: u64) -> String {
         format!("{}:released:{owner}:{token}", self.lock)
+    }
+
+    /// The lease of each holder of a kind with shares (a read-write lock, a semaphore):
+    /// zset owner -> lease end.
+    pub fn leases(&self) -> String {
+        format!("{}:leases", self.lock)
+    }
+
+    /// A semaphore's total number of permits.
+    pub fn permits(&self) -> String {
+        format!("{}:permits", self.lock)
     }
 
     /// The latch that records the outcome of force-unlock request `request`.

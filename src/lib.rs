@@ -58,7 +58,9 @@ pub use error::{Error, Result};
 pub use keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
 pub use kinds::lock::{Lock, LockGuard};
 pub use kinds::multi::{MultiLock, MultiLockGuard};
+pub use kinds::read_write::{ReadGuard, ReadWriteLock, WriteGuard};
 pub use kinds::redlock::{RedLock, RedLockGuard, Redlock};
+pub use kinds::semaphore::{Permits, Semaphore};
 /// TLS settings for [`ClientBuilder::tls_certificates`]: the `redis` crate's own types, so
 /// certificates configured for it can be given as they are.
 #[cfg(feature = "tls")]

@@ -96,6 +96,11 @@ pub(crate) fn call<T>(
         .map_err(|e| scripts::failure(keys, e))
 }
 
+/// What a script that frees or grants an object must know of this client's deployment.
+pub(crate) fn freeing(core: &Core) -> Freeing {
+    Freeing::of(&core.backend)
+}
+
 /// Checks an object's name for this client's deployment (see `keys::check_name`).
 pub(crate) fn check_name(core: &Core, name: &str) -> Result<()> {
     crate::keys::check_name(name, core.backend.is_cluster())

@@ -2,12 +2,18 @@
 //! handles and guards, and each kind's own rules.
 //!
 //! - [`lock`]: the reentrant, owner-checked, leased lock;
+//! - [`read_write`]: many readers or one writer;
+//! - [`semaphore`]: leased permits;
 //! - [`multi`]: several locks taken all or none;
-//! - [`redlock`]: one lock over independent masters, held by majority.
+//! - [`redlock`]: one lock over independent masters, held by majority;
+//! - [`shares`]: what the read-write lock and the semaphore share.
 
 pub(crate) mod lock;
 pub(crate) mod multi;
+pub(crate) mod read_write;
 pub(crate) mod redlock;
+pub(crate) mod semaphore;
+mod shares;
 
 use std::time::Duration;
 

@@ -41,7 +41,13 @@ pub(crate) fn acquire(
         .arg(if queueing.queued { "1" } else { "0" })
         .arg(millis(queueing.handover_lease))
         .invoke(con)?;
-    Ok(match reply.as_slice() {
+    Ok(acquire_reply(&reply))
+}
+
+/// An attempt's reply (`acquire.lua`, `shares_acquire.lua`): `{1, token}`,
+/// `{0, ttl, fence}` or `{-1, 0}`.
+pub(super) fn acquire_reply(reply: &[i64]) -> Acquire {
+    match reply {
         [1, token, ..] => Acquire::Acquired {
             token: *token as u64,
         },
@@ -50,7 +56,7 @@ pub(crate) fn acquire(
             fence: rest.first().map_or(0, |f| (*f).max(0) as u64),
         },
         _ => Acquire::Lost,
-    })
+    }
 }
 
 /// What `acquire_many.lua` answered.

@@ -7,8 +7,8 @@
 //!
 //! This module runs the scripts and holds what every kind shares: the replies the engine
 //! understands ([`Acquire`], [`Release`]), the error a refusal means ([`failure`]), and the
-//! parsed form of every message a script publishes ([`Message`]). Each kind's scripts have a
-//! file of their own ([`lock`]).
+//! parsed form of every message a script publishes ([`Message`]). Each family's scripts have a
+//! file of their own ([`lock`], [`shares`]).
 
 use std::time::Duration;
 
@@ -22,6 +22,7 @@ use crate::error::Error;
 use crate::keys::{Family, LockKeys};
 
 mod lock;
+pub(crate) mod shares;
 
 pub(crate) use lock::{
     AcquireMany, Inspection, acquire, acquire_many, force_unlock, inspect, release, withdraw,
@@ -105,19 +106,21 @@ impl Invocation<'_> {
 
 /// The error a failed script call on the lock `keys` means. Our scripts refuse foreign data
 /// with `WRONGTYPE <which>`, naming which of the lock's keys holds it (`lock`, `fence`,
-/// `queue` or `waiters`): the key itself may be any text, so the reply names its role and
+/// `queue`, `waiters`, and for the kinds with shares `leases` or `permits`): the key itself may be any text, so the reply names its role and
 /// the key is put back here. Anything else is a failure of Redis or of the way to it.
 pub(crate) fn failure(keys: &LockKeys, e: RedisError) -> Error {
     if e.code() != Some("WRONGTYPE") {
         return Error::Redis(e);
     }
     let key = match e.detail().and_then(|d| d.split_whitespace().next()) {
-        Some("fence") => &keys.fence,
-        Some("queue") => &keys.queue,
-        Some("waiters") => &keys.waiters,
-        _ => &keys.lock,
+        Some("fence") => keys.fence.clone(),
+        Some("queue") => keys.queue.clone(),
+        Some("waiters") => keys.waiters.clone(),
+        Some("leases") => keys.leases(),
+        Some("permits") => keys.permits(),
+        _ => keys.lock.clone(),
     };
-    Error::WrongType { key: key.clone() }
+    Error::WrongType { key }
 }
 
 /// What the scripts that free a lock (release, give-back, force-unlock) need to know of the
@@ -299,6 +302,9 @@ pub(crate) fn give_back(
 ) -> RedisResult<Release> {
     match keys.family {
         Family::Lock => lock::give_back(con, keys, owner, token, freeing),
+        Family::ReadWrite | Family::Semaphore => {
+            shares::give_back(con, keys, owner, token, freeing)
+        }
     }
 }
 
@@ -349,6 +355,7 @@ pub(crate) fn renew_pipelined(
 fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) -> Invocation<'a> {
     match batch.first().map(|r| r.keys.family) {
         Some(Family::Lock) | None => lock::renewal(batch, lease),
+        Some(Family::ReadWrite | Family::Semaphore) => shares::renewal(batch, lease),
     }
 }
 

@@ -1,0 +1,236 @@
+-- shares.lua: what the scripts of the kinds with shares (the read-write lock, the semaphore)
+-- have in common. Not a script of its own: scripts/shares.rs puts it in front of
+-- shares_acquire.lua, shares_release.lua, shares_withdraw.lua and semaphore_set.lua, which
+-- all pass these KEYS and ARGV[1]:
+--
+-- KEYS[1]  the holders     <prefix>:{<name>}:<kind>          hash: owner -> "<count> <token>"
+--                          (a read-write lock also has field "writer" -> the write owner)
+-- KEYS[2]  the fence       <prefix>:{<name>}:<kind>:fence    string: the last token; never expires
+-- KEYS[3]  the wait queue  <prefix>:{<name>}:<kind>:queue    zset: owner -> arrival (µs)
+-- KEYS[4]  waiters' terms  <prefix>:{<name>}:<kind>:waiters  hash: owner -> terms (below)
+-- KEYS[5]  the leases      <prefix>:{<name>}:<kind>:leases   zset: owner -> lease end (ms)
+-- KEYS[6]  the channel     <prefix>:{<name>}:<kind>:unlocked
+-- KEYS[7]  the total       <prefix>:{<name>}:semaphore:permits  string; a semaphore's only
+--                          (a read-write lock passes its own name for it and never reads it)
+-- ARGV[1]  policy          "rw" (read-write lock) or "sem" (semaphore)
+-- ARGV[2]  publish command PUBLISH (or SPUBLISH on a sharded cluster), for grants
+--
+-- An owner's count is its hold count (a read-write lock: reads and writes re-enter) or the
+-- permits it holds (a semaphore: an owner per acquisition, never re-entered). Every holder
+-- has a lease of its own, in the leases zset; the holders hash and the leases zset expire
+-- together with the latest lease, so a crashed holder's share comes back after its own lease
+-- (every script first drops the holders whose lease ended: `purge`), and an abandoned object
+-- leaves nothing behind.
+--
+-- A waiter's terms are "<valid until, ms> <hand-over lease, ms> <need>" while it waits (need:
+-- "r" or "w" for a read-write lock, the number of permits for a semaphore), and
+-- "granted <token>" once it was admitted from the queue.
+--
+-- The grant rule (`grant_waiters`), the same for both kinds: waiters are admitted from the
+-- head of the queue, in arrival order, while each fits; the first that does not fit stops
+-- the run, so nobody behind it overtakes it (a writer is not starved by readers, a large
+-- request by small ones). A semaphore's waiter asking more than the total is stepped over,
+-- not stopped at: no release can admit it, only a raised total, and it would block the
+-- queue for nothing; it keeps its place for then. Admitting takes place when something is
+-- released, when a waiter leaves, when the total changes, and when an attempt finds live
+-- waiters that fit (an object freed by a lease running out, with nobody to publish).
+-- Every admission of one call goes out in one message:
+-- "grant <token> <lease ms> <owner>[ <token> <owner>]...".
+--
+-- Tokens: a write and an acquisition of permits take the next fencing token (above every
+-- earlier one of the object, and at least the server's clock in µs: see acquire.lua's
+-- next_token); a read takes the counter as it is (a read does not move it), so a write's
+-- token is above every read's before it.
+--
+-- Foreign data: every key's type is checked before anything is written ("WRONGTYPE <role>",
+-- raised with error(), which Redis answers as that error); nothing of anyone's is changed.
+
+local H, fence, queue, waiters, leases, channel, total_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local policy, publish = ARGV[1], ARGV[2]
+local rw = policy == 'rw'
+local clock = redis.call('time')
+local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+
+local function wrongtype(which)
+  error(redis.error_reply('WRONGTYPE ' .. which))
+end
+
+-- A key is ours only if it is absent or of the type we make it; holders and leases always
+-- carry an expiry.
+local function check_types()
+  for _, k in ipairs({ {H, 'hash', 'lock'}, {leases, 'zset', 'leases'}, {queue, 'zset', 'queue'},
+                       {waiters, 'hash', 'waiters'} }) do
+    local t = redis.call('type', k[1]).ok
+    if t ~= 'none' and t ~= k[2] then
+      wrongtype(k[3])
+    end
+  end
+  if redis.call('exists', H) == 1 and redis.call('pttl', H) < 0 then
+    wrongtype('lock')
+  end
+  local f = redis.pcall('get', fence)
+  if type(f) == 'table' or (f and not tonumber(f)) then
+    wrongtype('fence') -- another type, or a string that is not a counter
+  end
+end
+
+-- "<count> <token>" -> count, token (strings as stored; nil if not ours)
+local function holding(owner)
+  local v = redis.call('hget', H, owner)
+  if not v then
+    return nil
+  end
+  local count, token = string.match(v, '^(%d+) (%d+)$')
+  if not count then
+    wrongtype('lock')
+  end
+  return tonumber(count), token
+end
+
+-- The next fencing token (see acquire.lua).
+local function next_token()
+  local t = redis.call('time')
+  local micros = t[1] * 1000000 + t[2]
+  local last = tonumber(redis.call('get', fence) or '0')
+  local token = math.max(micros, last + 1)
+  redis.call('set', fence, string.format('%d', token))
+  return string.format('%d', token)
+end
+
+-- A read's token: the counter as it stands (made from the clock if there is none yet).
+local function read_token()
+  local current = redis.call('get', fence)
+  if current then
+    return current
+  end
+  return next_token()
+end
+
+-- Drops the holders whose lease has ended (a crashed holder's share comes back).
+local function purge()
+  local gone = redis.call('zrangebyscore', leases, '-inf', now)
+  if #gone == 0 then
+    return
+  end
+  local writer = rw and redis.call('hget', H, 'writer')
+  for _, owner in ipairs(gone) do
+    redis.call('hdel', H, owner)
+    if owner == writer then
+      redis.call('hdel', H, 'writer')
+    end
+  end
+  redis.call('zremrangebyscore', leases, '-inf', now)
+end
+
+-- The permits held (a semaphore).
+local function used()
+  local sum = 0
+  for _, owner in ipairs(redis.call('zrange', leases, 0, -1)) do
+    sum = sum + (holding(owner) or 0)
+  end
+  return sum
+end
+
+local function total()
+  local v = redis.call('get', total_key)
+  if v and not tonumber(v) then
+    wrongtype('permits')
+  end
+  return tonumber(v or '0')
+end
+
+-- Whether `owner`, needing `need`, fits now: true, false, or 'aside' (a semaphore's request
+-- above the total, which waits aside). `writer_of` is the read owner's thread's write owner.
+local function fits(owner, need, writer_of)
+  if rw then
+    if need == 'w' then
+      return redis.call('hlen', H) == 0
+    end
+    local writer = redis.call('hget', H, 'writer')
+    return not writer or writer == writer_of
+  end
+  local n, all = tonumber(need), total()
+  if n > all then
+    return 'aside'
+  end
+  return used() + n <= all
+end
+
+-- Gives `owner` its share: the token, the holders' field, its lease.
+local function take(owner, need, lease)
+  local token = (rw and need == 'r') and read_token() or next_token()
+  local count = rw and '1' or need
+  redis.call('hset', H, owner, count .. ' ' .. token)
+  if rw and need == 'w' then
+    redis.call('hset', H, 'writer', owner)
+  end
+  redis.call('zadd', leases, now + tonumber(lease), owner)
+  return token
+end
+
+-- Out of the queue (a waiter that took its share, or gave up).
+local function leave_queue(owner)
+  redis.call('zrem', queue, owner)
+  redis.call('hdel', waiters, owner)
+end
+
+-- Holders and leases live as long as the latest lease; gone with the last holder.
+local function fix_expiry()
+  local last = redis.call('zrange', leases, -1, -1, 'WITHSCORES')
+  if #last == 0 then
+    redis.call('del', H, leases)
+    return
+  end
+  local ttl = math.max(1, tonumber(last[2]) - now)
+  redis.call('pexpire', H, ttl)
+  redis.call('pexpire', leases, ttl)
+end
+
+-- Admits live waiters from the head of the queue while each fits (the grant rule above),
+-- dropping stale places on the way, and publishes every admission in one message. Returns
+-- the first live waiter left that did not fit, if any.
+local function grant_waiters()
+  local granted, first_lease = {}, nil
+  local aside, blocked = 0, nil
+  for _ = 1, 1000 do
+    local head = redis.call('zrange', queue, aside, aside)[1]
+    if not head then
+      break
+    end
+    local terms = redis.call('hget', waiters, head)
+    local expiry, lease, need
+    if terms then
+      expiry, lease, need = string.match(terms, '^(%d+) (%d+) (%w+)$')
+    end
+    if not expiry or tonumber(expiry) <= now then
+      leave_queue(head) -- gave up without withdrawing, or died
+    else
+      local fit = fits(head, need, nil)
+      if fit == 'aside' then
+        aside = aside + 1
+      elseif not fit then
+        blocked = head
+        break
+      else
+        local token = take(head, need, lease)
+        redis.call('zrem', queue, head)
+        redis.call('hset', waiters, head, 'granted ' .. token)
+        -- The "granted" terms must outlive the lease: they tell an unused grant from one
+        -- taken up.
+        if redis.call('pttl', waiters) < tonumber(lease) then
+          redis.call('pexpire', waiters, lease)
+        end
+        first_lease = first_lease or lease
+        table.insert(granted, token .. ' ' .. head)
+      end
+    end
+  end
+  if #granted > 0 then
+    local first = granted[1]
+    local token, owner = string.match(first, '^(%d+) (.+)$')
+    granted[1] = owner
+    redis.call(publish, channel, 'grant ' .. token .. ' ' .. first_lease .. ' ' .. table.concat(granted, ' '))
+  end
+  return blocked
+end

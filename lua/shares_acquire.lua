@@ -1,0 +1,115 @@
+-- shares_acquire.lua: take a share (a read, a write, permits) for one owner, or re-enter a
+-- read or write it holds; or queue the owner for it. shares.lua comes first: see it for
+-- KEYS[1..7], ARGV[1..2], the terms, the grant rule and the tokens.
+--
+-- ARGV[3]  owner id        a thread's ("<client>:<n>" writes, "<client>:<n>:r" reads) or an
+--                          acquisition's ("<client>:p<n>", permits)
+-- ARGV[4]  holds           how many holds the caller has (0 = a first acquisition)
+-- ARGV[5]  lease           milliseconds
+-- ARGV[6]  token           the fencing token of the caller's hold (when holds > 0)
+-- ARGV[7]  queue for       ms the caller will wait if it must (0: don't queue)
+-- ARGV[8]  queued          "1" if an earlier attempt of this wait may have queued it
+-- ARGV[9]  hand-over lease ms the share is granted for, if granted to the caller
+-- ARGV[10] need            "r" / "w" (read-write lock) or the number of permits
+-- ARGV[11] writer of       a read's thread's write owner: a thread that writes may read
+--
+-- Replies (an array), as acquire.lua's:
+--   { 1, token }        acquired (a re-entry keeps its token; taking up a grant the grant's)
+--   { 0, ttl, fence }   not now: ttl bounds how long to sleep (the earliest holder's lease
+--                       end), fence is the counter now (a grant that comes later for a write
+--                       or permits has a larger token). With ARGV[7] > 0 the caller is queued.
+--   {-1, 0 }            the caller believed it held a share (holds > 0) but it is gone
+-- Errors: "WRONGTYPE <role>" for foreign data (nothing written); Redis's own when it refuses
+-- a write (READONLY, OOM).
+--
+-- Idempotent as acquire.lua: the count is *set*; a first acquisition that finds the
+-- caller's field already there takes it up (a grant of this wait keeps its token, anything
+-- else a write or permits get a new one); queueing only extends expiries.
+-- Who goes first: waiters that fit are admitted before the caller (the grant rule), and the
+-- caller takes its share only if nobody is left waiting ahead of it and it fits. A thread's
+-- read while it writes is the exception: it never waits.
+-- At maxmemory the first write that needs memory is refused, as a lock's attempt is.
+
+local owner, holds, lease, held_token = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local queue_for, queued, handover_lease = tonumber(ARGV[7]), ARGV[8] == '1', ARGV[9]
+local need, writer_of = ARGV[10], ARGV[11]
+
+-- A lease is only ever extended by an acquisition.
+local function extend(who, ms)
+  local score = tonumber(redis.call('zscore', leases, who) or '0')
+  if now + ms > score then
+    redis.call('zadd', leases, now + ms, who)
+  end
+end
+
+check_types()
+purge()
+
+if holds > 0 then
+  local count, token = holding(owner)
+  if not count or token ~= held_token then
+    return {-1, 0}
+  end
+  redis.call('hset', H, owner, string.format('%d %s', holds + 1, token))
+  extend(owner, lease)
+  fix_expiry()
+  return {1, tonumber(token)}
+end
+
+-- Our field without a hold of ours: a grant (its message may be lost), or an attempt of
+-- ours whose reply was lost. Take it up.
+local function take_up()
+  local count, token = holding(owner)
+  if not count then
+    return nil
+  end
+  local granted = redis.call('hget', waiters, owner) == 'granted ' .. token
+  if not (need == 'r' or (queued and granted)) then
+    token = next_token() -- never hand a write's or permits' token out twice
+  end
+  leave_queue(owner)
+  redis.call('hset', H, owner, (rw and '1' or need) .. ' ' .. token)
+  extend(owner, lease)
+  fix_expiry()
+  return {1, tonumber(token)}
+end
+
+local taken = take_up()
+if taken then
+  return taken
+end
+
+-- Waiters that fit go first; then we may be one of them.
+local blocked = grant_waiters()
+taken = take_up()
+if taken then
+  return taken
+end
+
+local writing_thread = rw and need == 'r' and writer_of ~= '' and
+  redis.call('hget', H, 'writer') == writer_of
+local fit = fits(owner, need, writer_of)
+if writing_thread or (fit == true and (not blocked or blocked == owner)) then
+  local token = take(owner, need, lease)
+  leave_queue(owner)
+  fix_expiry()
+  return {1, tonumber(token)}
+end
+
+if queue_for > 0 then
+  local t = redis.call('time')
+  redis.call('zadd', queue, 'NX', t[1] * 1000000 + t[2], owner)
+  redis.call('hset', waiters, owner, string.format('%d %s %s', now + queue_for, handover_lease, need))
+  if redis.call('pttl', queue) < queue_for then
+    redis.call('pexpire', queue, queue_for)
+  end
+  if redis.call('pttl', waiters) < queue_for then
+    redis.call('pexpire', waiters, queue_for)
+  end
+end
+fix_expiry()
+local earliest = redis.call('zrange', leases, 0, 0, 'WITHSCORES')
+-- Nobody holds (a request above the total): only a change of the total helps, which
+-- publishes; sleep as long as the caller lets (it bounds this by its watchdog timeout).
+local ttl = earliest[2] and math.max(1, tonumber(earliest[2]) - now) or 3600000
+return {0, ttl, tonumber(redis.call('get', fence) or '0')}

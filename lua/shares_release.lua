@@ -1,0 +1,63 @@
+-- shares_release.lua: give back one hold of a share; the last one frees it and admits the
+-- waiters that now fit. shares.lua comes first: see it for KEYS[1..7], ARGV[1..2] and the
+-- grant rule.
+--
+-- KEYS[8]  the release latch <holders key>:released:<owner>:<token>
+-- ARGV[3]  owner id
+-- ARGV[4]  holds             how many holds the caller has before this release (>= 1)
+-- ARGV[5]  token             the fencing token of the hold being released
+-- ARGV[6]  latch ttl         milliseconds the latch outlives a final release
+-- ARGV[7]  how the hold was taken, as release.lua's ARGV[6]: "0" by an attempt of its own,
+--          "1" not at all (an unused grant, given back: act only while the owner's terms
+--          still say "granted <token>"), "2" from a grant's message (terms still there)
+--
+-- Replies: 1 released (the waiters that now fit were granted, in one message), 2 still held
+-- (the count is now holds - 1), 0 not ours (nothing changed).
+--
+-- The hold is ours only if the owner's field carries the hold's token and its lease has not
+-- ended: a release that reaches Redis late must not touch a newer hold.
+-- Idempotent as release.lua: an intermediate release *sets* the count; the final one leaves
+-- a short-lived latch, and a retry that finds it answers 1 instead of "not ours".
+-- Frees first (HDEL), so that a server at maxmemory does not refuse it (see release.lua).
+-- A key of another type answers 0 ("not ours") and is left alone.
+
+local latch = KEYS[8]
+local owner, holds, token = ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local latch_ttl, unused_only, granted = ARGV[6], ARGV[7] == '1', ARGV[7] ~= '0'
+
+local ok = pcall(check_types)
+if not ok then
+  return 0
+end
+if unused_only and redis.call('hget', waiters, owner) ~= 'granted ' .. token then
+  return 0
+end
+
+local count, held = holding(owner)
+local lease_end = tonumber(redis.call('zscore', leases, owner) or '0')
+if not count or held ~= token or lease_end <= now then
+  if holds <= 1 and redis.call('exists', latch) == 1 then
+    return 1
+  end
+  return 0
+end
+
+if holds > 1 then
+  redis.call('hset', H, owner, string.format('%d %s', holds - 1, token))
+  return 2
+end
+
+-- The HDEL is the first write: from here on a server at maxmemory refuses nothing.
+redis.call('hdel', H, owner)
+redis.call('zrem', leases, owner)
+if rw and redis.call('hget', H, 'writer') == owner then
+  redis.call('hdel', H, 'writer')
+end
+if granted then
+  redis.call('hdel', waiters, owner)
+end
+redis.pcall('set', latch, '1', 'px', latch_ttl)
+purge()
+grant_waiters()
+fix_expiry()
+return 1

@@ -1,0 +1,198 @@
+//! [`Semaphore`]: a number of leased permits, and [`Permits`], proof of holding some.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::shares::{Held, Share, Wants};
+use crate::core::Runtime;
+use crate::engine::{self, validate_duration, validate_lease};
+use crate::error::{Error, Result};
+use crate::keys::{Family, LockKeys};
+use crate::scripts::shares;
+
+/// A handle on the semaphore called [`name`](Semaphore::name), made by
+/// [`Client::semaphore`](crate::Client::semaphore): at most [`set_permits`] permits in use at
+/// once, across every client.
+///
+/// Cheap to clone and to make; `Send + Sync`.
+///
+/// # Rules
+/// - **Leased permits**: every acquisition holds its permits under a lease of its own,
+///   watchdog-renewed (`lease: None`) or fixed, so the permits of a holder that crashed come
+///   back when its lease ends. (Redisson needs a second type for that; this one is both.)
+/// - **The total** is 0 until [`set_permits`] is called. Changing it never takes permits
+///   from their holders: when it falls below what is held, nobody is admitted until enough
+///   come back; when it rises, the waiters that now fit are granted at once.
+/// - **Arrival order**: waiters are granted in the order they came, across clients; the
+///   first one that does not fit stops the run, so a large request at the head is not
+///   overtaken by small ones behind it. A request for more than the total cannot be granted
+///   by any release, so it waits aside, keeping its place in line, and does not hold up
+///   the others; when the total is raised enough it is served in its turn. `acquire` with
+///   such a request waits until then, however long; `try_acquire` gives `Ok(None)` at its
+///   deadline.
+/// - **One message per release**: a release grants, in one message, as many waiters at the
+///   head of the queue as now fit; each returns holding its permits without a round trip.
+/// - **No waiter sleeps past the earliest lease** among the holders, so a crashed holder
+///   costs its lease, never a hang.
+/// - **Tokens**: each acquisition takes the next fencing token of the semaphore's name.
+///
+/// In Redis it is `p:{name}:semaphore` and its companions (see the README's data layout): a
+/// semaphore and a [`Lock`](crate::Lock) of the same name are two objects.
+///
+/// [`set_permits`]: Semaphore::set_permits
+///
+/// ```no_run
+/// # fn main() -> redlatch::Result<()> {
+/// use std::time::Duration;
+/// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+/// let uploads = client.semaphore("uploads");
+/// uploads.set_permits(8)?;
+/// if let Some(permits) = uploads.try_acquire(2, Duration::from_secs(5), None)? {
+///     // Send: another thread may give them back.
+///     std::thread::spawn(move || permits.release()).join().unwrap()?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    runtime: Arc<Runtime>,
+    keys: Arc<LockKeys>,
+}
+
+impl std::fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.keys.name)
+            .finish()
+    }
+}
+
+impl Semaphore {
+    pub(crate) fn new(runtime: Arc<Runtime>, name: &str) -> Semaphore {
+        let keys = LockKeys::of(Family::Semaphore, &runtime.core.prefix, name);
+        Semaphore {
+            runtime,
+            keys: Arc::new(keys),
+        }
+    }
+
+    /// The semaphore's name, as given to [`Client::semaphore`](crate::Client::semaphore).
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// Sets the total number of permits. Holders keep theirs; waiters that now fit are
+    /// granted at once. The total never expires.
+    pub fn set_permits(&self, total: u32) -> Result<()> {
+        self.check_name()?;
+        let keys = &self.keys;
+        engine::call(&self.runtime.core, keys, |con, freeing| {
+            shares::set_permits(con, keys, total, freeing.publish)
+        })
+    }
+
+    /// How many permits are free now: the total less those held under a live lease (0 when
+    /// the total was lowered below what is held).
+    pub fn available(&self) -> Result<u32> {
+        self.check_name()?;
+        let keys = &self.keys;
+        engine::call(&self.runtime.core, keys, |con, _| {
+            shares::available(con, keys)
+        })
+    }
+
+    /// Waits as long as it takes for `n` permits, then holds them with the watchdog. With
+    /// `n` above the total, that is until the total is raised enough.
+    pub fn acquire(&self, n: u32) -> Result<Permits> {
+        self.take(n, None, None)
+            .map(|p| p.expect("an unbounded wait only ends with the permits"))
+    }
+
+    /// Waits at most `wait` for `n` permits (`ZERO`: one attempt); `lease: None` holds them
+    /// with the watchdog. `Ok(None)`: not granted in time.
+    pub fn try_acquire(
+        &self,
+        n: u32,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<Permits>> {
+        validate_duration("wait", wait, Duration::ZERO)?;
+        self.take(n, Some(wait), lease)
+    }
+
+    fn check_name(&self) -> Result<()> {
+        engine::check_name(&self.runtime.core, &self.keys.name)
+    }
+
+    fn take(
+        &self,
+        n: u32,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<Permits>> {
+        self.check_name()?;
+        validate_lease(lease)?;
+        if n == 0 {
+            return Err(Error::invalid(
+                "a semaphore acquisition needs at least one permit",
+            ));
+        }
+        let core = &self.runtime.core;
+        let share = Share::new(core, self.keys.clone(), Wants::Permits(n));
+        let held = share.acquire(&self.runtime, core.fresh_owner(), wait, lease)?;
+        Ok(held.map(|held| Permits { held, count: n }))
+    }
+}
+
+/// Proof of holding some permits of a [`Semaphore`]; gives them back when dropped (also
+/// during a panic; a failure is logged).
+///
+/// `Send`: each acquisition has an owner id of its own, not its thread's, so another thread
+/// may give the permits back.
+///
+/// ```
+/// fn send<T: Send>() {}
+/// send::<redlatch::Permits>();
+/// ```
+#[must_use = "the permits are given back as soon as the guard is dropped"]
+#[derive(Debug)]
+pub struct Permits {
+    held: Held,
+    count: u32,
+}
+
+impl Permits {
+    /// How many permits this guard holds.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Gives the permits back. `Err(Error::LockLost)` if they were no longer ours (their
+    /// lease ran out, or were reported lost); `Err(Error::Redis)` if Redis could not be
+    /// reached, and then they come back when their lease runs out.
+    pub fn release(self) -> Result<()> {
+        self.held.release()
+    }
+
+    /// The fencing token of this acquisition: increasing per semaphore name.
+    pub fn fencing_token(&self) -> u64 {
+        self.held.token()
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        self.held.name()
+    }
+
+    /// Whether the permits are known to be lost: renewal found them gone, or the last lease
+    /// Redis confirmed has run out. Advisory, as
+    /// [`LockGuard::is_lost`](crate::LockGuard::is_lost).
+    pub fn is_lost(&self) -> bool {
+        self.held.is_lost()
+    }
+
+    /// `Err(Error::LockLost)` when [`is_lost`](Permits::is_lost).
+    pub fn check(&self) -> Result<()> {
+        self.held.check()
+    }
+}

@@ -1,0 +1,204 @@
+//! The scripts of the kinds with shares (`ReadWriteLock`, `Semaphore`): take, queue,
+//! withdraw, release and renew a share, and set or read a semaphore's total.
+//!
+//! Their common Lua (`lua/shares.lua`: the keys, the purge of ended leases, the grant rule)
+//! is put in front of each script's own text at compile time, so every script stays one
+//! EVALSHA with no library to load first.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{ConnectionLike, RedisResult};
+
+use super::{Acquire, Freeing, Invocation, Lua, Queueing, Release, Renewal, TakenBy, millis};
+use crate::keys::{Family, LockKeys};
+
+macro_rules! with_prelude {
+    ($file:literal) => {
+        concat!(
+            include_str!("../../lua/shares.lua"),
+            "\n",
+            include_str!(concat!("../../lua/", $file))
+        )
+    };
+}
+
+static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(with_prelude!("shares_acquire.lua")));
+static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(with_prelude!("shares_release.lua")));
+static WITHDRAW: LazyLock<Lua> = LazyLock::new(|| Lua::new(with_prelude!("shares_withdraw.lua")));
+static SET_PERMITS: LazyLock<Lua> = LazyLock::new(|| Lua::new(with_prelude!("semaphore_set.lua")));
+static RENEW: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/shares_renew.lua")));
+static AVAILABLE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/semaphore_available.lua")));
+
+/// What an acquisition of a share asks for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Need<'a> {
+    /// A read; `writer` is the write owner of the reading thread, which may read while it
+    /// writes.
+    Read {
+        writer: &'a str,
+    },
+    Write,
+    /// Permits of a semaphore.
+    Permits(u32),
+}
+
+/// An invocation of one of the scripts that start with `shares.lua`: its seven keys and two
+/// arguments.
+fn prelude<'a>(lua: &'a Lua, keys: &LockKeys, publish: &str) -> Invocation<'a> {
+    let mut invocation = lua.key(&keys.lock);
+    invocation
+        .key(&keys.fence)
+        .key(&keys.queue)
+        .key(&keys.waiters)
+        .key(keys.leases())
+        .key(&keys.channel)
+        .key(match keys.family {
+            Family::Semaphore => keys.permits(),
+            _ => keys.lock.clone(),
+        })
+        .arg(match keys.family {
+            Family::Semaphore => "sem",
+            _ => "rw",
+        })
+        .arg(publish);
+    invocation
+}
+
+/// Takes or re-enters a share for `owner`, or queues it (see `lua/shares_acquire.lua`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn acquire(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    held: Option<(u32, u64)>,
+    lease: Duration,
+    queueing: Queueing,
+    need: Need<'_>,
+    publish: &str,
+) -> RedisResult<Acquire> {
+    let (holds, token) = held.unwrap_or((0, 0));
+    let (need, writer) = match need {
+        Need::Read { writer } => ("r".to_string(), writer),
+        Need::Write => ("w".to_string(), ""),
+        Need::Permits(n) => (n.to_string(), ""),
+    };
+    let reply: Vec<i64> = prelude(&ACQUIRE, keys, publish)
+        .arg(owner)
+        .arg(holds)
+        .arg(millis(lease))
+        .arg(token)
+        .arg(millis(queueing.queue_for))
+        .arg(if queueing.queued { "1" } else { "0" })
+        .arg(millis(queueing.handover_lease))
+        .arg(need)
+        .arg(writer)
+        .invoke(con)?;
+    Ok(super::lock::acquire_reply(&reply))
+}
+
+/// Takes `owner` out of the queue; `Some(token)` if it had been granted its share.
+pub(crate) fn withdraw(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    lease: Duration,
+    publish: &str,
+) -> RedisResult<Option<u64>> {
+    let (granted, token): (i64, i64) = prelude(&WITHDRAW, keys, publish)
+        .arg(owner)
+        .arg(millis(lease))
+        .invoke(con)?;
+    Ok((granted == 1).then_some(token as u64))
+}
+
+/// Releases one of `owner`'s `holds` holds of the share taken with `token`.
+pub(crate) fn release(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    holds: u32,
+    token: u64,
+    freeing: Freeing,
+    taken_by: TakenBy,
+) -> RedisResult<Release> {
+    let mode = match taken_by {
+        TakenBy::Attempt => "0",
+        TakenBy::Message => "2",
+    };
+    run_release(con, keys, owner, holds, token, freeing, mode)
+}
+
+/// Gives back a grant to `owner` with `token` that nobody took up.
+pub(super) fn give_back(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    token: u64,
+    freeing: Freeing,
+) -> RedisResult<Release> {
+    run_release(con, keys, owner, 1, token, freeing, "1")
+}
+
+fn run_release(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    holds: u32,
+    token: u64,
+    freeing: Freeing,
+    mode: &str,
+) -> RedisResult<Release> {
+    let reply: i64 = prelude(&RELEASE, keys, freeing.publish)
+        .key(keys.release_latch(owner, token))
+        .arg(owner)
+        .arg(holds)
+        .arg(token)
+        .arg(millis(freeing.latch_ttl))
+        .arg(mode)
+        .invoke(con)?;
+    Ok(match reply {
+        1 => Release::Released,
+        2 => Release::StillHeld,
+        _ => Release::NotOurs,
+    })
+}
+
+/// The call of `shares_renew.lua` that renews the holds in `batch`.
+pub(super) fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) -> Invocation<'a> {
+    let mut invocation = RENEW.prepare_invoke();
+    invocation.arg(millis(lease));
+    for r in batch {
+        invocation
+            .key(&r.keys.lock)
+            .key(r.keys.leases())
+            .arg(r.owner)
+            .arg(r.token);
+    }
+    invocation
+}
+
+/// Sets a semaphore's total and grants the waiters that now fit.
+pub(crate) fn set_permits(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    total: u32,
+    publish: &str,
+) -> RedisResult<()> {
+    let _: i64 = prelude(&SET_PERMITS, keys, publish)
+        .arg(total)
+        .invoke(con)?;
+    Ok(())
+}
+
+/// The permits of a semaphore free now.
+pub(crate) fn available(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResult<u32> {
+    let n: i64 = AVAILABLE
+        .key(&keys.lock)
+        .key(keys.leases())
+        .key(keys.permits())
+        .invoke(con)?;
+    Ok(n.clamp(0, u32::MAX as i64) as u32)
+}

@@ -1,0 +1,545 @@
+//! The read-write lock against a real redis-server: shared reads, exclusive writes,
+//! re-entry and downgrade, no upgrade, writers not starved, one message per release, leases
+//! per holder, foreign data, bad input, waiting without polling.
+
+mod support;
+
+use std::process::Child;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlatch::{Client, Error};
+use support::{RedisServer, command_calls, eventually, join_all, unique};
+
+const ZERO: Duration = Duration::ZERO;
+
+fn client(server: &RedisServer) -> Client {
+    Client::open(&server.url()).unwrap()
+}
+
+fn channel(name: &str) -> String {
+    format!("redlatch:{{{name}}}:rwlock:unlocked")
+}
+
+/// How many owners wait in the lock's queue.
+fn queued(admin: &mut redis::Connection, name: &str) -> usize {
+    redis::cmd("ZCARD")
+        .arg(format!("redlatch:{{{name}}}:rwlock:queue"))
+        .query(admin)
+        .unwrap()
+}
+
+fn await_queued(admin: &mut redis::Connection, name: &str, n: usize) {
+    assert!(
+        eventually(Duration::from_secs(5), || queued(admin, name) == n),
+        "expected {n} queued for {name}, saw {}",
+        queued(admin, name)
+    );
+}
+
+#[test]
+fn readers_share_and_a_writer_excludes_everyone() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("rw-share");
+    let reads: Vec<_> = (0..3)
+        .map(|_| {
+            let lock = b.read_write_lock(&name);
+            thread::spawn(move || {
+                let guard = lock.try_read(ZERO, Some(Duration::from_secs(5))).unwrap();
+                let held = guard.is_some();
+                thread::sleep(Duration::from_millis(300));
+                held
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(100));
+    let lock = a.read_write_lock(&name);
+    assert!(
+        lock.try_write(ZERO, None).unwrap().is_none(),
+        "wrote over readers"
+    );
+    let all_read = join_all(reads, Duration::from_secs(10), "readers");
+    assert_eq!(all_read, vec![true; 3], "readers did not share");
+
+    let write = lock
+        .try_write(Duration::from_secs(2), None)
+        .unwrap()
+        .expect("free");
+    let other = b.read_write_lock(&name);
+    let (read, write2) = thread::scope(|s| {
+        s.spawn(|| {
+            (
+                other.try_read(ZERO, None).unwrap().is_some(),
+                other.try_write(ZERO, None).unwrap().is_some(),
+            )
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(!read && !write2, "another thread got in beside a writer");
+    write.unlock().unwrap();
+    assert!(other.try_read(ZERO, None).unwrap().is_some());
+}
+
+#[test]
+fn reentry_both_ways_and_downgrade_keep_tokens_and_holds() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("rw-reenter");
+    let lock = a.read_write_lock(&name);
+    let w1 = lock.write().unwrap();
+    let token = w1.fencing_token();
+    let w2 = lock.try_write(ZERO, None).unwrap().expect("re-entry");
+    assert_eq!(w1.fencing_token(), w2.fencing_token());
+    // The writer reads at once, with the write's token: a read does not move the counter.
+    let r1 = lock
+        .try_read(ZERO, None)
+        .unwrap()
+        .expect("the writer reads");
+    assert_eq!(r1.fencing_token(), w1.fencing_token());
+    let r2 = lock.read().unwrap();
+    drop(w2);
+    w1.unlock().unwrap();
+    // Downgraded: still reading, so others may read but nobody may write.
+    let other = b.read_write_lock(&name);
+    thread::scope(|s| {
+        s.spawn(|| {
+            assert!(
+                other.try_write(ZERO, None).unwrap().is_none(),
+                "wrote over a read"
+            );
+            assert!(
+                other.try_read(ZERO, None).unwrap().is_some(),
+                "readers shut out"
+            );
+        });
+    });
+    drop(r2);
+    assert!(!r1.is_lost());
+    r1.unlock().unwrap();
+    let w3 = other.try_write(ZERO, None).unwrap().expect("free again");
+    assert!(w3.fencing_token() > token);
+}
+
+#[test]
+fn write_tokens_are_above_every_earlier_token_and_reads_carry_the_last() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let name = unique("rw-tokens");
+    let lock = a.read_write_lock(&name);
+    let mut last = 0;
+    for _ in 0..5 {
+        let write = lock.write().unwrap().fencing_token();
+        assert!(write > last, "write token {write} not above {last}");
+        let read = lock.read().unwrap();
+        assert_eq!(
+            read.fencing_token(),
+            write,
+            "a read moved or missed the counter"
+        );
+        last = write;
+    }
+    // A read before any write still gets a token, and the next write is above it.
+    let fresh = a.read_write_lock(&unique("rw-tokens-fresh"));
+    let read = fresh.read().unwrap().fencing_token();
+    assert!(fresh.write().unwrap().fencing_token() > read);
+}
+
+#[test]
+fn a_reader_that_asks_to_write_gets_would_deadlock_at_once() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let lock = a.read_write_lock(&unique("rw-upgrade"));
+    let read = lock.read().unwrap();
+    let started = Instant::now();
+    match lock.write() {
+        Err(Error::WouldDeadlock { name }) => assert_eq!(name, lock.name()),
+        other => panic!("expected WouldDeadlock, got {other:?}"),
+    }
+    assert!(matches!(
+        lock.try_write(Duration::from_secs(5), None),
+        Err(Error::WouldDeadlock { .. })
+    ));
+    assert!(started.elapsed() < Duration::from_secs(1), "it waited");
+    read.unlock().unwrap();
+    assert!(lock.try_write(ZERO, None).unwrap().is_some());
+}
+
+#[test]
+fn a_waiting_writer_is_not_starved_by_a_stream_of_readers() {
+    let server = RedisServer::start();
+    let name = unique("rw-starve");
+    let readers_client = client(&server);
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicUsize::new(0));
+    // Four readers overlapping all the time: each holds 100 ms, then reads again at once,
+    // so without writer preference the lock would never be free of readers.
+    let readers: Vec<_> = (0..4)
+        .map(|i| {
+            let lock = readers_client.read_write_lock(&name);
+            let (stop, reads) = (stop.clone(), reads.clone());
+            thread::spawn(move || {
+                thread::sleep(Duration::from_millis(25 * i));
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    if let Some(read) = lock.try_read(Duration::from_secs(5), None).unwrap() {
+                        reads.fetch_add(1, Ordering::Relaxed);
+                        thread::sleep(Duration::from_millis(100));
+                        drop(read);
+                    }
+                }
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(500));
+    assert!(reads.load(Ordering::Relaxed) > 0);
+    let writer_client = client(&server);
+    let started = Instant::now();
+    let write = writer_client
+        .read_write_lock(&name)
+        .try_write(Duration::from_secs(10), None)
+        .unwrap();
+    let waited = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    assert!(write.is_some(), "the writer starved for 10 s");
+    // It waits for the reads already in progress (100 ms each), not for the stream.
+    assert!(
+        waited < Duration::from_millis(1000),
+        "the writer waited {waited:?} behind a stream of readers"
+    );
+    drop(write);
+    join_all(readers, Duration::from_secs(30), "readers");
+}
+
+#[test]
+fn a_writes_release_grants_the_run_of_readers_at_the_head_in_one_message() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("rw-run");
+    let holder = client(&server);
+    let waiters = client(&server);
+    let write = holder.read_write_lock(&name).write().unwrap();
+    let spawn = |write: bool| {
+        let lock = waiters.read_write_lock(&name);
+        thread::spawn(move || {
+            let wait = Duration::from_secs(20);
+            let started = Instant::now();
+            let token = if write {
+                lock.try_write(wait, None).unwrap().map(|g| {
+                    let t = g.fencing_token();
+                    thread::sleep(Duration::from_millis(300));
+                    t
+                })
+            } else {
+                lock.try_read(wait, None).unwrap().map(|g| {
+                    let t = g.fencing_token();
+                    thread::sleep(Duration::from_millis(300));
+                    t
+                })
+            };
+            (started.elapsed(), token.expect("acquired"))
+        })
+    };
+    // Queue: three readers, then a writer, then one more reader.
+    let mut readers = Vec::new();
+    for i in 0..3 {
+        readers.push(spawn(false));
+        await_queued(&mut admin, &name, i + 1);
+    }
+    let writer = spawn(true);
+    await_queued(&mut admin, &name, 4);
+    let late_reader = spawn(false);
+    await_queued(&mut admin, &name, 5);
+
+    let publishes = command_calls(&mut admin, "publish");
+    let released = Instant::now();
+    let write_token = write.fencing_token();
+    write.unlock().unwrap();
+    assert_eq!(
+        command_calls(&mut admin, "publish") - publishes,
+        1,
+        "the release should grant the three readers in one message"
+    );
+    let reads = join_all(readers, Duration::from_secs(10), "readers");
+    let granted_in = released.elapsed();
+    for (_, token) in &reads {
+        assert_eq!(*token, write_token, "a read carries the last write's token");
+    }
+    // All three read at once (each held 300 ms): well under three times that.
+    assert!(
+        granted_in < Duration::from_millis(850),
+        "readers ran one by one"
+    );
+    let (_, next_write) = writer.join().unwrap();
+    assert!(next_write > write_token);
+    let (late_waited, late_token) = late_reader.join().unwrap();
+    assert_eq!(
+        late_token, next_write,
+        "the late reader went before the writer"
+    );
+    assert!(late_waited > Duration::from_millis(600));
+}
+
+#[test]
+fn waiting_readers_and_writers_cost_no_commands() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("rw-idle");
+    let holder = client(&server);
+    let waiters = client(&server);
+    let write = holder.read_write_lock(&name).write().unwrap();
+    let handles: Vec<_> = (0..4)
+        .map(|i| {
+            let lock = waiters.read_write_lock(&name);
+            thread::spawn(move || {
+                let wait = Duration::from_secs(20);
+                if i % 2 == 0 {
+                    lock.try_read(wait, None).unwrap().is_some()
+                } else {
+                    lock.try_write(wait, None).unwrap().is_some()
+                }
+            })
+        })
+        .collect();
+    await_queued(&mut admin, &name, 4);
+    assert!(eventually(Duration::from_secs(5), || {
+        support::pubsub_channels(&mut admin, &channel(&name)).len() == 1
+    }));
+    let before = command_calls(&mut admin, "evalsha");
+    thread::sleep(Duration::from_secs(2));
+    let during = command_calls(&mut admin, "evalsha") - before;
+    assert!(during <= 1, "waiters polled: {during} script calls in 2 s");
+    write.unlock().unwrap();
+    let got = join_all(handles, Duration::from_secs(20), "waiters");
+    assert_eq!(got, vec![true; 4]);
+}
+
+#[test]
+fn a_fixed_lease_ends_a_read_and_its_guard_is_told() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("rw-lease");
+    let read = a
+        .read_write_lock(&name)
+        .try_read(ZERO, Some(Duration::from_millis(300)))
+        .unwrap()
+        .unwrap();
+    let other = b.read_write_lock(&name);
+    let started = Instant::now();
+    let write = other
+        .try_write(Duration::from_secs(5), None)
+        .unwrap()
+        .expect("the read's lease ends");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(read.is_lost());
+    assert!(matches!(read.check(), Err(Error::LockLost { .. })));
+    assert!(matches!(read.unlock(), Err(Error::LockLost { .. })));
+    // The stale release changed nothing.
+    assert!(!write.is_lost());
+    write.unlock().unwrap();
+}
+
+/// Entry point of the child process of `a_killed_reader_frees_its_share_after_the_watchdog_timeout`.
+#[test]
+#[ignore = "run as a child process by another test"]
+fn child_reads_until_killed() {
+    let Some([url, name]) = support::child_env(["REDLATCH_CHILD_URL", "REDLATCH_CHILD_LOCK"])
+    else {
+        return;
+    };
+    let client = Client::builder(&url)
+        .watchdog_timeout(Duration::from_millis(1500))
+        .build()
+        .unwrap();
+    let read = client.read_write_lock(&name).read().unwrap();
+    println!("READING {}", read.fencing_token());
+    thread::sleep(Duration::from_secs(60)); // killed long before
+}
+
+fn spawn_reader(server: &RedisServer, name: &str) -> Child {
+    support::spawn_child_test(
+        "child_reads_until_killed",
+        &[
+            ("REDLATCH_CHILD_URL", server.url()),
+            ("REDLATCH_CHILD_LOCK", name.to_string()),
+        ],
+    )
+}
+
+#[test]
+fn a_killed_reader_frees_its_share_after_the_watchdog_timeout() {
+    let server = RedisServer::start();
+    let name = unique("rw-killed");
+    let mut child = spawn_reader(&server, &name);
+    support::read_reported(&mut child, "READING", Duration::from_secs(30));
+    let a = client(&server);
+    let lock = a.read_write_lock(&name);
+    // Another reader comes and goes; the child's watchdog keeps its share past one lease.
+    assert!(lock.try_read(ZERO, None).unwrap().is_some());
+    thread::sleep(Duration::from_secs(3));
+    assert!(
+        lock.try_write(ZERO, None).unwrap().is_none(),
+        "the live reader's share went"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed = Instant::now();
+    let write = lock.try_write(Duration::from_secs(10), None).unwrap();
+    assert!(write.is_some(), "the dead reader's share never came back");
+    let waited = killed.elapsed();
+    assert!(
+        waited < Duration::from_millis(1500) + Duration::from_secs(1),
+        "freed after {waited:?}, more than one watchdog timeout"
+    );
+}
+
+#[test]
+fn foreign_data_is_refused_and_left_alone() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let a = client(&server);
+    let name = unique("rw-foreign");
+    let key = format!("redlatch:{{{name}}}:rwlock");
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("precious")
+        .query(&mut admin)
+        .unwrap();
+    let lock = a.read_write_lock(&name);
+    for result in [
+        lock.try_read(ZERO, None).map(|g| g.is_some()),
+        lock.try_write(ZERO, None).map(|g| g.is_some()),
+    ] {
+        match result {
+            Err(Error::WrongType { key: k }) => assert_eq!(k, key),
+            other => panic!("expected WrongType, got {other:?}"),
+        }
+    }
+    let kept: String = redis::cmd("GET").arg(&key).query(&mut admin).unwrap();
+    assert_eq!(kept, "precious");
+
+    // A hash without a lease is not ours either; nor is a fence that is not a counter.
+    let name = unique("rw-foreign-hash");
+    let key = format!("redlatch:{{{name}}}:rwlock");
+    let _: () = redis::cmd("HSET")
+        .arg(&key)
+        .arg("f")
+        .arg("v")
+        .query(&mut admin)
+        .unwrap();
+    assert!(matches!(
+        a.read_write_lock(&name).try_write(ZERO, None),
+        Err(Error::WrongType { .. })
+    ));
+    let v: String = redis::cmd("HGET")
+        .arg(&key)
+        .arg("f")
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(v, "v");
+    let name = unique("rw-foreign-fence");
+    let fence = format!("redlatch:{{{name}}}:rwlock:fence");
+    let _: () = redis::cmd("SET")
+        .arg(&fence)
+        .arg("abc")
+        .query(&mut admin)
+        .unwrap();
+    match a.read_write_lock(&name).try_write(ZERO, None) {
+        Err(Error::WrongType { key }) => assert_eq!(key, fence),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_input_is_refused_before_any_io() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let empty = a.read_write_lock("");
+    assert!(matches!(
+        empty.try_read(ZERO, None),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(empty.write(), Err(Error::InvalidArgument(_))));
+    let lock = a.read_write_lock(&unique("rw-bad"));
+    assert!(matches!(
+        lock.try_read(ZERO, Some(ZERO)),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        lock.try_write(Duration::MAX, None),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        lock.try_write(ZERO, Some(Duration::from_secs(u64::MAX))),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn a_read_write_lock_and_a_lock_of_the_same_name_are_two_objects() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let name = unique("rw-apart");
+    let _lock = a.lock(&name).lock().unwrap();
+    let rw = a.read_write_lock(&name);
+    assert!(rw.try_write(ZERO, None).unwrap().is_some());
+}
+
+#[test]
+fn exclusion_holds_under_contention_with_short_waits_and_leases() {
+    let server = RedisServer::start();
+    let name = unique("rw-contend");
+    let url = server.url();
+    let handles: Vec<_> = (0..6)
+        .map(|i| {
+            let client = Client::open(&url).unwrap();
+            let url = url.clone();
+            let name = name.clone();
+            thread::spawn(move || {
+                let lock = client.read_write_lock(&name);
+                let mut data = redis::Client::open(url).unwrap().get_connection().unwrap();
+                let inside = format!("{name}:inside");
+                let mut violations = 0;
+                for round in 0..30 {
+                    let wait = Duration::from_millis(50 + (round % 3) * 100);
+                    let write = (i + round as usize).is_multiple_of(3);
+                    // +1000 per writer, +1 per reader: a writer must see exactly 1000.
+                    let weight: i64 = if write { 1000 } else { 1 };
+                    let guard: Option<Box<dyn std::any::Any>> = if write {
+                        lock.try_write(wait, None)
+                            .unwrap()
+                            .map(|g| Box::new(g) as _)
+                    } else {
+                        lock.try_read(wait, None).unwrap().map(|g| Box::new(g) as _)
+                    };
+                    if guard.is_none() {
+                        continue;
+                    }
+                    let now: i64 = redis::cmd("INCRBY")
+                        .arg(&inside)
+                        .arg(weight)
+                        .query(&mut data)
+                        .unwrap();
+                    if (write && now != 1000) || (!write && now >= 1000) {
+                        violations += 1;
+                    }
+                    thread::sleep(Duration::from_millis(3));
+                    let _: i64 = redis::cmd("DECRBY")
+                        .arg(&inside)
+                        .arg(weight)
+                        .query(&mut data)
+                        .unwrap();
+                    drop(guard);
+                }
+                violations
+            })
+        })
+        .collect();
+    let violations: usize = join_all(handles, Duration::from_secs(120), "contenders")
+        .into_iter()
+        .sum();
+    assert_eq!(violations, 0, "a writer shared the lock");
+}

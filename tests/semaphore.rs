@@ -1,0 +1,472 @@
+//! The semaphore against a real redis-server: the total, leased permits, arrival order,
+//! requests above the total, one message per release, permits that move between threads,
+//! a crashed holder, foreign data, bad input, waiting without polling.
+
+mod support;
+
+use std::process::Child;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlatch::{Client, Error, Permits, Semaphore};
+use support::{RedisServer, command_calls, eventually, join_all, unique};
+
+const ZERO: Duration = Duration::ZERO;
+const LONG: Duration = Duration::from_secs(20);
+
+fn client(server: &RedisServer) -> Client {
+    Client::open(&server.url()).unwrap()
+}
+
+fn queued(admin: &mut redis::Connection, name: &str) -> usize {
+    redis::cmd("ZCARD")
+        .arg(format!("redlatch:{{{name}}}:semaphore:queue"))
+        .query(admin)
+        .unwrap()
+}
+
+fn await_queued(admin: &mut redis::Connection, name: &str, n: usize) {
+    assert!(
+        eventually(Duration::from_secs(5), || queued(admin, name) == n),
+        "expected {n} queued for {name}, saw {}",
+        queued(admin, name)
+    );
+}
+
+/// A thread that waits up to `LONG` for `n` permits and reports when it got them, holding
+/// them for `hold`.
+fn spawn_acquirer(
+    sem: Semaphore,
+    n: u32,
+    hold: Duration,
+) -> thread::JoinHandle<(Instant, Option<u64>)> {
+    thread::spawn(move || {
+        let permits = sem.try_acquire(n, LONG, None).unwrap();
+        let got = Instant::now();
+        let token = permits.as_ref().map(Permits::fencing_token);
+        thread::sleep(hold);
+        drop(permits);
+        (got, token)
+    })
+}
+
+#[test]
+fn permits_are_counted_against_the_total() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("sem-count");
+    let sem = a.semaphore(&name);
+    assert_eq!(sem.available().unwrap(), 0, "the total starts at 0");
+    assert!(sem.try_acquire(1, ZERO, None).unwrap().is_none());
+    sem.set_permits(3).unwrap();
+    assert_eq!(sem.available().unwrap(), 3);
+    let two = sem.acquire(2).unwrap();
+    assert_eq!(two.count(), 2);
+    let other = b.semaphore(&name);
+    assert!(other.try_acquire(2, ZERO, None).unwrap().is_none());
+    assert_eq!(other.available().unwrap(), 1);
+    let one = other.try_acquire(1, ZERO, None).unwrap().expect("one left");
+    assert!(one.fencing_token() > two.fencing_token());
+    assert_eq!(sem.available().unwrap(), 0);
+    two.release().unwrap();
+    assert_eq!(sem.available().unwrap(), 2);
+    drop(one);
+    assert_eq!(sem.available().unwrap(), 3);
+}
+
+#[test]
+fn a_large_request_at_the_head_is_not_overtaken_by_small_ones() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("sem-fifo");
+    let sem = a.semaphore(&name);
+    sem.set_permits(4).unwrap();
+    let held = sem.acquire(3).unwrap();
+    let big = spawn_acquirer(b.semaphore(&name), 3, Duration::from_millis(300));
+    await_queued(&mut admin, &name, 1);
+    // One permit is free, but the request for 3 came first.
+    let small = spawn_acquirer(b.semaphore(&name), 1, ZERO);
+    await_queued(&mut admin, &name, 2);
+    thread::sleep(Duration::from_millis(300));
+    assert!(
+        !small.is_finished(),
+        "a small request overtook the large one"
+    );
+    let released = Instant::now();
+    held.release().unwrap();
+    let (big_at, _) = big.join().unwrap();
+    let (small_at, _) = small.join().unwrap();
+    assert!(big_at.duration_since(released) < Duration::from_secs(1));
+    // The small one fitted beside the big one (3 + 1 = 4): both were granted by the release.
+    assert!(small_at.duration_since(released) < Duration::from_secs(1));
+}
+
+#[test]
+fn a_request_above_the_total_waits_aside_until_the_total_is_raised() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("sem-aside");
+    let sem = a.semaphore(&name);
+    sem.set_permits(2).unwrap();
+    let five = spawn_acquirer(b.semaphore(&name), 5, ZERO);
+    await_queued(&mut admin, &name, 1);
+    // Requests the total allows are not held up by it.
+    let one = sem
+        .try_acquire(1, Duration::from_millis(500), None)
+        .unwrap()
+        .expect("a request that fits is not held up by one that cannot");
+    assert!(sem.try_acquire(5, ZERO, None).unwrap().is_none());
+    let raised = Instant::now();
+    sem.set_permits(6).unwrap();
+    let (got, token) = five.join().unwrap();
+    assert!(token.is_some());
+    assert!(
+        got.duration_since(raised) < Duration::from_secs(1),
+        "raising the total did not grant it"
+    );
+    drop(one);
+    // With the total at 6 and nobody holding, one try for 7 answers at its deadline.
+    let started = Instant::now();
+    assert!(
+        sem.try_acquire(7, Duration::from_millis(300), None)
+            .unwrap()
+            .is_none()
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[test]
+fn one_release_grants_every_waiter_that_fits_in_one_message() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("sem-batch");
+    let sem = a.semaphore(&name);
+    sem.set_permits(3).unwrap();
+    let held = sem.acquire(3).unwrap();
+    let waiters: Vec<_> = (0..3)
+        .map(|i| {
+            let w = spawn_acquirer(b.semaphore(&name), 1, Duration::from_millis(200));
+            await_queued(&mut admin, &name, i + 1);
+            w
+        })
+        .collect();
+    // A fourth, which will not fit, keeps its place.
+    let fourth = spawn_acquirer(b.semaphore(&name), 1, ZERO);
+    await_queued(&mut admin, &name, 4);
+    let publishes = command_calls(&mut admin, "publish");
+    let released = Instant::now();
+    held.release().unwrap();
+    assert_eq!(command_calls(&mut admin, "publish") - publishes, 1);
+    let got = join_all(waiters, Duration::from_secs(10), "waiters");
+    let mut tokens: Vec<u64> = got.iter().map(|(_, t)| t.unwrap()).collect();
+    for (at, _) in &got {
+        assert!(at.duration_since(released) < Duration::from_millis(150));
+    }
+    let (fourth_at, fourth_token) = fourth.join().unwrap();
+    assert!(fourth_at.duration_since(released) >= Duration::from_millis(150));
+    tokens.push(fourth_token.unwrap());
+    let mut sorted = tokens.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 4, "tokens repeat: {tokens:?}");
+}
+
+#[test]
+fn raising_the_total_grants_waiters_and_lowering_it_takes_nothing_from_holders() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("sem-total");
+    let sem = a.semaphore(&name);
+    sem.set_permits(2).unwrap();
+    let held = sem.acquire(2).unwrap();
+    let w1 = spawn_acquirer(b.semaphore(&name), 1, ZERO);
+    let w2 = spawn_acquirer(b.semaphore(&name), 1, ZERO);
+    await_queued(&mut admin, &name, 2);
+    let raised = Instant::now();
+    sem.set_permits(4).unwrap();
+    for (at, token) in join_all(vec![w1, w2], Duration::from_secs(10), "waiters") {
+        assert!(token.is_some());
+        assert!(at.duration_since(raised) < Duration::from_secs(1));
+    }
+    sem.set_permits(1).unwrap();
+    assert!(!held.is_lost());
+    held.check().unwrap();
+    assert_eq!(sem.available().unwrap(), 0);
+    assert!(sem.try_acquire(1, ZERO, None).unwrap().is_none());
+    held.release().unwrap();
+    assert_eq!(sem.available().unwrap(), 1);
+}
+
+#[test]
+fn permits_are_send_and_may_be_released_by_another_thread() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let sem = a.semaphore(&unique("sem-send"));
+    sem.set_permits(1).unwrap();
+    let permits = sem.acquire(1).unwrap();
+    thread::spawn(move || permits.release())
+        .join()
+        .unwrap()
+        .unwrap();
+    assert_eq!(sem.available().unwrap(), 1);
+    // Two acquisitions by one thread are two holders, not a re-entry.
+    sem.set_permits(2).unwrap();
+    let (p1, p2) = (sem.acquire(1).unwrap(), sem.acquire(1).unwrap());
+    assert_ne!(p1.fencing_token(), p2.fencing_token());
+    assert_eq!(sem.available().unwrap(), 0);
+}
+
+#[test]
+fn waiting_for_permits_costs_no_commands() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("sem-idle");
+    let sem = a.semaphore(&name);
+    sem.set_permits(1).unwrap();
+    let held = sem.acquire(1).unwrap();
+    let waiters: Vec<_> = (0..3)
+        .map(|_| spawn_acquirer(b.semaphore(&name), 1, ZERO))
+        .collect();
+    await_queued(&mut admin, &name, 3);
+    let channel = format!("redlatch:{{{name}}}:semaphore:unlocked");
+    assert!(eventually(Duration::from_secs(5), || {
+        support::pubsub_channels(&mut admin, &channel).len() == 1
+    }));
+    let before = command_calls(&mut admin, "evalsha");
+    thread::sleep(Duration::from_secs(2));
+    let during = command_calls(&mut admin, "evalsha") - before;
+    assert!(during <= 1, "waiters polled: {during} script calls in 2 s");
+    drop(held);
+    for (_, token) in join_all(waiters, Duration::from_secs(20), "waiters") {
+        assert!(token.is_some());
+    }
+}
+
+#[test]
+fn a_fixed_lease_gives_permits_back_and_the_guard_is_told() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let sem = a.semaphore(&unique("sem-lease"));
+    sem.set_permits(1).unwrap();
+    let permits = sem
+        .try_acquire(1, ZERO, Some(Duration::from_millis(300)))
+        .unwrap()
+        .unwrap();
+    let started = Instant::now();
+    let next = sem.try_acquire(1, Duration::from_secs(5), None).unwrap();
+    assert!(next.is_some());
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(permits.is_lost());
+    assert!(matches!(permits.check(), Err(Error::LockLost { .. })));
+    assert!(matches!(permits.release(), Err(Error::LockLost { .. })));
+    assert_eq!(
+        sem.available().unwrap(),
+        0,
+        "a stale release gave back another's permit"
+    );
+}
+
+/// Entry point of the child process of `a_killed_holders_permits_come_back_after_the_watchdog_timeout`.
+#[test]
+#[ignore = "run as a child process by another test"]
+fn child_holds_permits_until_killed() {
+    let Some([url, name]) = support::child_env(["REDLATCH_CHILD_URL", "REDLATCH_CHILD_LOCK"])
+    else {
+        return;
+    };
+    let client = Client::builder(&url)
+        .watchdog_timeout(Duration::from_millis(1500))
+        .build()
+        .unwrap();
+    let permits = client.semaphore(&name).acquire(2).unwrap();
+    println!("HOLDING {}", permits.fencing_token());
+    thread::sleep(Duration::from_secs(60)); // killed long before
+}
+
+fn spawn_holder(server: &RedisServer, name: &str) -> Child {
+    support::spawn_child_test(
+        "child_holds_permits_until_killed",
+        &[
+            ("REDLATCH_CHILD_URL", server.url()),
+            ("REDLATCH_CHILD_LOCK", name.to_string()),
+        ],
+    )
+}
+
+#[test]
+fn a_killed_holders_permits_come_back_after_the_watchdog_timeout() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let name = unique("sem-killed");
+    let sem = a.semaphore(&name);
+    sem.set_permits(3).unwrap();
+    let mut child = spawn_holder(&server, &name);
+    support::read_reported(&mut child, "HOLDING", Duration::from_secs(30));
+    thread::sleep(Duration::from_secs(3)); // past one lease: the child's watchdog renews
+    assert_eq!(sem.available().unwrap(), 1);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed = Instant::now();
+    let permits = sem.try_acquire(3, Duration::from_secs(10), None).unwrap();
+    assert!(
+        permits.is_some(),
+        "the dead holder's permits never came back"
+    );
+    let waited = killed.elapsed();
+    assert!(
+        waited < Duration::from_millis(2500),
+        "came back after {waited:?}, more than one watchdog timeout"
+    );
+}
+
+#[test]
+fn never_more_permits_in_use_than_the_total() {
+    let server = RedisServer::start();
+    let name = unique("sem-safety");
+    const TOTAL: u32 = 3;
+    client(&server).semaphore(&name).set_permits(TOTAL).unwrap();
+    let url = server.url();
+    let handles: Vec<_> = (0..6)
+        .map(|i| {
+            let client = Client::open(&url).unwrap();
+            let (url, name) = (url.clone(), name.clone());
+            thread::spawn(move || {
+                let sem = client.semaphore(&name);
+                let mut data = redis::Client::open(url).unwrap().get_connection().unwrap();
+                let inside = format!("{name}:inside");
+                let mut over = 0;
+                for round in 0..25u32 {
+                    let n = 1 + (i as u32 + round) % 2;
+                    let wait = Duration::from_millis(50 + u64::from(round % 4) * 50);
+                    let lease = (round % 5 == 0).then_some(Duration::from_millis(400));
+                    let Some(permits) = sem.try_acquire(n, wait, lease).unwrap() else {
+                        continue;
+                    };
+                    let now: i64 = redis::cmd("INCRBY")
+                        .arg(&inside)
+                        .arg(n)
+                        .query(&mut data)
+                        .unwrap();
+                    if now > i64::from(TOTAL) {
+                        over += 1;
+                    }
+                    thread::sleep(Duration::from_millis(3));
+                    let _: i64 = redis::cmd("DECRBY")
+                        .arg(&inside)
+                        .arg(n)
+                        .query(&mut data)
+                        .unwrap();
+                    drop(permits);
+                }
+                over
+            })
+        })
+        .collect();
+    let over: usize = join_all(handles, Duration::from_secs(120), "contenders")
+        .into_iter()
+        .sum();
+    assert_eq!(over, 0, "more permits in use than the total");
+}
+
+#[test]
+fn foreign_data_is_refused_and_left_alone() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let a = client(&server);
+    let name = unique("sem-foreign");
+    let total = format!("redlatch:{{{name}}}:semaphore:permits");
+    let _: () = redis::cmd("SET")
+        .arg(&total)
+        .arg("lots")
+        .query(&mut admin)
+        .unwrap();
+    let sem = a.semaphore(&name);
+    for result in [
+        sem.set_permits(3),
+        sem.available().map(drop),
+        sem.try_acquire(1, ZERO, None).map(drop),
+    ] {
+        match result {
+            Err(Error::WrongType { key }) => assert_eq!(key, total),
+            other => panic!("expected WrongType, got {other:?}"),
+        }
+    }
+    let kept: String = redis::cmd("GET").arg(&total).query(&mut admin).unwrap();
+    assert_eq!(kept, "lots");
+    let name = unique("sem-foreign-list");
+    let holders = format!("redlatch:{{{name}}}:semaphore");
+    let _: () = redis::cmd("RPUSH")
+        .arg(&holders)
+        .arg("x")
+        .query(&mut admin)
+        .unwrap();
+    let sem = a.semaphore(&name);
+    match sem
+        .set_permits(1)
+        .and_then(|()| sem.try_acquire(1, ZERO, None).map(drop))
+    {
+        Err(Error::WrongType { key }) => assert_eq!(key, holders),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    let len: usize = redis::cmd("LLEN").arg(&holders).query(&mut admin).unwrap();
+    assert_eq!(len, 1);
+}
+
+#[test]
+fn bad_input_is_refused_before_any_io() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let sem = a.semaphore(&unique("sem-bad"));
+    assert!(matches!(sem.acquire(0), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        sem.try_acquire(0, ZERO, None),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        sem.try_acquire(1, ZERO, Some(ZERO)),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        sem.try_acquire(1, Duration::MAX, None),
+        Err(Error::InvalidArgument(_))
+    ));
+    let empty = a.semaphore("");
+    assert!(matches!(
+        empty.set_permits(1),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(empty.available(), Err(Error::InvalidArgument(_))));
+}
+
+#[test]
+fn nothing_is_left_behind_after_use() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let a = client(&server);
+    let name = unique("sem-clean");
+    let sem = a.semaphore(&name);
+    sem.set_permits(1).unwrap();
+    let held = sem.acquire(1).unwrap();
+    let waiter = spawn_acquirer(a.semaphore(&name), 1, ZERO);
+    await_queued(&mut admin, &name, 1);
+    drop(held);
+    waiter.join().unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("redlatch:{{{name}}}*"))
+        .query(&mut admin)
+        .unwrap();
+    for key in keys {
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut admin).unwrap();
+        let kept = key.ends_with(":permits") || key.ends_with(":fence");
+        assert!(kept || ttl > 0, "{key} left behind without a TTL ({ttl})");
+        assert!(
+            !key.ends_with(":semaphore") && !key.ends_with(":leases"),
+            "{key} outlived its last holder"
+        );
+    }
+}
