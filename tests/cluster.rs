@@ -1169,3 +1169,105 @@ fn a_late_reply_is_not_read_as_the_answer_to_the_next_command() {
         assert!(!first.unwrap_or(false), "{free} is free");
     }
 }
+
+/// The read-write lock and the semaphore on a Cluster: every key of a name on the master of
+/// its slot, and a release wakes the waiters through sharded pub/sub on that shard, well
+/// before any lease would have.
+#[test]
+fn the_read_write_lock_and_the_semaphore_live_in_their_slot_and_wake_waiters_by_shard() {
+    let c = Cluster::start();
+    let holder = client(&c, Duration::from_secs(10));
+    let waiters = client(&c, Duration::from_secs(10));
+    let masters = c.master_ports();
+    let shard_subscribers = |port: u16, channel: &str| -> i64 {
+        let mut con = connect(port, None).unwrap();
+        let reply: (String, i64) = redis::cmd("PUBSUB")
+            .arg("SHARDNUMSUB")
+            .arg(channel)
+            .query(&mut con)
+            .unwrap_or_default();
+        reply.1
+    };
+    let keys_on = |port: u16, name: &str| -> Vec<String> {
+        let mut con = connect(port, None).unwrap();
+        redis::cmd("KEYS")
+            .arg(format!("redlatch:{{{name}}}*"))
+            .query(&mut con)
+            .unwrap()
+    };
+
+    // A writer holds; two readers wait on another client; the release grants both.
+    let master = masters[0];
+    let name = name_on(&c, master, "family-rw");
+    let write = holder.read_write_lock(&name).write().unwrap();
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let lock = waiters.read_write_lock(&name);
+            thread::spawn(move || {
+                let read = lock.try_read(Duration::from_secs(8), None).unwrap();
+                (Instant::now(), read.map(|r| r.fencing_token()))
+            })
+        })
+        .collect();
+    let channel = format!("redlatch:{{{name}}}:rwlock:unlocked");
+    wait_for("the readers subscribed", Duration::from_secs(15), || {
+        (shard_subscribers(master, &channel) >= 1).then_some(())
+    });
+    for other in masters.iter().filter(|p| **p != master) {
+        assert!(
+            keys_on(*other, &name).is_empty(),
+            "keys of {name} on {other}"
+        );
+    }
+    assert!(
+        keys_on(master, &name)
+            .iter()
+            .any(|k| k.ends_with(":rwlock"))
+    );
+    let token = write.fencing_token();
+    let released = Instant::now();
+    write.unlock().unwrap();
+    for (woken, read) in join_all(readers, Duration::from_secs(10), "readers") {
+        assert_eq!(read, Some(token), "a reader was not granted");
+        assert!(
+            woken - released < Duration::from_secs(1),
+            "a reader woke late"
+        );
+    }
+
+    // Permits on another master: the release grants the waiter by shard.
+    let master = masters[1];
+    let name = name_on(&c, master, "family-sem");
+    let sem = holder.semaphore(&name);
+    sem.set_permits(1).unwrap();
+    let held = sem.acquire(1).unwrap();
+    let other = waiters.semaphore(&name);
+    let waiting = thread::spawn(move || {
+        let permits = other.try_acquire(1, Duration::from_secs(8), None).unwrap();
+        (Instant::now(), permits.map(|p| p.fencing_token()))
+    });
+    let channel = format!("redlatch:{{{name}}}:semaphore:unlocked");
+    wait_for("the waiter subscribed", Duration::from_secs(15), || {
+        (shard_subscribers(master, &channel) >= 1).then_some(())
+    });
+    let token = held.fencing_token();
+    let released = Instant::now();
+    held.release().unwrap();
+    let (woken, got) = join_all(vec![waiting], Duration::from_secs(10), "a waiter").remove(0);
+    assert!(got.is_some_and(|t| t > token), "the waiter was not granted");
+    assert!(
+        woken - released < Duration::from_secs(1),
+        "the waiter woke late"
+    );
+    for other in masters.iter().filter(|p| **p != master) {
+        assert!(
+            keys_on(*other, &name).is_empty(),
+            "keys of {name} on {other}"
+        );
+    }
+    assert!(
+        keys_on(master, &name)
+            .iter()
+            .any(|k| k.ends_with(":permits"))
+    );
+}

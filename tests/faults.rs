@@ -390,6 +390,88 @@ fn an_acquisition_whose_reply_was_lost_leaves_no_orphan_hold() {
     );
 }
 
+/// The holders' counts of a read-write lock or semaphore (`"<count> <token>"` values).
+fn share_counts(admin: &mut redis::Connection, key: &str) -> Vec<(u64, u64)> {
+    let all: Vec<(String, String)> = redis::cmd("HGETALL").arg(key).query(admin).unwrap();
+    all.into_iter()
+        .filter(|(field, _)| field != "writer")
+        .map(|(_, v)| {
+            let (count, token) = v.split_once(' ').unwrap();
+            (count.parse().unwrap(), token.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn the_read_write_lock_and_the_semaphore_are_idempotent_under_lost_replies() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let proxy = Proxy::start(server.port);
+    let client = Client::open(&proxy.url()).unwrap();
+    let other = Client::open(&server.url()).unwrap();
+    let lease = Some(Duration::from_secs(30));
+    let name = unique("lost-rw");
+    let key = format!("redlatch:{{{name}}}:rwlock");
+    let lock = client.read_write_lock(&name);
+    drop(lock.try_write(Duration::ZERO, lease).unwrap()); // loads the scripts
+
+    // A first write whose reply was lost: one hold, with the latest token.
+    proxy.lose_reply_to(b"EVALSHA");
+    let outer = lock
+        .try_write(Duration::ZERO, lease)
+        .unwrap()
+        .expect("the retry");
+    assert_eq!(proxy.cuts(), 1);
+    let fence: u64 = redis::cmd("GET")
+        .arg(format!("{key}:fence"))
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(share_counts(&mut admin, &key), vec![(1, fence)]);
+    assert_eq!(outer.fencing_token(), fence);
+    // A re-entry and its release, each reply lost: the count moves by exactly one.
+    proxy.lose_reply_to(b"EVALSHA");
+    let inner = lock.try_write(Duration::ZERO, lease).unwrap().unwrap();
+    assert_eq!(share_counts(&mut admin, &key), vec![(2, fence)]);
+    proxy.lose_reply_to(b"EVALSHA");
+    inner.unlock().unwrap();
+    assert_eq!(share_counts(&mut admin, &key), vec![(1, fence)]);
+    // The final release: the retry finds it done and says so, not "lost".
+    proxy.lose_reply_to(b"EVALSHA");
+    outer
+        .unlock()
+        .expect("a retried release must not report the lock lost");
+    assert_eq!(proxy.cuts(), 4);
+    assert!(
+        other
+            .read_write_lock(&name)
+            .try_write(Duration::ZERO, None)
+            .unwrap()
+            .is_some(),
+        "a retried release left the write held"
+    );
+
+    let name = unique("lost-sem");
+    let sem = client.semaphore(&name);
+    sem.set_permits(2).unwrap();
+    drop(sem.try_acquire(1, Duration::ZERO, lease).unwrap());
+    proxy.lose_reply_to(b"EVALSHA");
+    let permits = sem
+        .try_acquire(1, Duration::ZERO, lease)
+        .unwrap()
+        .expect("the retry");
+    assert_eq!(
+        sem.available().unwrap(),
+        1,
+        "a retried acquisition took twice"
+    );
+    proxy.lose_reply_to(b"EVALSHA");
+    permits
+        .release()
+        .expect("a retried release must not report the permits lost");
+    assert_eq!(proxy.cuts(), 6);
+    assert_eq!(sem.available().unwrap(), 2);
+}
+
 #[test]
 fn a_command_paused_then_killed_is_retried_safely() {
     let server = RedisServer::start();
@@ -469,6 +551,38 @@ fn a_least_privilege_acl_user_can_do_everything() {
     assert!(waiter.join().unwrap());
     let _guard = lock.lock_with_lease(Duration::from_secs(5)).unwrap();
     assert!(b.lock(&name).force_unlock().unwrap());
+
+    // The read-write lock and the semaphore: renewed, waited for, granted.
+    let rw = a.read_write_lock(&name);
+    let write = rw.write().unwrap();
+    let read = rw.read().unwrap();
+    thread::sleep(Duration::from_millis(700)); // renewal ran
+    assert!(!write.is_lost() && !read.is_lost());
+    let waiting_rw = b.read_write_lock(&name);
+    let waiter = thread::spawn(move || {
+        waiting_rw
+            .try_write(Duration::from_secs(10), None)
+            .map(|g| g.is_some())
+    });
+    thread::sleep(Duration::from_millis(300));
+    drop(write);
+    drop(read);
+    assert!(waiter.join().unwrap().unwrap());
+    let sem = a.semaphore(&name);
+    sem.set_permits(1).unwrap();
+    let permits = sem.acquire(1).unwrap();
+    thread::sleep(Duration::from_millis(700)); // renewal ran
+    assert!(!permits.is_lost());
+    let waiting_sem = b.semaphore(&name);
+    let waiter = thread::spawn(move || {
+        waiting_sem
+            .try_acquire(1, Duration::from_secs(10), None)
+            .map(|p| p.is_some())
+    });
+    thread::sleep(Duration::from_millis(300));
+    drop(permits);
+    assert!(waiter.join().unwrap().unwrap());
+    assert_eq!(sem.available().unwrap(), 1);
 
     // The user really is restricted: a key outside the prefix is refused.
     let mut limited = server.admin_with_url(&url);

@@ -450,3 +450,55 @@ fn wait_until_master_moves(setup: &Sentinel, old: u16) -> u16 {
         thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// The read-write lock and the semaphore through the sentinels: on the master they name,
+/// waking their waiters by message.
+#[test]
+fn the_read_write_lock_and_the_semaphore_work_on_the_master_the_sentinels_name() {
+    let setup = Sentinel::start();
+    let holder = client(&setup, |b| b);
+    let waiters = client(&setup, |b| b);
+    let master = setup.master_port();
+    let exists = |key: String| -> bool {
+        let mut con = setup.data_connection(master).unwrap();
+        redis::cmd("EXISTS").arg(key).query(&mut con).unwrap()
+    };
+
+    let write = holder.read_write_lock("family-rw").write().unwrap();
+    assert!(exists("redlatch:{family-rw}:rwlock".into()));
+    let lock = waiters.read_write_lock("family-rw");
+    let reader = thread::spawn(move || {
+        let read = lock.try_read(Duration::from_secs(8), None).unwrap();
+        (Instant::now(), read.map(|r| r.fencing_token()))
+    });
+    thread::sleep(Duration::from_millis(300));
+    let token = write.fencing_token();
+    let released = Instant::now();
+    write.unlock().unwrap();
+    let (woken, read) = reader.join().unwrap();
+    assert_eq!(read, Some(token));
+    assert!(
+        woken - released < Duration::from_secs(1),
+        "the reader woke late"
+    );
+
+    let sem = holder.semaphore("family-sem");
+    sem.set_permits(2).unwrap();
+    let held = sem.acquire(2).unwrap();
+    assert!(exists("redlatch:{family-sem}:semaphore".into()));
+    let other = waiters.semaphore("family-sem");
+    let waiting = thread::spawn(move || {
+        let permits = other.try_acquire(1, Duration::from_secs(8), None).unwrap();
+        (Instant::now(), permits.map(|p| p.count()))
+    });
+    thread::sleep(Duration::from_millis(300));
+    let released = Instant::now();
+    held.release().unwrap();
+    let (woken, got) = waiting.join().unwrap();
+    assert_eq!(got, Some(1));
+    assert!(
+        woken - released < Duration::from_secs(1),
+        "the waiter woke late"
+    );
+    assert_eq!(sem.available().unwrap(), 2);
+}
