@@ -33,6 +33,11 @@
 //! - Cluster: [`Client::cluster_builder`]; each lock lives in one slot.
 //! - Several locks at once, all or none: [`Client::multi_lock`] ([`MultiLock`]).
 //! - Independent masters, by majority: [`Redlock`].
+//! - Many readers or one writer: [`Client::read_write_lock`] ([`ReadWriteLock`]).
+//! - Leased permits: [`Client::semaphore`] ([`Semaphore`]).
+//!
+//! Every kind is a thin policy over one acquisition engine: the same queue in Redis, the
+//! same hand-over by message, the same watchdog and the same lost signal.
 //!
 //! # What a lock on Redis cannot promise
 //! Redis replication is asynchronous: a failover can lose a lock that was acquired just
