@@ -233,3 +233,121 @@ impl Handle for RedlockHandle {
         self.manager.unlock(&lock);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+
+/// What the family's kinds run inside their scripts (`lua/shares*.lua`), PUBLISH included
+/// (clients never publish themselves, so every PUBLISH is a script's).
+const SHARES_INNER: &[&str] = &[
+    "type",
+    "exists",
+    "pttl",
+    "get",
+    "set",
+    "hget",
+    "hset",
+    "hdel",
+    "hlen",
+    "del",
+    "pexpire",
+    "time",
+    "zadd",
+    "zrem",
+    "zrange",
+    "zrangebyscore",
+    "zremrangebyscore",
+    "zscore",
+    "publish",
+];
+
+/// A redlatch semaphore of one permit, used as a lock: its hand-off against the lock's.
+pub struct RedlatchSemaphore {
+    clients: Vec<redlatch::Client>,
+}
+
+impl RedlatchSemaphore {
+    pub fn new(url: &str, clients: usize) -> RedlatchSemaphore {
+        RedlatchSemaphore {
+            clients: (0..clients)
+                .map(|_| redlatch::Client::open(url).unwrap())
+                .collect(),
+        }
+    }
+}
+
+impl Contender for RedlatchSemaphore {
+    fn name(&self) -> &'static str {
+        "redlatch-semaphore"
+    }
+    fn handle(&self, client: usize, lock: &str) -> Box<dyn Handle> {
+        let semaphore = self.clients[client].semaphore(lock);
+        semaphore.set_permits(1).unwrap();
+        Box::new(SemaphoreHandle {
+            semaphore,
+            permits: None,
+        })
+    }
+    fn inner_commands(&self) -> &'static [&'static str] {
+        SHARES_INNER
+    }
+}
+
+struct SemaphoreHandle {
+    semaphore: redlatch::Semaphore,
+    permits: Option<redlatch::Permits>,
+}
+
+impl Handle for SemaphoreHandle {
+    fn lock(&mut self, wait: Duration) -> bool {
+        self.permits = self.semaphore.try_acquire(1, wait, None).unwrap();
+        self.permits.is_some()
+    }
+    fn unlock(&mut self) {
+        self.permits.take().unwrap().release().unwrap();
+    }
+}
+
+/// Readers of a redlatch read-write lock: they share it, so only their throughput counts.
+pub struct RedlatchReaders {
+    clients: Vec<redlatch::Client>,
+}
+
+impl RedlatchReaders {
+    pub fn new(url: &str, clients: usize) -> RedlatchReaders {
+        RedlatchReaders {
+            clients: (0..clients)
+                .map(|_| redlatch::Client::open(url).unwrap())
+                .collect(),
+        }
+    }
+}
+
+impl Contender for RedlatchReaders {
+    fn name(&self) -> &'static str {
+        "redlatch-readers"
+    }
+    fn handle(&self, client: usize, lock: &str) -> Box<dyn Handle> {
+        Box::new(ReaderHandle {
+            lock: self.clients[client].read_write_lock(lock),
+            guard: None,
+        })
+    }
+    fn inner_commands(&self) -> &'static [&'static str] {
+        SHARES_INNER
+    }
+}
+
+struct ReaderHandle {
+    lock: redlatch::ReadWriteLock,
+    guard: Option<redlatch::ReadGuard>,
+}
+
+impl Handle for ReaderHandle {
+    fn lock(&mut self, wait: Duration) -> bool {
+        self.guard = self.lock.try_read(wait, None).unwrap();
+        self.guard.is_some()
+    }
+    fn unlock(&mut self) {
+        self.guard.take().unwrap().unlock().unwrap();
+    }
+}

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use contenders::{Polling, Redlatch, RedlockRs, connection};
+use contenders::{Polling, Redlatch, RedlatchReaders, RedlatchSemaphore, RedlockRs, connection};
 use scenario::{Contended, Outcome};
 use stats::{max, mean, percentile, time_each};
 
@@ -203,6 +203,43 @@ fn main() {
     contended_figures(&mut f, "", &mut o, ping_p50, idle_ping_p50, true);
     curves.push(("redlatch", o.handoffs.clone()));
     drop(redlatch4);
+    let lock_acq_per_s = o.acquisitions as f64 / o.duration.as_secs_f64();
+    let lock_handoff_p50 = percentile(&mut o.handoffs, 0.5);
+    let lock_commands = o.commands as f64 / o.acquisitions.max(1) as f64;
+
+    eprintln!("redlatch: 16 readers in 4 clients on one read-write lock");
+    let readers = RedlatchReaders::new(&url, 4);
+    let o = scenario::contended(&readers, &four_by_four, &url);
+    f.put(
+        "readers_acq_per_s_over_lock",
+        o.acquisitions as f64 / o.duration.as_secs_f64() / lock_acq_per_s,
+        ">= 4",
+        "16 readers' acquisitions/s over 16 lock holders' (same run, hold 1 ms)",
+    );
+    drop(readers);
+
+    eprintln!("redlatch: a semaphore of one permit, 16 threads in 4 clients");
+    let semaphore = RedlatchSemaphore::new(&url, 4);
+    let mut o = scenario::contended(&semaphore, &four_by_four, &url);
+    f.put(
+        "semaphore_handoff_p50_over_lock",
+        ratio(percentile(&mut o.handoffs, 0.5), lock_handoff_p50),
+        "<= 1.5",
+        "the semaphore's hand-off over the lock's (same run)",
+    );
+    f.put(
+        "semaphore_handoff_p99_over_ping",
+        ratio(percentile(&mut o.handoffs, 0.99), ping_p50),
+        "",
+        "the semaphore's hand-off p99 / PING",
+    );
+    f.put(
+        "semaphore_commands_per_acquisition_over_lock",
+        o.commands as f64 / o.acquisitions.max(1) as f64 / lock_commands,
+        "",
+        "commands per acquisition over the lock's",
+    );
+    drop(semaphore);
 
     eprintln!("redlatch: 16 threads in one client on one lock");
     let one = Contended {
