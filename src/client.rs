@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::kinds::lock::Lock;
 use crate::kinds::read_write::ReadWriteLock;
 use crate::kinds::semaphore::Semaphore;
+use crate::kinds::spin_lock::SpinLock;
 use crate::subscriber::Subscriber;
 #[cfg(feature = "tls")]
 use redis::TlsCertificates;
@@ -154,6 +155,12 @@ impl Client {
     /// checked when it is used.
     pub fn semaphore(&self, name: &str) -> Semaphore {
         Semaphore::new(self.runtime.clone(), name)
+    }
+
+    /// A handle on the lock called `name` that waits by backoff instead of pub/sub: the
+    /// same lock in Redis as [`lock`](Client::lock)`(name)`, with the same guards. No I/O.
+    pub fn spin_lock(&self, name: &str) -> SpinLock {
+        SpinLock::new(self.runtime.clone(), name)
     }
 
     /// This client's id, the first half of its owner ids (`<id>:<thread number>`).

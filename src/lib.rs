@@ -35,6 +35,7 @@
 //! - Independent masters, by majority: [`Redlock`].
 //! - Many readers or one writer: [`Client::read_write_lock`] ([`ReadWriteLock`]).
 //! - Leased permits: [`Client::semaphore`] ([`Semaphore`]).
+//! - The lock without pub/sub, waited for by backoff: [`Client::spin_lock`] ([`SpinLock`]).
 //!
 //! Every kind is a thin policy over one acquisition engine: the same queue in Redis, the
 //! same hand-over by message, the same watchdog and the same lost signal.
@@ -66,6 +67,7 @@ pub use kinds::multi::{MultiLock, MultiLockGuard};
 pub use kinds::read_write::{ReadGuard, ReadWriteLock, WriteGuard};
 pub use kinds::redlock::{RedLock, RedLockGuard, Redlock};
 pub use kinds::semaphore::{Permits, Semaphore};
+pub use kinds::spin_lock::SpinLock;
 /// TLS settings for [`ClientBuilder::tls_certificates`]: the `redis` crate's own types, so
 /// certificates configured for it can be given as they are.
 #[cfg(feature = "tls")]

@@ -1170,11 +1170,11 @@ fn a_late_reply_is_not_read_as_the_answer_to_the_next_command() {
     }
 }
 
-/// The read-write lock and the semaphore on a Cluster: every key of a name on the master of
-/// its slot, and a release wakes the waiters through sharded pub/sub on that shard, well
-/// before any lease would have.
+/// The read-write lock, the semaphore and the spin lock on a Cluster: every key of a name on
+/// the master of its slot, and a release wakes the waiters through sharded pub/sub on that
+/// shard, well before any lease would have.
 #[test]
-fn the_read_write_lock_and_the_semaphore_live_in_their_slot_and_wake_waiters_by_shard() {
+fn the_read_write_lock_semaphore_and_spin_lock_live_in_their_slot_and_wake_waiters_by_shard() {
     let c = Cluster::start();
     let holder = client(&c, Duration::from_secs(10));
     let waiters = client(&c, Duration::from_secs(10));
@@ -1270,4 +1270,48 @@ fn the_read_write_lock_and_the_semaphore_live_in_their_slot_and_wake_waiters_by_
             .iter()
             .any(|k| k.ends_with(":permits"))
     );
+
+    // A spin lock on the third master: the lock itself, so a Lock waiter is woken by shard
+    // when a spin holder releases, and a spinner (no subscription) gets it after a Lock.
+    let master = masters[2];
+    let name = name_on(&c, master, "family-spin");
+    let spun = holder.spin_lock(&name).lock().unwrap();
+    assert!(has_lock(master, &name));
+    let lock = waiters.lock(&name);
+    let waiting = thread::spawn(move || {
+        let guard = lock.try_lock(Duration::from_secs(8), None).unwrap();
+        (Instant::now(), guard.map(|g| g.fencing_token()))
+    });
+    wait_for(
+        "the lock waiter subscribed",
+        Duration::from_secs(15),
+        || (shard_subscribers_on(master, &name) >= 1).then_some(()),
+    );
+    let token = spun.fencing_token();
+    let released = Instant::now();
+    spun.unlock().unwrap();
+    let (woken, got) = join_all(vec![waiting], Duration::from_secs(10), "a waiter").remove(0);
+    assert!(
+        got.is_some_and(|t| t > token),
+        "the Lock waiter was not handed it"
+    );
+    assert!(
+        woken - released < Duration::from_secs(1),
+        "the Lock waiter woke late"
+    );
+    let held = holder.lock(&name).lock().unwrap();
+    let spin = waiters.spin_lock(&name);
+    let spinning = thread::spawn(move || {
+        spin.try_lock(Duration::from_secs(8), None)
+            .unwrap()
+            .is_some()
+    });
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        shard_subscribers_on(master, &name),
+        0,
+        "a spinner subscribed"
+    );
+    drop(held);
+    assert!(join_all(vec![spinning], Duration::from_secs(10), "a spinner")[0]);
 }

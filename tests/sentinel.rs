@@ -451,10 +451,10 @@ fn wait_until_master_moves(setup: &Sentinel, old: u16) -> u16 {
     }
 }
 
-/// The read-write lock and the semaphore through the sentinels: on the master they name,
-/// waking their waiters by message.
+/// The read-write lock, the semaphore and the spin lock through the sentinels: on the master
+/// they name, the first two waking their waiters by message.
 #[test]
-fn the_read_write_lock_and_the_semaphore_work_on_the_master_the_sentinels_name() {
+fn the_read_write_lock_semaphore_and_spin_lock_work_on_the_master_the_sentinels_name() {
     let setup = Sentinel::start();
     let holder = client(&setup, |b| b);
     let waiters = client(&setup, |b| b);
@@ -501,4 +501,17 @@ fn the_read_write_lock_and_the_semaphore_work_on_the_master_the_sentinels_name()
         "the waiter woke late"
     );
     assert_eq!(sem.available().unwrap(), 2);
+
+    // A spin lock: the lock on the master, taken after a holder's release by backoff.
+    let held = holder.lock("family-spin").lock().unwrap();
+    assert!(has_lock(&setup, master, "family-spin"));
+    let spin = waiters.spin_lock("family-spin");
+    let spinning = thread::spawn(move || {
+        spin.try_lock(Duration::from_secs(8), None)
+            .unwrap()
+            .is_some()
+    });
+    thread::sleep(Duration::from_millis(300));
+    drop(held);
+    assert!(spinning.join().unwrap());
 }

@@ -351,3 +351,51 @@ impl Handle for ReaderHandle {
         self.guard.take().unwrap().unlock().unwrap();
     }
 }
+
+/// redlatch's spin lock: the lock itself, waited for by backoff instead of pub/sub.
+pub struct RedlatchSpin {
+    clients: Vec<redlatch::Client>,
+}
+
+impl RedlatchSpin {
+    pub fn new(url: &str, clients: usize) -> RedlatchSpin {
+        RedlatchSpin {
+            clients: (0..clients)
+                .map(|_| redlatch::Client::open(url).unwrap())
+                .collect(),
+        }
+    }
+}
+
+impl Contender for RedlatchSpin {
+    fn name(&self) -> &'static str {
+        "redlatch-spin"
+    }
+    fn handle(&self, client: usize, lock: &str) -> Box<dyn Handle> {
+        Box::new(SpinHandle {
+            lock: self.clients[client].spin_lock(lock),
+            guard: None,
+        })
+    }
+    fn inner_commands(&self) -> &'static [&'static str] {
+        &[
+            "pttl", "incr", "hset", "pexpire", "hexists", "del", "set", "exists", "get", "type",
+            "hget", "hdel", "time", "zadd", "zrem", "zrange", "publish",
+        ]
+    }
+}
+
+struct SpinHandle {
+    lock: redlatch::SpinLock,
+    guard: Option<redlatch::LockGuard>,
+}
+
+impl Handle for SpinHandle {
+    fn lock(&mut self, wait: Duration) -> bool {
+        self.guard = self.lock.try_lock(wait, None).unwrap();
+        self.guard.is_some()
+    }
+    fn unlock(&mut self) {
+        self.guard.take().unwrap().unlock().unwrap();
+    }
+}

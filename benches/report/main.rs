@@ -23,7 +23,9 @@ use std::collections::BTreeMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use contenders::{Polling, Redlatch, RedlatchReaders, RedlatchSemaphore, RedlockRs, connection};
+use contenders::{
+    Polling, Redlatch, RedlatchReaders, RedlatchSemaphore, RedlatchSpin, RedlockRs, connection,
+};
 use scenario::{Contended, Outcome};
 use stats::{max, mean, percentile, time_each};
 
@@ -240,6 +242,30 @@ fn main() {
         "commands per acquisition over the lock's",
     );
     drop(semaphore);
+
+    eprintln!("redlatch: a spin lock, 16 threads in 4 clients");
+    let spin = RedlatchSpin::new(&url, 4);
+    let mut o = scenario::contended(&spin, &four_by_four, &url);
+    f.put(
+        "spin_handoff_p50_over_lock",
+        ratio(percentile(&mut o.handoffs, 0.5), lock_handoff_p50),
+        "",
+        "the spin lock's hand-off over the lock's (same run): backoff instead of a message",
+    );
+    f.put(
+        "spin_commands_per_acquisition_over_lock",
+        o.commands as f64 / o.acquisitions.max(1) as f64 / lock_commands,
+        "",
+        "commands per acquisition over the lock's",
+    );
+    f.put(
+        "spin_max_wait_over_mean_wait",
+        ratio(max(&o.waits), mean(&o.waits)),
+        "",
+        "no queue: fairness is left to chance",
+    );
+    curves.push(("spin lock", o.handoffs.clone()));
+    drop(spin);
 
     eprintln!("redlatch: 16 threads in one client on one lock");
     let one = Contended {

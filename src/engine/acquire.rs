@@ -26,8 +26,8 @@ pub(crate) struct Acquired {
 /// Another owner held the object when an attempt sent at `sent` ran: for `ttl` more, with
 /// the fencing counter at `fence` (a hand-over issued later carries a larger token).
 #[derive(Clone, Copy)]
-struct Busy {
-    ttl: Duration,
+pub(super) struct Busy {
+    pub ttl: Duration,
     fence: u64,
     sent: Instant,
 }
@@ -165,7 +165,7 @@ fn give_up(
 
 /// One round trip: acquire or re-enter (`existing` is `owner`'s hold, if any), or learn how
 /// long the holder has left (and, when `queueing` says so, take a place in the queue).
-fn attempt(
+pub(super) fn attempt(
     core: &Core,
     kind: &dyn Kind,
     owner: &Arc<str>,

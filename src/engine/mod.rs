@@ -5,7 +5,8 @@
 //! release grants. The engine does the rest, once, for every kind:
 //!
 //! - attempt, and on a busy object queue in Redis and wait on the subscriber for a hand-over
-//!   or a wake-up, then attempt again ([`acquire()`]);
+//!   or a wake-up, then attempt again ([`acquire()`]); or, for a kind that wants no pub/sub,
+//!   attempt again after capped, jittered backoff ([`spin()`]);
 //! - withdraw from the queue when the wait is over, taking up a hand-over that came
 //!   meanwhile;
 //! - `WAIT` for replicas after an acquisition, when the client asks for it;
@@ -22,6 +23,7 @@ mod acquire;
 pub(crate) mod hold;
 mod lease;
 mod renew;
+mod spin;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +41,7 @@ pub(crate) use acquire::{
 pub(crate) use hold::Hold;
 pub(crate) use lease::{Terms, deadline_after, validate_duration, validate_lease};
 pub(crate) use renew::{Renewed, renew};
+pub(crate) use spin::{Backoff, spin};
 
 /// What one kind of lock does in Redis. The engine calls these inside its retry policy, so
 /// each must be idempotent: a call whose reply was lost runs again.

@@ -4,6 +4,7 @@
 //! - [`lock`]: the reentrant, owner-checked, leased lock;
 //! - [`read_write`]: many readers or one writer;
 //! - [`semaphore`]: leased permits;
+//! - [`spin_lock`]: the lock, waited for by backoff instead of pub/sub;
 //! - [`multi`]: several locks taken all or none;
 //! - [`redlock`]: one lock over independent masters, held by majority;
 //! - [`shares`]: what the read-write lock and the semaphore share.
@@ -14,6 +15,7 @@ pub(crate) mod read_write;
 pub(crate) mod redlock;
 pub(crate) mod semaphore;
 mod shares;
+pub(crate) mod spin_lock;
 
 use std::time::Duration;
 

@@ -1,0 +1,144 @@
+//! Waiting by backoff: attempts with capped, jittered exponential sleeps between them, and
+//! no queue and no subscription. For fleets that do not want pub/sub; the price is a hand-off
+//! that comes at the next attempt instead of with the release.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::Kind;
+use super::acquire::{Acquired, attempt};
+use super::lease::{Terms, deadline_after, validate_duration};
+use crate::core::Core;
+use crate::error::{Error, Result};
+use crate::scripts::Queueing;
+
+/// How long a spinning waiter sleeps between attempts: from `min`, doubling up to `max`,
+/// each sleep drawn at random between half and all of the current step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Backoff {
+    pub min: Duration,
+    pub max: Duration,
+}
+
+impl Backoff {
+    /// 2 ms, doubling to 128 ms: a few attempts in the first tens of milliseconds (most
+    /// holds are short), then about eight a second, whatever the number of waiters.
+    pub const DEFAULT: Backoff = Backoff {
+        min: Duration::from_millis(2),
+        max: Duration::from_millis(128),
+    };
+
+    /// Checks a backoff a user gave: at least 1 ms to start, a cap not below it, and no
+    /// cap beyond an hour.
+    pub fn validate(self) -> Result<Backoff> {
+        validate_duration("backoff cap", self.max, Duration::from_millis(1))?;
+        if self.min.is_zero() || self.min > self.max {
+            return Err(Error::invalid(format!(
+                "backoff from {:?} to {:?}: the start must be at least 1 ms and at most the cap",
+                self.min, self.max
+            )));
+        }
+        if self.max > Duration::from_secs(3600) {
+            return Err(Error::invalid(format!(
+                "backoff cap {:?} is longer than an hour",
+                self.max
+            )));
+        }
+        Ok(self)
+    }
+}
+
+/// Acquires `kind` for `owner` as [`acquire`](super::acquire()) does, but waits by backoff:
+/// each attempt takes no place in the queue, so a release never hands the object to a
+/// spinning waiter and nobody publishes to it. A sleep never outlasts the holder's remaining
+/// lease (a dead holder costs no more than its lease) nor the caller's deadline.
+pub(crate) fn spin(
+    core: &Core,
+    kind: &dyn Kind,
+    owner: Arc<str>,
+    wait: Option<Duration>,
+    terms: Terms,
+    backoff: Backoff,
+) -> Result<Option<Acquired>> {
+    let deadline = deadline_after(wait);
+    let existing = core.holds.get(&kind.keys().lock, &owner);
+    let mut jitter = Jitter::new();
+    let mut step = backoff.min;
+    loop {
+        let busy = match attempt(core, kind, &owner, existing.clone(), terms, Queueing::NONE)? {
+            Ok(acquired) => return Ok(Some(acquired)),
+            Err(busy) => busy,
+        };
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if left == Some(Duration::ZERO) {
+            return Ok(None);
+        }
+        // Between half and all of the step: waiters that started together drift apart
+        // instead of arriving at the lock in step.
+        let half = step / 2;
+        let sleep = (half + jitter.up_to(step - half))
+            .min(busy.ttl.max(Duration::from_millis(1)))
+            .min(left.unwrap_or(Duration::MAX));
+        thread::sleep(sleep);
+        step = (step * 2).min(backoff.max);
+    }
+}
+
+/// A small random source for the sleeps' jitter (xorshift64): spread, not secrecy.
+struct Jitter(u64);
+
+impl Jitter {
+    fn new() -> Jitter {
+        // The standard library's per-process random keys, without a crate for it.
+        let seed = RandomState::new().build_hasher().finish();
+        Jitter(seed | 1)
+    }
+
+    fn up_to(&mut self, max: Duration) -> Duration {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        let micros = max.as_micros() as u64;
+        Duration::from_micros(if micros == 0 {
+            0
+        } else {
+            self.0 % (micros + 1)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_its_bound_and_spreads() {
+        let mut jitter = Jitter::new();
+        let max = Duration::from_millis(10);
+        let draws: Vec<Duration> = (0..1000).map(|_| jitter.up_to(max)).collect();
+        assert!(draws.iter().all(|d| *d <= max));
+        let low = draws.iter().filter(|d| **d < max / 2).count();
+        assert!((300..700).contains(&low), "{low} of 1000 below the middle");
+        assert_eq!(jitter.up_to(Duration::ZERO), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_backoff_is_checked() {
+        let ms = Duration::from_millis;
+        assert!(Backoff::DEFAULT.validate().is_ok());
+        for bad in [
+            (ms(0), ms(10)),
+            (ms(20), ms(10)),
+            (ms(1), Duration::from_secs(7200)),
+        ] {
+            let backoff = Backoff {
+                min: bad.0,
+                max: bad.1,
+            };
+            assert!(matches!(backoff.validate(), Err(Error::InvalidArgument(_))));
+        }
+    }
+}
