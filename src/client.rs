@@ -11,6 +11,7 @@ use crate::core::{Core, Replicas, Runtime};
 use crate::engine::hold::Holds;
 use crate::engine::validate_duration;
 use crate::error::{Error, Result};
+use crate::kinds::latch::CountDownLatch;
 use crate::kinds::lock::Lock;
 use crate::kinds::read_write::ReadWriteLock;
 use crate::kinds::semaphore::Semaphore;
@@ -155,6 +156,12 @@ impl Client {
     /// checked when it is used.
     pub fn semaphore(&self, name: &str) -> Semaphore {
         Semaphore::new(self.runtime.clone(), name)
+    }
+
+    /// A handle on the count-down latch called `name` (`p:{name}:latch`). No I/O; the name
+    /// is checked when it is used.
+    pub fn count_down_latch(&self, name: &str) -> CountDownLatch {
+        CountDownLatch::new(self.runtime.clone(), name)
     }
 
     /// A handle on the lock called `name` that waits by backoff instead of pub/sub: the

@@ -18,6 +18,10 @@
 //! id -> lease end, ms), and the same `:fence`, `:unlocked`, `:queue`, `:waiters` and
 //! `:released:...` after the main key; a semaphore's total is `<main>:permits`.
 //!
+//! A count-down latch is `p:{name}:latch` (string: the count), its channel
+//! `p:{name}:latch:unlocked`, and `p:{name}:latch:req:<request id>` (the reply to one call,
+//! for a retry; lives as long as a release latch).
+//!
 //! The lock's keys share the hash tag `{name}`, so each script touches one Cluster slot.
 
 use crate::error::{Error, Result};
@@ -88,6 +92,8 @@ pub(crate) enum Family {
     ReadWrite,
     /// `Semaphore`: `p:{name}:semaphore`.
     Semaphore,
+    /// `CountDownLatch`: `p:{name}:latch`.
+    Latch,
 }
 
 impl Family {
@@ -97,10 +103,16 @@ impl Family {
             Family::Lock => "",
             Family::ReadWrite => ":rwlock",
             Family::Semaphore => ":semaphore",
+            Family::Latch => ":latch",
         }
     }
 
-    const ALL: [Family; 3] = [Family::Lock, Family::ReadWrite, Family::Semaphore];
+    const ALL: [Family; 4] = [
+        Family::Lock,
+        Family::ReadWrite,
+        Family::Semaphore,
+        Family::Latch,
+    ];
 }
 
 /// The keys and channel of one object: a lock, or an object of another [`Family`]. The
@@ -172,6 +184,12 @@ impl LockKeys {
     /// A semaphore's total number of permits.
     pub fn permits(&self) -> String {
         format!("{}:permits", self.lock)
+    }
+
+    /// The marker that records the reply to a latch's call `request` (a count-down, a new
+    /// count), so that a retry after a lost reply answers the same.
+    pub fn request_marker(&self, request: &str) -> String {
+        format!("{}:req:{request}", self.lock)
     }
 
     /// The latch that records the outcome of force-unlock request `request`.

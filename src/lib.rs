@@ -36,6 +36,7 @@
 //! - Many readers or one writer: [`Client::read_write_lock`] ([`ReadWriteLock`]).
 //! - Leased permits: [`Client::semaphore`] ([`Semaphore`]).
 //! - The lock without pub/sub, waited for by backoff: [`Client::spin_lock`] ([`SpinLock`]).
+//! - Waiting for a count to reach zero: [`Client::count_down_latch`] ([`CountDownLatch`]).
 //!
 //! Every kind is a thin policy over one acquisition engine: the same queue in Redis, the
 //! same hand-over by message, the same watchdog and the same lost signal.
@@ -62,6 +63,7 @@ mod subscriber;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};
 pub use keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
+pub use kinds::latch::CountDownLatch;
 pub use kinds::lock::{Lock, LockGuard};
 pub use kinds::multi::{MultiLock, MultiLockGuard};
 pub use kinds::read_write::{ReadGuard, ReadWriteLock, WriteGuard};

@@ -1170,11 +1170,11 @@ fn a_late_reply_is_not_read_as_the_answer_to_the_next_command() {
     }
 }
 
-/// The read-write lock, the semaphore and the spin lock on a Cluster: every key of a name on
-/// the master of its slot, and a release wakes the waiters through sharded pub/sub on that
-/// shard, well before any lease would have.
+/// The read-write lock, the semaphore, the spin lock and the count-down latch on a Cluster:
+/// every key of a name on the master of its slot, and a release (a count-down to zero) wakes
+/// the waiters through sharded pub/sub on that shard, well before any lease would have.
 #[test]
-fn the_read_write_lock_semaphore_and_spin_lock_live_in_their_slot_and_wake_waiters_by_shard() {
+fn every_kind_of_the_family_lives_in_its_slot_and_wakes_waiters_by_shard() {
     let c = Cluster::start();
     let holder = client(&c, Duration::from_secs(10));
     let waiters = client(&c, Duration::from_secs(10));
@@ -1314,4 +1314,39 @@ fn the_read_write_lock_semaphore_and_spin_lock_live_in_their_slot_and_wake_waite
     );
     drop(held);
     assert!(join_all(vec![spinning], Duration::from_secs(10), "a spinner")[0]);
+
+    // A count-down latch on the first master: waiters on another client are released by
+    // the message of the count-down that reaches zero, through that shard.
+    let master = masters[0];
+    let name = name_on(&c, master, "family-latch");
+    let latch = holder.count_down_latch(&name);
+    assert!(latch.try_set_count(2).unwrap());
+    let watchers: Vec<_> = (0..2)
+        .map(|_| {
+            let latch = waiters.count_down_latch(&name);
+            thread::spawn(move || (latch.wait(Duration::from_secs(8)).unwrap(), Instant::now()))
+        })
+        .collect();
+    let channel = format!("redlatch:{{{name}}}:latch:unlocked");
+    wait_for(
+        "the latch's waiters subscribed",
+        Duration::from_secs(15),
+        || (shard_subscribers(master, &channel) >= 1).then_some(()),
+    );
+    assert_eq!(latch.count_down().unwrap(), 1);
+    thread::sleep(Duration::from_millis(200));
+    assert!(
+        watchers.iter().all(|w| !w.is_finished()),
+        "released before zero"
+    );
+    let opened = Instant::now();
+    assert_eq!(latch.count_down().unwrap(), 0);
+    for (reached, at) in join_all(watchers, Duration::from_secs(10), "latch waiters") {
+        assert!(reached);
+        assert!(
+            at - opened < Duration::from_secs(1),
+            "a latch waiter woke late"
+        );
+    }
+    assert!(keys_on(master, &name).iter().any(|k| k.ends_with(":latch")));
 }

@@ -552,7 +552,7 @@ fn a_least_privilege_acl_user_can_do_everything() {
     let _guard = lock.lock_with_lease(Duration::from_secs(5)).unwrap();
     assert!(b.lock(&name).force_unlock().unwrap());
 
-    // The read-write lock and the semaphore: renewed, waited for, granted.
+    // The read-write lock, the semaphore and the latch: renewed, waited for, granted.
     let rw = a.read_write_lock(&name);
     let write = rw.write().unwrap();
     let read = rw.read().unwrap();
@@ -583,6 +583,13 @@ fn a_least_privilege_acl_user_can_do_everything() {
     drop(permits);
     assert!(waiter.join().unwrap().unwrap());
     assert_eq!(sem.available().unwrap(), 1);
+    let latch = a.count_down_latch(&name);
+    assert!(latch.try_set_count(1).unwrap());
+    let watching = b.count_down_latch(&name);
+    let watcher = thread::spawn(move || watching.wait(Duration::from_secs(10)));
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(latch.count_down().unwrap(), 0);
+    assert!(watcher.join().unwrap().unwrap());
 
     // The user really is restricted: a key outside the prefix is refused.
     let mut limited = server.admin_with_url(&url);

@@ -451,10 +451,10 @@ fn wait_until_master_moves(setup: &Sentinel, old: u16) -> u16 {
     }
 }
 
-/// The read-write lock, the semaphore and the spin lock through the sentinels: on the master
-/// they name, the first two waking their waiters by message.
+/// Every kind of the family through the sentinels: on the master they name, all but the spin
+/// lock waking their waiters by message.
 #[test]
-fn the_read_write_lock_semaphore_and_spin_lock_work_on_the_master_the_sentinels_name() {
+fn every_kind_of_the_family_works_on_the_master_the_sentinels_name() {
     let setup = Sentinel::start();
     let holder = client(&setup, |b| b);
     let waiters = client(&setup, |b| b);
@@ -514,4 +514,20 @@ fn the_read_write_lock_semaphore_and_spin_lock_work_on_the_master_the_sentinels_
     thread::sleep(Duration::from_millis(300));
     drop(held);
     assert!(spinning.join().unwrap());
+
+    // A count-down latch, its waiter woken by the message of the count-down to zero.
+    let latch = holder.count_down_latch("family-latch");
+    assert!(latch.try_set_count(1).unwrap());
+    let watching = waiters.count_down_latch("family-latch");
+    let watcher = thread::spawn(move || {
+        (
+            watching.wait(Duration::from_secs(8)).unwrap(),
+            Instant::now(),
+        )
+    });
+    thread::sleep(Duration::from_millis(300));
+    let opened = Instant::now();
+    assert_eq!(latch.count_down().unwrap(), 0);
+    let (reached, at) = watcher.join().unwrap();
+    assert!(reached && at - opened < Duration::from_secs(1));
 }

@@ -7,6 +7,8 @@
 //! - attempt, and on a busy object queue in Redis and wait on the subscriber for a hand-over
 //!   or a wake-up, then attempt again ([`acquire()`]); or, for a kind that wants no pub/sub,
 //!   attempt again after capped, jittered backoff ([`spin()`]);
+//! - wait for a condition on an object, woken by its channel and checking again at least
+//!   every watchdog timeout ([`watch()`], a count-down latch's wait);
 //! - withdraw from the queue when the wait is over, taking up a hand-over that came
 //!   meanwhile;
 //! - `WAIT` for replicas after an acquisition, when the client asks for it;
@@ -24,6 +26,7 @@ pub(crate) mod hold;
 mod lease;
 mod renew;
 mod spin;
+mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +45,7 @@ pub(crate) use hold::Hold;
 pub(crate) use lease::{Terms, deadline_after, validate_duration, validate_lease};
 pub(crate) use renew::{Renewed, renew};
 pub(crate) use spin::{Backoff, spin};
+pub(crate) use watch::watch;
 
 /// What one kind of lock does in Redis. The engine calls these inside its retry policy, so
 /// each must be idempotent: a call whose reply was lost runs again.

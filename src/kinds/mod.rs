@@ -5,10 +5,12 @@
 //! - [`read_write`]: many readers or one writer;
 //! - [`semaphore`]: leased permits;
 //! - [`spin_lock`]: the lock, waited for by backoff instead of pub/sub;
+//! - [`latch`]: a count-down latch;
 //! - [`multi`]: several locks taken all or none;
 //! - [`redlock`]: one lock over independent masters, held by majority;
 //! - [`shares`]: what the read-write lock and the semaphore share.
 
+pub(crate) mod latch;
 pub(crate) mod lock;
 pub(crate) mod multi;
 pub(crate) mod read_write;

@@ -8,7 +8,7 @@
 //! This module runs the scripts and holds what every kind shares: the replies the engine
 //! understands ([`Acquire`], [`Release`]), the error a refusal means ([`failure`]), and the
 //! parsed form of every message a script publishes ([`Message`]). Each family's scripts have a
-//! file of their own ([`lock`], [`shares`]).
+//! file of their own ([`lock`], [`shares`], [`latch`]).
 
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use crate::backend::Backend;
 use crate::error::Error;
 use crate::keys::{Family, LockKeys};
 
+pub(crate) mod latch;
 mod lock;
 pub(crate) mod shares;
 
@@ -149,8 +150,9 @@ impl Freeing {
     }
 }
 
-/// What the scripts that free a lock publish on its channel (`release.lua`,
-/// `force_unlock.lua`), parsed: the one place that knows the messages' text.
+/// What the scripts that free an object publish on its channel (`release.lua`,
+/// `force_unlock.lua`, `shares_*.lua`, `latch_count_down.lua`), parsed: the one place that
+/// knows the messages' text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Message<'a> {
     /// `grant <token> <lease ms> <owner>[ <token> <owner>]...`: the object was handed to
@@ -162,6 +164,8 @@ pub(crate) enum Message<'a> {
     Unlock,
     /// `force`: deleted by a force-unlock: every waiter should try.
     Force,
+    /// `open`: a count-down latch reached zero: every waiter goes through.
+    Open,
 }
 
 /// The `(token, owner)` pairs of a [`Message::Grant`], checked when parsed.
@@ -190,6 +194,7 @@ impl<'a> Message<'a> {
         match payload {
             b"unlock" => return Some(Message::Unlock),
             b"force" => return Some(Message::Force),
+            b"open" => return Some(Message::Open),
             _ => {}
         }
         let grant = std::str::from_utf8(payload.strip_prefix(b"grant ")?).ok()?;
@@ -229,12 +234,13 @@ impl<'a> Message<'a> {
         payload.into_bytes()
     }
 
-    /// The payload of `unlock` or `force`.
+    /// The payload of `unlock`, `force` or `open`.
     #[cfg(test)]
     pub fn payload(&self) -> Vec<u8> {
         match self {
             Message::Unlock => b"unlock".to_vec(),
             Message::Force => b"force".to_vec(),
+            Message::Open => b"open".to_vec(),
             Message::Grant { .. } => panic!("use Message::grant"),
         }
     }
@@ -305,6 +311,8 @@ pub(crate) fn give_back(
         Family::ReadWrite | Family::Semaphore => {
             shares::give_back(con, keys, owner, token, freeing)
         }
+        // A latch grants nothing, so nothing is handed to an owner that no longer waits.
+        Family::Latch => Ok(Release::NotOurs),
     }
 }
 
@@ -356,6 +364,9 @@ fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) -> Invocation<'a> {
     match batch.first().map(|r| r.keys.family) {
         Some(Family::Lock) | None => lock::renewal(batch, lease),
         Some(Family::ReadWrite | Family::Semaphore) => shares::renewal(batch, lease),
+        // Nothing of a latch is held, so nothing of it is ever registered for renewal; were
+        // it, the lock's script would find no hold of it and answer "not ours".
+        Some(Family::Latch) => lock::renewal(batch, lease),
     }
 }
 
@@ -391,6 +402,7 @@ mod tests {
         );
         assert_eq!(Message::parse(b"unlock"), Some(Message::Unlock));
         assert_eq!(Message::parse(b"force"), Some(Message::Force));
+        assert_eq!(Message::parse(b"open"), Some(Message::Open));
         for foreign in [
             &b"grant"[..],
             b"grant 42",
@@ -403,6 +415,7 @@ mod tests {
             b"grant 42 1 o:1 43 ",
             b"grant 42 1 o:1  o:2",
             b"unlock ",
+            b"opened",
             b"hello",
             b"",
         ] {

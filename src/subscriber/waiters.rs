@@ -21,8 +21,9 @@
 //! fair counting semaphore for the cases a hand-over does not cover:
 //! - an `unlock` message (a release that found only stale places queued) grants one permit,
 //!   to the oldest waiter that has none (one release wakes one local waiter: no herd);
-//! - a `force` message (force-unlock), a confirmed subscription and a reconnect grant a permit
-//!   to every waiter, so each retries once;
+//! - a `force` message (force-unlock), an `open` message (a count-down latch at zero), a
+//!   confirmed subscription and a reconnect grant a permit to every waiter, so each retries
+//!   (or checks) once;
 //! - a permit granted while its waiter is busy stays set, so a message that arrives between a
 //!   waiter's attempt and its sleep is not lost;
 //! - a waiter that leaves with a permit it never used passes it to the next one.
@@ -49,7 +50,7 @@ pub(super) struct Arriving {
 impl Shared {
     /// A message on a lock's channel. A hand-off wakes exactly the thread it names (if it is
     /// one of ours); a release that found only stale places queued wakes one waiter; a
-    /// force-unlock all.
+    /// force-unlock, or a latch that opened, all.
     pub(super) fn deliver(&self, channel: &[u8], payload: &[u8]) {
         let entry = std::str::from_utf8(channel)
             .ok()
@@ -65,7 +66,7 @@ impl Shared {
                     Entry::wake_one(&state);
                 }
             }
-            Some(Message::Force) => {
+            Some(Message::Force | Message::Open) => {
                 if let Some(entry) = entry {
                     let mut state = entry.state.lock();
                     state.wakes += 1;

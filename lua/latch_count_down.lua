@@ -1,0 +1,48 @@
+-- latch_count_down.lua: count a latch down by one; at zero, open it for every waiter.
+--
+-- KEYS[1]  the count    <prefix>:{<name>}:latch                  string: what remains
+-- KEYS[2]  the channel  <prefix>:{<name>}:latch:unlocked
+-- KEYS[3]  the marker   <prefix>:{<name>}:latch:req:<request id> this call's reply
+-- ARGV[1]  ttl          ms the marker lives, and the count once it reached zero
+-- ARGV[2]  publish      PUBLISH (or SPUBLISH on a sharded cluster)
+--
+-- Reply: what remains after this call, as a decimal string (exact for any 64-bit count); "0"
+-- when no count was running (nothing changed).
+-- Errors: "WRONGTYPE latch" when the key holds data that is not a count of ours; nothing is
+-- written then.
+--
+-- The count-down that reaches zero publishes "open" on the channel, which wakes every waiter
+-- of every client, and gives the key an expiry of ARGV[1]: an absent latch counts 0, so a
+-- waiter or a count() that comes after it expired sees what it would have seen before, and
+-- nothing is left behind.
+-- Idempotent: the reply is recorded in the marker, and a retry after a lost reply answers it
+-- instead of counting down again.
+
+local count, channel, marker = KEYS[1], KEYS[2], KEYS[3]
+local ttl, publish = ARGV[1], ARGV[2]
+local done = redis.call('get', marker)
+if done then
+  return done
+end
+local kind = redis.call('type', count).ok
+if kind ~= 'none' and kind ~= 'string' then
+  return redis.error_reply('WRONGTYPE latch')
+end
+local current = redis.call('get', count)
+if current and not string.match(current, '^%d+$') then
+  return redis.error_reply('WRONGTYPE latch')
+end
+local reply = '0'
+if current and current ~= '0' then
+  local left = redis.pcall('decr', count)
+  if type(left) == 'table' then
+    return redis.error_reply('WRONGTYPE latch') -- digits beyond a 64-bit count: not ours
+  end
+  reply = redis.call('get', count)
+  if reply == '0' then
+    redis.call('pexpire', count, ttl)
+    redis.call(publish, channel, 'open')
+  end
+end
+redis.call('set', marker, reply, 'px', ttl)
+return reply

@@ -1,0 +1,57 @@
+//! Waiting for a condition on an object, woken by its channel: what a count-down latch's
+//! waiters do. No queue and no hand-over: every message on the channel wakes every watcher,
+//! which checks again.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::{ConnectionLike, RedisResult};
+
+use super::lease::deadline_after;
+use crate::core::Core;
+use crate::error::Result;
+use crate::keys::LockKeys;
+use crate::scripts;
+
+/// Waits at most `wait` (`None`: as long as it takes) until `check` answers `true`, for
+/// `owner` (the calling thread's owner id). `Ok(false)`: not in time.
+///
+/// `check` runs once before anything else (a condition that holds costs one round trip and
+/// no subscription), then after every wake: a message on `keys`'s channel, the subscription
+/// confirmed or made anew, or at least every watchdog timeout, so a lost message costs at
+/// most that long, never a hang. The subscription is announced before the first check and
+/// confirmed before the second, so a change between the two is never missed. `check` must
+/// only read.
+pub(crate) fn watch(
+    core: &Core,
+    keys: &Arc<LockKeys>,
+    owner: Arc<str>,
+    wait: Option<Duration>,
+    mut check: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<bool>,
+) -> Result<bool> {
+    let deadline = deadline_after(wait);
+    let mut checked = || {
+        core.backend
+            .run(&mut check)
+            .map_err(|e| scripts::failure(keys, e))
+    };
+    let expecting = core.subscriber.expect(keys, &owner);
+    if checked()? {
+        return Ok(true);
+    }
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        return Ok(false);
+    }
+    let waiter = core.subscriber.join(expecting);
+    loop {
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if left == Some(Duration::ZERO) {
+            // One last look: a message may have been lost on the way.
+            return checked();
+        }
+        waiter.wait(left.map_or(core.watchdog_timeout, |l| l.min(core.watchdog_timeout)));
+        if checked()? {
+            return Ok(true);
+        }
+    }
+}

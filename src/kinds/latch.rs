@@ -1,0 +1,134 @@
+//! [`CountDownLatch`]: threads anywhere wait until a count, counted down anywhere, is zero.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::core::Runtime;
+use crate::engine::{self, validate_duration};
+use crate::error::{Error, Result};
+use crate::keys::{Family, LockKeys};
+use crate::scripts::latch;
+
+/// The largest count: Redis keeps a count as a 64-bit signed integer.
+const MAX_COUNT: u64 = i64::MAX as u64;
+
+/// A handle on the count-down latch called [`name`](CountDownLatch::name), made by
+/// [`Client::count_down_latch`](crate::Client::count_down_latch).
+///
+/// Cheap to clone and to make; `Send + Sync`. Nothing of it is held, so there is no guard.
+///
+/// # Rules
+/// - A latch never set counts 0, and [`wait`](CountDownLatch::wait) at 0 returns `true` at
+///   once.
+/// - [`try_set_count`](CountDownLatch::try_set_count) starts a round only when no count is
+///   running (0 or never set); `try_set_count(0)` is `InvalidArgument`.
+/// - [`count_down`](CountDownLatch::count_down) at 0 changes nothing. The count-down that
+///   reaches zero wakes every waiter of every client with one message; waiters are released
+///   only at zero.
+/// - Both are idempotent under a lost reply: each call carries a request id, and a retry
+///   answers what the first run did instead of counting down twice.
+/// - Waiting costs no command while nothing happens; a waiter checks again at least every
+///   watchdog timeout, so a lost message costs at most that long, never a hang.
+/// - At zero the latch's key expires after a short retention (40 s with the default
+///   timeouts), so nothing is left behind; that is safe because an absent latch counts 0,
+///   which is what it said before it expired.
+///
+/// Its count lives in Redis without a lease: a round whose counters die stays open until
+/// someone counts it down (or, for a fresh start, deletes `p:{name}:latch`).
+///
+/// ```no_run
+/// # fn main() -> redlatch::Result<()> {
+/// use std::time::Duration;
+/// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+/// let ready = client.count_down_latch("shards-loaded");
+/// ready.try_set_count(3)?;
+/// // ... three workers, anywhere, each call ready.count_down() ...
+/// if ready.wait(Duration::from_secs(60))? {
+///     println!("all three loaded");
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct CountDownLatch {
+    runtime: Arc<Runtime>,
+    keys: Arc<LockKeys>,
+}
+
+impl std::fmt::Debug for CountDownLatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CountDownLatch")
+            .field("name", &self.keys.name)
+            .finish()
+    }
+}
+
+impl CountDownLatch {
+    pub(crate) fn new(runtime: Arc<Runtime>, name: &str) -> CountDownLatch {
+        let keys = LockKeys::of(Family::Latch, &runtime.core.prefix, name);
+        CountDownLatch {
+            runtime,
+            keys: Arc::new(keys),
+        }
+    }
+
+    /// The latch's name, as given to
+    /// [`Client::count_down_latch`](crate::Client::count_down_latch).
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// Starts a round of `n`: `true` if it did, `false` if a count is already running
+    /// (nothing changed then). `n` must be between 1 and 2^63 - 1.
+    pub fn try_set_count(&self, n: u64) -> Result<bool> {
+        self.check_name()?;
+        if n == 0 || n > MAX_COUNT {
+            return Err(Error::invalid(format!(
+                "a latch's count must be between 1 and {MAX_COUNT}, not {n}"
+            )));
+        }
+        let request = request_id();
+        let keys = &self.keys;
+        engine::call(&self.runtime.core, keys, |con, freeing| {
+            latch::set_count(con, keys, n, &request, freeing)
+        })
+    }
+
+    /// Counts down by one and answers what remains; at 0 it stays 0. The call that reaches
+    /// zero wakes every waiter.
+    pub fn count_down(&self) -> Result<u64> {
+        self.check_name()?;
+        let request = request_id();
+        let keys = &self.keys;
+        engine::call(&self.runtime.core, keys, |con, freeing| {
+            latch::count_down(con, keys, &request, freeing)
+        })
+    }
+
+    /// The count now: 0 for a latch never set.
+    pub fn count(&self) -> Result<u64> {
+        self.check_name()?;
+        let keys = &self.keys;
+        engine::call(&self.runtime.core, keys, |con, _| latch::count(con, keys))
+    }
+
+    /// Waits at most `timeout` for the count to reach zero: `true` when it did (at once if
+    /// it is 0), `false` when the time ran out.
+    pub fn wait(&self, timeout: Duration) -> Result<bool> {
+        self.check_name()?;
+        validate_duration("timeout", timeout, Duration::ZERO)?;
+        let core = &self.runtime.core;
+        let keys = &self.keys;
+        engine::watch(core, keys, core.thread_owner(), Some(timeout), |con| {
+            Ok(latch::count(con, keys)? == 0)
+        })
+    }
+
+    fn check_name(&self) -> Result<()> {
+        engine::check_name(&self.runtime.core, &self.keys.name)
+    }
+}
+
+/// Names one call, so that its retry after a lost reply answers the same.
+fn request_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}

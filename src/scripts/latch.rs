@@ -1,0 +1,65 @@
+//! A count-down latch's scripts: start a round, count down, read the count.
+
+use std::sync::LazyLock;
+
+use redis::{ConnectionLike, RedisResult};
+
+use super::{Freeing, Lua, millis};
+use crate::keys::LockKeys;
+
+static SET: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/latch_set.lua")));
+static COUNT_DOWN: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/latch_count_down.lua")));
+static COUNT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/latch_count.lua")));
+
+/// Sets the count to `n` unless a count is running; `request` names this call, so that a
+/// retry answers the same.
+pub(crate) fn set_count(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    n: u64,
+    request: &str,
+    freeing: Freeing,
+) -> RedisResult<bool> {
+    let reply: i64 = SET
+        .key(&keys.lock)
+        .key(keys.request_marker(request))
+        .arg(n)
+        .arg(millis(freeing.latch_ttl))
+        .invoke(con)?;
+    Ok(reply == 1)
+}
+
+/// Counts down by one (opening the latch at zero); what remains. `request` as in
+/// [`set_count`].
+pub(crate) fn count_down(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    request: &str,
+    freeing: Freeing,
+) -> RedisResult<u64> {
+    let left: String = COUNT_DOWN
+        .key(&keys.lock)
+        .key(&keys.channel)
+        .key(keys.request_marker(request))
+        .arg(millis(freeing.latch_ttl))
+        .arg(freeing.publish)
+        .invoke(con)?;
+    parse(&left)
+}
+
+/// The count now: 0 for a latch never set.
+pub(crate) fn count(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResult<u64> {
+    let count: String = COUNT.key(&keys.lock).invoke(con)?;
+    parse(&count)
+}
+
+fn parse(count: &str) -> RedisResult<u64> {
+    count.parse().map_err(|_| {
+        redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "a latch script answered something else",
+            count.to_string(),
+        ))
+    })
+}

@@ -1,0 +1,300 @@
+//! The count-down latch against a real redis-server: its counting, waiters released only at
+//! zero and promptly, waiting without polling, a lost message, expiry after zero, foreign
+//! data, bad input, idempotence under lost replies.
+
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlatch::{Client, Error};
+use support::{Proxy, RedisServer, command_calls, eventually, join_all, unique};
+
+fn client(server: &RedisServer) -> Client {
+    Client::open(&server.url()).unwrap()
+}
+
+fn key(name: &str) -> String {
+    format!("redlatch:{{{name}}}:latch")
+}
+
+fn channel(name: &str) -> String {
+    format!("redlatch:{{{name}}}:latch:unlocked")
+}
+
+/// Threads that each wait up to `timeout` on latch `name` and report when they returned.
+fn spawn_waiters(
+    client: &Client,
+    name: &str,
+    n: usize,
+    timeout: Duration,
+) -> Vec<thread::JoinHandle<(Instant, bool)>> {
+    (0..n)
+        .map(|_| {
+            let latch = client.count_down_latch(name);
+            thread::spawn(move || {
+                let reached = latch.wait(timeout).unwrap();
+                (Instant::now(), reached)
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn counting_down_rounds_and_a_latch_never_set() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let latch = a.count_down_latch(&unique("latch-count"));
+    assert_eq!(latch.count().unwrap(), 0);
+    let started = Instant::now();
+    assert!(
+        latch.wait(Duration::from_secs(5)).unwrap(),
+        "a latch never set is open"
+    );
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert_eq!(latch.count_down().unwrap(), 0, "counting down nothing");
+    assert!(latch.try_set_count(3).unwrap());
+    assert!(
+        !latch.try_set_count(5).unwrap(),
+        "a second round over a running one"
+    );
+    assert_eq!(latch.count().unwrap(), 3);
+    assert_eq!(latch.count_down().unwrap(), 2);
+    assert_eq!(latch.count_down().unwrap(), 1);
+    assert!(!latch.wait(Duration::ZERO).unwrap());
+    assert_eq!(latch.count_down().unwrap(), 0);
+    assert_eq!(latch.count_down().unwrap(), 0, "at zero it stays zero");
+    assert!(latch.wait(Duration::ZERO).unwrap());
+    // A new round once at zero; the huge count a 64-bit integer allows.
+    assert!(latch.try_set_count(i64::MAX as u64).unwrap());
+    assert_eq!(latch.count_down().unwrap(), i64::MAX as u64 - 1);
+}
+
+#[test]
+fn waiters_are_released_only_at_zero_and_promptly() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("latch-wake");
+    let latch = a.count_down_latch(&name);
+    latch.try_set_count(3).unwrap();
+    let waiters = spawn_waiters(&b, &name, 3, Duration::from_secs(20));
+    let mut admin = server.admin();
+    assert!(eventually(Duration::from_secs(5), || {
+        support::pubsub_channels(&mut admin, &channel(&name)).len() == 1
+    }));
+    for _ in 0..2 {
+        latch.count_down().unwrap();
+        thread::sleep(Duration::from_millis(200));
+        assert!(
+            waiters.iter().all(|w| !w.is_finished()),
+            "a waiter went through before zero"
+        );
+    }
+    let opened = Instant::now();
+    assert_eq!(latch.count_down().unwrap(), 0);
+    for (at, reached) in join_all(waiters, Duration::from_secs(10), "waiters") {
+        assert!(reached);
+        assert!(
+            at - opened < Duration::from_millis(500),
+            "a waiter woke {:?} after zero",
+            at - opened
+        );
+    }
+}
+
+#[test]
+fn a_wait_that_runs_out_answers_false_near_its_timeout() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let latch = a.count_down_latch(&unique("latch-timeout"));
+    latch.try_set_count(1).unwrap();
+    let started = Instant::now();
+    assert!(!latch.wait(Duration::from_millis(400)).unwrap());
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(400) && waited < Duration::from_millis(900),
+        "waited {waited:?} for 400 ms"
+    );
+}
+
+#[test]
+fn waiting_costs_no_commands() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("latch-idle");
+    let latch = a.count_down_latch(&name);
+    latch.try_set_count(1).unwrap();
+    let waiters = spawn_waiters(&b, &name, 3, Duration::from_secs(20));
+    assert!(eventually(Duration::from_secs(5), || {
+        support::pubsub_channels(&mut admin, &channel(&name)).len() == 1
+    }));
+    thread::sleep(Duration::from_millis(200)); // the waiters' second checks
+    let before = command_calls(&mut admin, "evalsha");
+    thread::sleep(Duration::from_secs(2));
+    let during = command_calls(&mut admin, "evalsha") - before;
+    assert!(during == 0, "waiters polled: {during} script calls in 2 s");
+    latch.count_down().unwrap();
+    for (_, reached) in join_all(waiters, Duration::from_secs(10), "waiters") {
+        assert!(reached);
+    }
+}
+
+#[test]
+fn a_lost_message_costs_at_most_one_watchdog_timeout() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let waiting = Client::builder(&server.url())
+        .watchdog_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let name = unique("latch-lost");
+    let latch = waiting.count_down_latch(&name);
+    latch.try_set_count(1).unwrap();
+    let waiters = spawn_waiters(&waiting, &name, 2, Duration::from_secs(20));
+    assert!(eventually(Duration::from_secs(5), || {
+        support::pubsub_channels(&mut admin, &channel(&name)).len() == 1
+    }));
+    thread::sleep(Duration::from_millis(200));
+    // Zero without the message: as if it had been lost.
+    let _: () = redis::cmd("SET")
+        .arg(key(&name))
+        .arg("0")
+        .query(&mut admin)
+        .unwrap();
+    let zeroed = Instant::now();
+    for (at, reached) in join_all(waiters, Duration::from_secs(10), "waiters") {
+        assert!(reached);
+        assert!(
+            at - zeroed < Duration::from_millis(1500),
+            "{:?}",
+            at - zeroed
+        );
+    }
+}
+
+#[test]
+fn the_key_expires_after_zero_and_nothing_is_left_without_a_ttl() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let a = client(&server);
+    let name = unique("latch-expiry");
+    let latch = a.count_down_latch(&name);
+    latch.try_set_count(2).unwrap();
+    latch.count_down().unwrap();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(key(&name))
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(ttl, -1, "a running count expired");
+    latch.count_down().unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("redlatch:{{{name}}}*"))
+        .query(&mut admin)
+        .unwrap();
+    assert!(!keys.is_empty());
+    for k in keys {
+        let ttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut admin).unwrap();
+        assert!(
+            ttl > 0 && ttl <= 121_220,
+            "{k} left with PTTL {ttl} after zero"
+        );
+    }
+    // A new round takes the expiry off again.
+    assert!(latch.try_set_count(1).unwrap());
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(key(&name))
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(ttl, -1);
+}
+
+#[test]
+fn foreign_data_is_refused_and_left_alone() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let a = client(&server);
+    for (i, setup) in [["SET", "hello"], ["HSET", "f"]].iter().enumerate() {
+        let name = unique(&format!("latch-foreign-{i}"));
+        let k = key(&name);
+        let mut cmd = redis::cmd(setup[0]);
+        cmd.arg(&k).arg(setup[1]);
+        if setup[0] == "HSET" {
+            cmd.arg("v");
+        }
+        let _: () = cmd.query(&mut admin).unwrap();
+        let latch = a.count_down_latch(&name);
+        for result in [
+            latch.count(),
+            latch.count_down(),
+            latch.try_set_count(2).map(u64::from),
+            latch.wait(Duration::from_millis(50)).map(u64::from),
+        ] {
+            match result {
+                Err(Error::WrongType { key }) => assert_eq!(key, k),
+                other => panic!("expected WrongType, got {other:?}"),
+            }
+        }
+        let kind: String = redis::cmd("TYPE").arg(&k).query(&mut admin).unwrap();
+        assert_eq!(kind, if i == 0 { "string" } else { "hash" });
+        if i == 0 {
+            let v: String = redis::cmd("GET").arg(&k).query(&mut admin).unwrap();
+            assert_eq!(v, "hello");
+        }
+    }
+}
+
+#[test]
+fn bad_input_is_refused_before_any_io() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let latch = a.count_down_latch(&unique("latch-bad"));
+    assert!(matches!(
+        latch.try_set_count(0),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        latch.try_set_count(u64::MAX),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        latch.wait(Duration::MAX),
+        Err(Error::InvalidArgument(_))
+    ));
+    let empty = a.count_down_latch("");
+    assert!(matches!(empty.count(), Err(Error::InvalidArgument(_))));
+    assert!(matches!(empty.count_down(), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        empty.wait(Duration::ZERO),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn counting_down_and_setting_are_idempotent_under_lost_replies() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let a = Client::open(&proxy.url()).unwrap();
+    let name = unique("latch-lost-reply");
+    let latch = a.count_down_latch(&name);
+    // Loads the scripts, so that the lost replies below are EVALSHA's.
+    latch.try_set_count(3).unwrap();
+    latch.count_down().unwrap();
+    latch.count_down().unwrap();
+    latch.count_down().unwrap();
+
+    proxy.lose_reply_to(b"EVALSHA");
+    assert!(
+        latch.try_set_count(3).unwrap(),
+        "the retry must report its own round"
+    );
+    assert_eq!(proxy.cuts(), 1);
+    proxy.lose_reply_to(b"EVALSHA");
+    assert_eq!(latch.count_down().unwrap(), 2);
+    assert_eq!(proxy.cuts(), 2);
+    assert_eq!(
+        latch.count().unwrap(),
+        2,
+        "a retried count-down counted twice"
+    );
+}
