@@ -204,6 +204,7 @@ fn the_checker_over_redlock_sees_no_overlap_when_one_master_at_a_time_fails() {
         wait: Duration::from_secs(5),
         watchdog: Duration::from_millis(900),
         response_timeout: Duration::from_millis(500),
+        kinds: vec![support::checker::Checked::Lock],
     };
     let checker = support::checker::Checker::start(
         &masters.urls().join(","),

@@ -14,7 +14,7 @@ mod support;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::checker::{Checker, Config, Counts, Resource};
+use support::checker::{Checked, Checker, Config, Counts, Resource};
 use support::{Proxy, RedisServer, eventually};
 
 /// Entry point of the checker's child processes; does nothing unless started by a checker.
@@ -53,6 +53,22 @@ fn finish(checker: Checker, config: &Config) -> Counts {
 
 #[test]
 fn fenced_writes_stay_safe_under_faults_that_keep_the_lock_state() {
+    under_faults_that_keep_the_lock_state(vec![Checked::Lock]);
+}
+
+/// Every kind of the family in turn (lock, spin lock, read, write, permits, latch rounds):
+/// besides the locks' promises, never a writer with another holder, never more permits in
+/// use than the total, and no latch wait released before zero.
+#[test]
+fn the_lock_family_stays_safe_under_faults_that_keep_the_lock_state() {
+    let counts = under_faults_that_keep_the_lock_state(Checked::ALL.to_vec());
+    assert_eq!(counts.occupancy, 0, "a shared object's promise was broken");
+    assert_eq!(counts.latch_early, 0, "a latch wait returned before zero");
+}
+
+/// The checker over `kinds` while connections are killed, scripts flushed, clients paused
+/// and the network cut, all well within the lease.
+fn under_faults_that_keep_the_lock_state(kinds: Vec<Checked>) -> Counts {
     let server = RedisServer::start();
     let resource = RedisServer::start();
     // Clients reach the server through a proxy that can cut or stall their connections.
@@ -65,6 +81,7 @@ fn fenced_writes_stay_safe_under_faults_that_keep_the_lock_state() {
         wait: Duration::from_secs(10),
         watchdog: Duration::from_secs(3),
         response_timeout: Duration::from_secs(3),
+        kinds,
     };
     let checker = start_checker(&proxy.url(), &resource, &config);
 
@@ -107,6 +124,7 @@ fn fenced_writes_stay_safe_under_faults_that_keep_the_lock_state() {
     assert_eq!(counts.errors, 0, "unexpected errors");
     assert_eq!(counts.timeouts, 0, "a wait ran out");
     assert_eq!(counts.late, 0, "a try_lock returned after its wait");
+    counts
 }
 
 #[test]
@@ -124,6 +142,7 @@ fn every_overlap_under_faults_that_lose_the_lock_state_is_reported() {
         wait: Duration::from_secs(3),
         watchdog,
         response_timeout: Duration::from_millis(500),
+        kinds: vec![Checked::Lock],
     };
     let checker = start_checker(&server.url(), &resource, &config);
     assert!(
@@ -351,6 +370,7 @@ fn child_runs_a_checker_until_killed() {
         wait: Duration::from_secs(1),
         watchdog: Duration::from_secs(2),
         response_timeout: Duration::from_secs(1),
+        kinds: vec![Checked::Lock],
     };
     let checker = Checker::start(&url, &resource_url, &config, || {
         support::child_test_command("checker_child")

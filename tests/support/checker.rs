@@ -15,6 +15,13 @@
 //! - `checker:counts:<child>` holds each child's counts, `checker:waits` recent waits (µs),
 //!   `checker:stop` tells the children to stop and `checker:exit` to exit.
 //!
+//! - `inside:<object>` holds who is inside a read-write lock or a semaphore now (id ->
+//!   `"<mode> <n>"`): a writer entering beside anyone, a reader beside a writer, or permits
+//!   beyond the total is an *occupancy* violation, recorded in `checker:violations` with
+//!   everyone involved; it is excused if one of them was told its hold was lost
+//!   (`checker:told:<id>`). Latch rounds (set to 2, counted down twice, a wait after each)
+//!   count a wait that returned before the second count-down as `latch_early`.
+//!
 //! A section is *unreported* when it was overtaken by a newer token, entered out of order or
 //! had its write rejected, and its holder was never told its lock was lost (`is_lost()` at
 //! the end of the section, or `unlock()` answering `LockLost`). That count must stay 0 under
@@ -99,6 +106,56 @@ pub struct Config {
     pub wait: Duration,
     pub watchdog: Duration,
     pub response_timeout: Duration,
+    /// What the workers take turns with, round by round ([`Checked::ALL`] mixes every kind).
+    pub kinds: Vec<Checked>,
+}
+
+/// The kinds of the lock family a checker can exercise, each with the promise it checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checked {
+    /// `Lock` on `checked-<k>`: one holder at a time, fenced writes in token order.
+    Lock,
+    /// `SpinLock` on the same names as `Lock` (the same lock in Redis): the same promise.
+    Spin,
+    /// A read of `ReadWriteLock` `rw-<k>`: never together with a writer.
+    Read,
+    /// A write of `ReadWriteLock` `rw-<k>`: alone, fenced writes in token order.
+    Write,
+    /// 1 or 2 permits of `Semaphore` `sem-<k>`, whose total is [`PERMITS`]: never more in
+    /// use than that.
+    Permits,
+    /// A round of a `CountDownLatch` of the worker's own: set to 2, counted down twice; a
+    /// wait must not return true before the second count-down.
+    Latch,
+}
+
+/// The total of every semaphore the checker uses.
+pub const PERMITS: u32 = 3;
+
+impl Checked {
+    pub const ALL: [Checked; 6] = [
+        Checked::Lock,
+        Checked::Spin,
+        Checked::Read,
+        Checked::Write,
+        Checked::Permits,
+        Checked::Latch,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Checked::Lock => "lock",
+            Checked::Spin => "spin",
+            Checked::Read => "read",
+            Checked::Write => "write",
+            Checked::Permits => "permits",
+            Checked::Latch => "latch",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Checked> {
+        Checked::ALL.into_iter().find(|k| k.name() == name)
+    }
 }
 
 impl Config {
@@ -117,6 +174,14 @@ impl Config {
             ("CHECKER_WAIT_US", ms(self.wait)),
             ("CHECKER_WATCHDOG_US", ms(self.watchdog)),
             ("CHECKER_RESPONSE_US", ms(self.response_timeout)),
+            (
+                "CHECKER_KINDS",
+                self.kinds
+                    .iter()
+                    .map(|k| k.name())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
         ]
     }
 
@@ -131,12 +196,18 @@ impl Config {
             wait: us("CHECKER_WAIT_US")?,
             watchdog: us("CHECKER_WATCHDOG_US")?,
             response_timeout: us("CHECKER_RESPONSE_US")?,
+            kinds: std::env::var("CHECKER_KINDS")
+                .ok()?
+                .split(',')
+                .map(Checked::parse)
+                .collect::<Option<Vec<_>>>()
+                .filter(|kinds| !kinds.is_empty())?,
         })
     }
 }
 
 /// The names of [`Counts`]' fields, in the resource server's hashes.
-const FIELDS: [&str; 11] = [
+const FIELDS: [&str; 13] = [
     "sections",
     "overtaken",
     "out_of_order",
@@ -148,6 +219,8 @@ const FIELDS: [&str; 11] = [
     "timeouts",
     "late",
     "hung",
+    "occupancy",
+    "latch_early",
 ];
 
 /// Counts so far, summed over the children.
@@ -176,6 +249,13 @@ pub struct Counts {
     pub late: u64,
     /// Children that did not finish in time after being asked to stop.
     pub hung: u64,
+    /// Entries into a shared object that broke its promise: a writer with anyone else, a
+    /// reader with a writer, more permits in use than the total. Counted whether or not a
+    /// holder was told (under faults that lose the lock state they may be excused; the
+    /// checks of faults that keep it want none).
+    pub occupancy: u64,
+    /// Latch waits that returned true before their latch could have reached zero.
+    pub latch_early: u64,
 }
 
 impl Counts {
@@ -192,6 +272,8 @@ impl Counts {
             "timeouts" => &mut self.timeouts,
             "late" => &mut self.late,
             "hung" => &mut self.hung,
+            "occupancy" => &mut self.occupancy,
+            "latch_early" => &mut self.latch_early,
             _ => unreachable!("unknown field {field}"),
         }
     }
@@ -294,6 +376,13 @@ impl Checker {
             }
         }
         counts
+    }
+
+    /// The occupancy violations (see [`Counts::occupancy`]) none of whose holders was ever
+    /// told its hold was lost: under faults that lose the lock state, a violation is excused
+    /// when the stale holder learned of its loss, as an overlap of locks is.
+    pub fn occupancy_unexcused(&self) -> Vec<String> {
+        occupancy_unexcused(&mut self.con())
     }
 
     /// What the children recorded about each unreported section.
@@ -427,8 +516,8 @@ pub fn run_child() -> bool {
     let workers: Vec<_> = (0..config.threads)
         .map(|t| {
             let (locker, shared, config) = (locker.clone(), shared.clone(), config.clone());
-            let resource_url = resource_url.clone();
-            thread::spawn(move || work(t, &locker, &config, &resource_url, &shared))
+            let (resource_url, me) = (resource_url.clone(), me.clone());
+            thread::spawn(move || work(&me, t, &locker, &config, &resource_url, &shared))
         })
         .collect();
     drop(locker);
@@ -470,6 +559,30 @@ pub fn run_child() -> bool {
         resource.query::<bool>(redis::cmd("EXISTS").arg("checker:exit")) == Some(true)
     });
     true
+}
+
+
+/// [`Checker::occupancy_unexcused`], on a connection `con` to the resource server (for a
+/// caller that has handed its checker to [`Checker::finish`]: call it from `settled`, when
+/// every holder has said whether it was told).
+pub fn occupancy_unexcused(con: &mut redis::Connection) -> Vec<String> {
+    let violations: Vec<String> = redis::cmd("LRANGE")
+        .arg("checker:violations")
+        .arg(0)
+        .arg(-1)
+        .query(con)
+        .unwrap_or_default();
+    violations
+        .into_iter()
+        .filter(|record| {
+            !record.split(' ').any(|id| {
+                redis::cmd("EXISTS")
+                    .arg(format!("checker:told:{id}"))
+                    .query::<bool>(con)
+                    .unwrap_or(false)
+            })
+        })
+        .collect()
 }
 
 /// Wall-clock milliseconds, to line events of several processes up.
@@ -577,41 +690,99 @@ enum Locker {
 }
 
 impl Locker {
-    fn try_lock(&self, name: &str, wait: Duration) -> redlatch::Result<Option<Held>> {
-        Ok(match self {
-            Locker::Single(client) => client.lock(name).try_lock(wait, None)?.map(Held::Single),
-            Locker::Red(redlock) => redlock.lock(name).try_lock(wait, None)?.map(Held::Red),
+    /// Takes `kind` on object `which` for one section (`round` picks how many permits).
+    fn acquire(
+        &self,
+        kind: Checked,
+        which: usize,
+        round: u64,
+        wait: Duration,
+    ) -> redlatch::Result<Option<Held>> {
+        let client = match self {
+            Locker::Red(redlock) => {
+                let guard = redlock.lock(&format!("checked-{which}")).try_lock(wait, None)?;
+                return Ok(guard.map(Held::Red));
+            }
+            Locker::Single(client) => client,
+        };
+        let lock = format!("checked-{which}");
+        let rw = format!("rw-{which}");
+        Ok(match kind {
+            Checked::Lock => client.lock(&lock).try_lock(wait, None)?.map(Held::Single),
+            Checked::Spin => client
+                .spin_lock(&lock)
+                .try_lock(wait, None)?
+                .map(Held::Single),
+            Checked::Read => client
+                .read_write_lock(&rw)
+                .try_read(wait, None)?
+                .map(Held::Read),
+            Checked::Write => client
+                .read_write_lock(&rw)
+                .try_write(wait, None)?
+                .map(Held::Write),
+            Checked::Permits => {
+                let semaphore = client.semaphore(&format!("sem-{which}"));
+                semaphore.set_permits(PERMITS)?;
+                let n = 1 + (round % 2) as u32;
+                semaphore.try_acquire(n, wait, None)?.map(Held::Permits)
+            }
+            Checked::Latch => unreachable!("a latch round holds nothing"),
         })
+    }
+
+    fn client(&self) -> Option<&Client> {
+        match self {
+            Locker::Single(client) => Some(client),
+            Locker::Red(_) => None,
+        }
     }
 }
 
-fn work(me: usize, locker: &Locker, config: &Config, resource_url: &str, shared: &Shared) {
+fn count_error(shared: &Shared, e: &Error) {
+    let mut counts = shared.counts.lock();
+    match e {
+        Error::Redis(_) => counts.errors += 1,
+        _ => counts.other_errors += 1,
+    }
+}
+
+fn work(
+    child: &str,
+    me: usize,
+    locker: &Locker,
+    config: &Config,
+    resource_url: &str,
+    shared: &Shared,
+) {
     let mut resource = Resource::open(resource_url);
     for round in 0..u64::MAX {
         if shared.stop.load(Ordering::SeqCst) {
             return;
         }
         let which = (me + round as usize) % config.locks;
+        let kind = config.kinds[(me + round as usize / config.locks) % config.kinds.len()];
+        if kind == Checked::Latch {
+            if let Some(client) = locker.client() {
+                latch_round(client, &format!("latch-{child}-{me}"), shared);
+            }
+            continue;
+        }
         let asked = Instant::now();
         let asked_at = unix_ms();
-        let acquired = locker.try_lock(&format!("checked-{which}"), config.wait);
+        let acquired = locker.acquire(kind, which, round, config.wait);
         let waited = asked.elapsed();
         if waited > config.late_after() {
             shared.counts.lock().late += 1;
         }
-        let guard = match acquired {
-            Ok(Some(guard)) => guard,
+        let held = match acquired {
+            Ok(Some(held)) => held,
             Ok(None) => {
                 shared.counts.lock().timeouts += 1;
                 continue;
             }
             Err(e) => {
-                let mut counts = shared.counts.lock();
-                match e {
-                    Error::Redis(_) => counts.errors += 1,
-                    _ => counts.other_errors += 1,
-                }
-                drop(counts);
+                count_error(shared, &e);
                 thread::sleep(Duration::from_millis(20)); // Redis is away: don't spin
                 continue;
             }
@@ -622,10 +793,40 @@ fn work(me: usize, locker: &Locker, config: &Config, resource_url: &str, shared:
                 waits.push(waited.as_micros() as u64);
             }
         }
-        let token = guard.tokens();
-        let entered = resource.enter_with(which, token.clone());
+        let id = format!("{child}-{me}-{round}");
+        let token = held.tokens();
+        let object = match kind {
+            Checked::Read | Checked::Write => format!("rw{which}"),
+            Checked::Permits => format!("sem{which}"),
+            _ => which.to_string(),
+        };
+        let occupied = held
+            .occupancy()
+            .map(|occupancy| resource.occupy(&object, &id, occupancy));
+        let entered = (!token.is_empty()).then(|| resource.enter_with(&object, token.clone()));
         thread::sleep(config.hold);
-        let (section, released) = resource.leave_held(entered, guard);
+        let vacate = |resource: &mut Resource| {
+            if occupied.is_some() {
+                resource.vacate(&object, &id);
+            }
+        };
+        let (section, released) = match entered {
+            Some(entered) => resource.leave_with(entered, held, vacate),
+            None => {
+                vacate(&mut resource);
+                let lost_at_end = held.is_lost();
+                let released = held.unlock();
+                let told = lost_at_end || matches!(released, Err(Error::LockLost { .. }));
+                let section = Section {
+                    told,
+                    ..Section::default()
+                };
+                (section, released)
+            }
+        };
+        if section.told && occupied.is_some() {
+            resource.told(&id);
+        }
         let took = asked.elapsed().saturating_sub(waited);
         let mut counts = shared.counts.lock();
         counts.sections += 1;
@@ -634,6 +835,7 @@ fn work(me: usize, locker: &Locker, config: &Config, resource_url: &str, shared:
         counts.rejected += u64::from(section.rejected);
         counts.reported_lost += u64::from(section.told);
         counts.unreported += u64::from(section.unreported());
+        counts.occupancy += u64::from(occupied == Some(true));
         match released {
             Ok(()) | Err(Error::LockLost { .. }) => {}
             Err(Error::Redis(_)) => counts.errors += 1,
@@ -643,8 +845,8 @@ fn work(me: usize, locker: &Locker, config: &Config, resource_url: &str, shared:
         if section.unreported() {
             // What it takes to find out why, next to the faults' times (unix ms).
             let detail = format!(
-                "lock {which} tokens {token:?} {section:?} asked at {asked_at} waited {waited:?} \
-                 took {took:?} ended at {} unlock {released:?}",
+                "{kind:?} {object} tokens {token:?} {section:?} asked at {asked_at} waited \
+                 {waited:?} took {took:?} ended at {} unlock {released:?}",
                 unix_ms()
             );
             let _ = resource.query::<()>(redis::cmd("RPUSH").arg("checker:unreported").arg(detail));
@@ -652,9 +854,49 @@ fn work(me: usize, locker: &Locker, config: &Config, resource_url: &str, shared:
     }
 }
 
+/// One round of latch `name`: set to 2, counted down once, a short wait (which must not see
+/// zero), counted down again, a wait. A count-down that failed may or may not have counted,
+/// but never twice (the client retries with the same request id), so a wait that returns
+/// true after fewer than two count-down calls saw zero too early. A round that an error left
+/// running is counted down to zero at the start of the next.
+fn latch_round(client: &Client, name: &str, shared: &Shared) {
+    let latch = client.count_down_latch(name);
+    let started = match latch.try_set_count(2) {
+        Ok(true) => true,
+        Ok(false) => false,
+        Err(e) => return count_error(shared, &e),
+    };
+    if !started {
+        for _ in 0..3 {
+            match latch.count_down() {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(e) => return count_error(shared, &e),
+            }
+        }
+        return;
+    }
+    for calls in 1..=2 {
+        if let Err(e) = latch.count_down() {
+            count_error(shared, &e);
+        }
+        let wait = if calls < 2 {
+            Duration::from_millis(20)
+        } else {
+            Duration::from_secs(1)
+        };
+        match latch.wait(wait) {
+            Ok(true) if calls < 2 => shared.counts.lock().latch_early += 1,
+            Ok(_) => {}
+            Err(e) => count_error(shared, &e),
+        }
+    }
+    shared.counts.lock().sections += 1;
+}
+
 /// A holder inside lock `which`'s critical section, as [`Resource::enter`] noted it.
 pub struct Entered {
-    which: usize,
+    which: String,
     /// (master, token) for each master the holder holds.
     tokens: Vec<(usize, u64)>,
     /// The entry's number.
@@ -690,23 +932,41 @@ impl Section {
     }
 }
 
-/// What a worker holds: a lock, or a Redlock over several masters.
+/// What a worker holds: a lock, a Redlock over several masters, a read or a write, permits.
 pub enum Held {
     Single(redlatch::LockGuard),
     Red(redlatch::RedLockGuard),
+    Read(redlatch::ReadGuard),
+    Write(redlatch::WriteGuard),
+    Permits(redlatch::Permits),
 }
 
 impl Held {
-    /// (master, token) for each master held.
+    /// (master, token) for each master held, for the holders whose tokens order their
+    /// writes: none for a read or permits (many hold at once; they are checked by
+    /// occupancy instead).
     pub fn tokens(&self) -> Vec<(usize, u64)> {
         match self {
             Held::Single(g) => vec![(0, g.fencing_token())],
+            Held::Write(g) => vec![(0, g.fencing_token())],
             Held::Red(g) => g
                 .fencing_tokens()
                 .into_iter()
                 .enumerate()
                 .filter_map(|(m, t)| Some((m, t?)))
                 .collect(),
+            Held::Read(_) | Held::Permits(_) => Vec::new(),
+        }
+    }
+
+    /// How this holder occupies a shared object: `("w", 1)` a writer, `("r", 1)` a reader,
+    /// `("p", n)` n permits; `None` for a lock.
+    fn occupancy(&self) -> Option<(&'static str, u32)> {
+        match self {
+            Held::Single(_) | Held::Red(_) => None,
+            Held::Read(_) => Some(("r", 1)),
+            Held::Write(_) => Some(("w", 1)),
+            Held::Permits(p) => Some(("p", p.count())),
         }
     }
 
@@ -714,6 +974,9 @@ impl Held {
         match self {
             Held::Single(g) => g.is_lost(),
             Held::Red(g) => g.is_lost(),
+            Held::Read(g) => g.is_lost(),
+            Held::Write(g) => g.is_lost(),
+            Held::Permits(p) => p.is_lost(),
         }
     }
 
@@ -721,18 +984,52 @@ impl Held {
         match self {
             Held::Single(g) => g.unlock(),
             Held::Red(g) => g.unlock(),
+            Held::Read(g) => g.unlock(),
+            Held::Write(g) => g.unlock(),
+            Held::Permits(p) => p.release(),
         }
     }
 }
 
+/// Taking a place in a shared object: KEYS[1] is the hash of who is inside (id -> "mode n"),
+/// KEYS[2] the list of violations, ARGV the holder's id, mode ("r", "w" or "p") and n,
+/// ARGV[4] the semaphores' total. Answers 1, and records "<id> <everyone inside>" as a
+/// violation, if the place breaks the object's promise: a writer with anyone else, a reader
+/// with a writer, more permits in use than the total.
+const OCCUPY: &str = r"
+local inside = redis.call('hgetall', KEYS[1])
+local mode, n, total = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local used, writers, others = n, 0, {}
+for i = 1, #inside, 2 do
+  local m, k = string.match(inside[i + 1], '^(%a) (%d+)$')
+  if m == 'w' then writers = writers + 1 end
+  used = used + tonumber(k)
+  table.insert(others, inside[i])
+end
+redis.call('hset', KEYS[1], ARGV[1], mode .. ' ' .. n)
+local broke
+if mode == 'w' then
+  broke = #others > 0
+elseif mode == 'r' then
+  broke = writers > 0
+else
+  broke = used > total
+end
+if broke then
+  redis.call('rpush', KEYS[2], ARGV[1] .. ' ' .. table.concat(others, ' '))
+  return 1
+end
+return 0
+";
+
 impl Resource {
     /// Enters lock `which`'s critical section with `token`.
     pub fn enter(&mut self, which: usize, token: u64) -> Entered {
-        self.enter_with(which, vec![(0, token)])
+        self.enter_with(&which.to_string(), vec![(0, token)])
     }
 
-    /// Enters lock `which`'s critical section with a token per master.
-    pub fn enter_with(&mut self, which: usize, tokens: Vec<(usize, u64)>) -> Entered {
+    /// Enters the critical section of object `which` with a token per master.
+    pub fn enter_with(&mut self, which: &str, tokens: Vec<(usize, u64)>) -> Entered {
         let script = redis::Script::new(ENTER);
         let mut invocation = script.key(format!("entries:{which}"));
         for (m, token) in &tokens {
@@ -740,7 +1037,7 @@ impl Resource {
         }
         let (entry, out_of_order): (u64, u64) = self.invoke(&invocation);
         Entered {
-            which,
+            which: which.to_string(),
             tokens,
             entry,
             out_of_order: out_of_order == 1,
@@ -758,7 +1055,41 @@ impl Resource {
 
     /// Writes with the section's tokens, checks who entered meanwhile, and releases `held`.
     pub fn leave_held(&mut self, entered: Entered, held: Held) -> (Section, redlatch::Result<()>) {
-        let which = entered.which;
+        self.leave_with(entered, held, |_| {})
+    }
+
+    /// Takes holder `id`'s place in shared object `object` (see [`OCCUPY`]); `true` if that
+    /// broke the object's promise.
+    fn occupy(&mut self, object: &str, id: &str, (mode, n): (&str, u32)) -> bool {
+        let script = redis::Script::new(OCCUPY);
+        let mut invocation = script.key(format!("inside:{object}"));
+        invocation.key("checker:violations");
+        invocation.arg(id).arg(mode).arg(n).arg(PERMITS);
+        let broke: i64 = self.invoke(&invocation);
+        broke == 1
+    }
+
+    /// Notes that holder `id` was told its hold was lost: a violation it took part in is
+    /// excused (see [`Checker::occupancy_unexcused`]).
+    fn told(&mut self, id: &str) {
+        let _ = self.query::<()>(redis::cmd("SET").arg(format!("checker:told:{id}")).arg(1));
+    }
+
+    /// Gives holder `id`'s place in `object` up.
+    fn vacate(&mut self, object: &str, id: &str) {
+        let _ = self.query::<()>(redis::cmd("HDEL").arg(format!("inside:{object}")).arg(id));
+    }
+
+    /// [`Resource::leave_held`], running `before_unlock` (leaving a shared object's places)
+    /// after the write and before the release, so that nobody the release admits finds this
+    /// holder still inside.
+    fn leave_with(
+        &mut self,
+        entered: Entered,
+        held: Held,
+        before_unlock: impl FnOnce(&mut Resource),
+    ) -> (Section, redlatch::Result<()>) {
+        let which = entered.which.clone();
         // The same token again is harmless, so a write whose reply was cut off is retried.
         let script = redis::Script::new(FENCED_WRITE_MANY);
         let mut write = script.prepare_invoke();
@@ -770,6 +1101,7 @@ impl Resource {
         }
         let accepted: i64 = self.invoke(&write);
         let seen: Vec<u64> = self.query(&read).unwrap_or_default();
+        before_unlock(self);
         let lost_at_end = held.is_lost();
         let released = held.unlock();
         let entries = seen.first().copied().unwrap_or(entered.entry);
