@@ -196,7 +196,9 @@ fn count_down_latch(url: &str) -> redlatch::Result<Vec<String>> {
         broken.push("the latch never reached zero".to_string());
     }
     if seen < 4 {
-        broken.push(format!("the coordinator got through after {seen} of 4 workers"));
+        broken.push(format!(
+            "the coordinator got through after {seen} of 4 workers"
+        ));
     }
     Ok(broken)
 }

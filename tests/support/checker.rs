@@ -561,7 +561,6 @@ pub fn run_child() -> bool {
     true
 }
 
-
 /// [`Checker::occupancy_unexcused`], on a connection `con` to the resource server (for a
 /// caller that has handed its checker to [`Checker::finish`]: call it from `settled`, when
 /// every holder has said whether it was told).
@@ -700,7 +699,9 @@ impl Locker {
     ) -> redlatch::Result<Option<Held>> {
         let client = match self {
             Locker::Red(redlock) => {
-                let guard = redlock.lock(&format!("checked-{which}")).try_lock(wait, None)?;
+                let guard = redlock
+                    .lock(&format!("checked-{which}"))
+                    .try_lock(wait, None)?;
                 return Ok(guard.map(Held::Red));
             }
             Locker::Single(client) => client,
