@@ -332,6 +332,9 @@ fn main() {
         );
     }
 
+    eprintln!("count-down latch wake-ups");
+    latch_figures(&mut f, &url, ping_p50);
+
     eprintln!("16 threads over 1000 locks, no hold");
     let acq_per_s = scenario::many_keys(&url, 4, 4, 1000, secs);
     let raw_per_s = scenario::raw_evalsha(&url, 16, secs);
@@ -436,6 +439,53 @@ fn contended_figures(
             "acquisitions that waited 10 s in vain",
         );
     }
+}
+
+/// A latch's wake-up: four threads of another client wait on a latch at 1; from the call
+/// that counts it down to each waiter's return, over many rounds.
+fn latch_figures(f: &mut Figures, url: &str, ping: Duration) {
+    let counter = redlatch::Client::open(url).unwrap();
+    let waiting = redlatch::Client::open(url).unwrap();
+    let mut wakeups = Vec::new();
+    for round in 0..knob("REPORT_LATCH_ROUNDS", 200) {
+        let name = format!("latch-{round}");
+        let latch = counter.count_down_latch(&name);
+        latch.try_set_count(1).unwrap();
+        let (ready_tx, ready_rx) = crossbeam_channel::unbounded();
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                let latch = waiting.count_down_latch(&name);
+                let ready = ready_tx.clone();
+                thread::spawn(move || {
+                    ready.send(()).unwrap();
+                    assert!(latch.wait(Duration::from_secs(10)).unwrap());
+                    Instant::now()
+                })
+            })
+            .collect();
+        for _ in 0..4 {
+            ready_rx.recv().unwrap();
+        }
+        // Long enough for the waiters to check, subscribe and check again.
+        thread::sleep(Duration::from_millis(20));
+        let opened = Instant::now();
+        latch.count_down().unwrap();
+        for waiter in waiters {
+            wakeups.push(waiter.join().unwrap() - opened);
+        }
+    }
+    f.put(
+        "latch_wakeup_p50_over_ping",
+        ratio(percentile(&mut wakeups, 0.5), ping),
+        "<= 4",
+        "count_down to zero until each of 4 waiters (another client) returns / PING",
+    );
+    f.put(
+        "latch_wakeup_p99_over_ping",
+        ratio(percentile(&mut wakeups, 0.99), ping),
+        "",
+        "the same, p99",
+    );
 }
 
 /// Median uncontended cycles of the simplest locks, for scale: SET NX PX with a
