@@ -9,13 +9,23 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlatch::{Client, Error};
+use redlatch::{Client, Error, SpinLock};
 use support::{RedisServer, command_calls, join_all, unique};
 
 const ZERO: Duration = Duration::ZERO;
 
 fn client(server: &RedisServer) -> Client {
     Client::open(&server.url()).unwrap()
+}
+
+fn exists(admin: &mut redis::Connection, key: &str) -> bool {
+    redis::cmd("EXISTS").arg(key).query(admin).unwrap()
+}
+
+#[test]
+fn handles_are_clone_send_and_sync() {
+    fn check<T: Clone + Send + Sync>() {}
+    check::<SpinLock>();
 }
 
 #[test]
@@ -90,25 +100,50 @@ fn a_spinning_waiter_takes_no_place_and_no_subscription_and_gets_the_lock() {
 }
 
 #[test]
-fn a_lock_waiter_is_served_when_a_spin_holder_releases() {
+fn a_queued_lock_waiter_is_handed_the_lock_when_a_spin_holder_unlocks() {
     let server = RedisServer::start();
-    let (a, b) = (client(&server), client(&server));
-    let name = unique("spin-serves-lock");
-    let held = a.spin_lock(&name).lock().unwrap(); // watchdog lease: 30 s
-    let lock = b.lock(&name);
-    let waiter = thread::spawn(move || {
-        let guard = lock.try_lock(Duration::from_secs(20), None).unwrap();
-        (Instant::now(), guard.is_some())
+    let mut admin = server.admin();
+    let name = unique("to-lock-waiter");
+    let held = client(&server).spin_lock(&name).lock().unwrap(); // 30 s watchdog lease
+    let holder_token = held.fencing_token();
+
+    let lock = client(&server).lock(&name);
+    let queued = thread::spawn(move || {
+        let guard = lock
+            .try_lock(Duration::from_secs(20), None)
+            .unwrap()
+            .expect("acquired");
+        let got = Instant::now();
+        let token = guard.fencing_token();
+        thread::sleep(Duration::from_millis(300));
+        (got, token)
     });
-    support::await_waiting(&mut server.admin(), &name);
+    support::await_waiting(&mut admin, &name);
+    assert!(exists(&mut admin, &format!("redlatch:{{{name}}}:queue")));
+
+    // A spin waiter too: it must not take the lock from the queued waiter.
+    let spin = client(&server).spin_lock(&name);
+    let spinning = thread::spawn(move || {
+        let guard = spin.try_lock(Duration::from_secs(20), None).unwrap();
+        guard.map(|g| g.fencing_token())
+    });
+    thread::sleep(Duration::from_millis(200));
+
     let released = Instant::now();
     held.unlock().unwrap();
-    let (got, acquired) = waiter.join().unwrap();
-    assert!(acquired);
+    let results = join_all(vec![queued], Duration::from_secs(10), "the Lock waiter");
+    let (got, queued_token) = results[0];
+    let after = got - released;
     assert!(
-        got - released < Duration::from_secs(1),
-        "the Lock waiter waited {:?} after the spin holder's release",
-        got - released
+        after < Duration::from_secs(2),
+        "the Lock waiter got it {after:?} after the release (lease: 30 s)"
+    );
+    assert!(queued_token > holder_token);
+    let spun = join_all(vec![spinning], Duration::from_secs(10), "the spin waiter");
+    let spun_token = spun[0].expect("the spin waiter got it after the Lock waiter");
+    assert!(
+        spun_token > queued_token,
+        "the spin waiter went before the queued Lock waiter"
     );
 }
 
@@ -264,4 +299,37 @@ fn foreign_data_is_refused_and_left_alone() {
     }
     let kept: String = redis::cmd("GET").arg(&key).query(&mut admin).unwrap();
     assert_eq!(kept, "mine");
+}
+
+#[test]
+fn a_spin_waiter_gets_the_lock_when_the_holders_lease_runs_out() {
+    let server = RedisServer::start();
+    let name = unique("expiry");
+    let holder = client(&server);
+    let start = Instant::now();
+    // A holder that never unlocks (as if it died): only the lease frees the lock.
+    std::mem::forget(
+        holder
+            .lock(&name)
+            .lock_with_lease(Duration::from_millis(300))
+            .unwrap(),
+    );
+    // Backoff steps far longer than the lease: only the TTL in the busy reply can wake it.
+    let spin = client(&server)
+        .spin_lock(&name)
+        .with_backoff(Duration::from_secs(10), Duration::from_secs(10));
+    let guard = spin
+        .try_lock(Duration::from_secs(5), None)
+        .unwrap()
+        .expect("acquired once the lease ran out");
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(250),
+        "acquired after {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(1),
+        "acquired {took:?} after a 300 ms lease"
+    );
+    assert!(!guard.is_lost());
 }
