@@ -332,15 +332,7 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        match self.release() {
-            Ok(()) => {}
-            Err(Error::LockLost { name }) => {
-                log::warn!("lock {name:?} was lost before its guard was dropped")
-            }
-            Err(e) => log::error!(
-                "releasing lock {:?} failed ({e}); it expires when its lease runs out",
-                self.lock.keys.name
-            ),
-        }
+        let released = self.release();
+        super::log_dropped_release("lock", &self.lock.keys.name, released);
     }
 }

@@ -55,3 +55,18 @@ pub(crate) fn drop_lost(held: &mut [Option<LockGuard>]) {
         }
     }
 }
+
+/// What a guard dropped without `unlock` does with its release's outcome: nothing can be
+/// raised from a drop, so a loss is a warning and a failure an error in the log. `what` names
+/// the object for the reader of the log ("lock", "read-write lock", ...).
+pub(crate) fn log_dropped_release(what: &str, name: &str, released: Result<()>) {
+    match released {
+        Ok(()) => {}
+        Err(Error::LockLost { .. }) => {
+            log::warn!("{what} {name:?} was lost before its guard was dropped")
+        }
+        Err(e) => log::error!(
+            "releasing {what} {name:?} failed ({e}); it frees itself when its lease runs out"
+        ),
+    }
+}

@@ -184,15 +184,11 @@ impl Drop for Held {
         if self.released {
             return;
         }
-        match self.release_once() {
-            Ok(()) => {}
-            Err(Error::LockLost { name }) => {
-                log::warn!("{name:?} was lost before its guard was dropped")
-            }
-            Err(e) => log::error!(
-                "releasing {:?} failed ({e}); it frees itself when its lease runs out",
-                self.share.keys.name
-            ),
-        }
+        let released = self.release_once();
+        let what = match self.share.wants {
+            Wants::Permits(_) => "permits of semaphore",
+            Wants::Read { .. } | Wants::Write => "read-write lock",
+        };
+        super::log_dropped_release(what, &self.share.keys.name, released);
     }
 }

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
-use super::{Acquire, Freeing, Invocation, Lua, Queueing, Release, Renewal, TakenBy, millis};
+use super::{
+    Acquire, Freeing, GIVE_BACK, Invocation, Lua, Queueing, Release, Renewal, TakenBy, millis,
+};
 use crate::keys::LockKeys;
 
 static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/acquire.lua")));
@@ -143,11 +145,15 @@ pub(crate) fn release(
     freeing: Freeing,
     taken_by: TakenBy,
 ) -> RedisResult<Release> {
-    let mode = match taken_by {
-        TakenBy::Attempt => "0",
-        TakenBy::Message => "2",
-    };
-    run_release(con, keys, owner, holds, token, freeing, mode)
+    run_release(
+        con,
+        keys,
+        owner,
+        holds,
+        token,
+        freeing,
+        taken_by.release_mode(),
+    )
 }
 
 /// Gives back a hand-over to `owner` with `token` that nobody took up; changes nothing if it
@@ -159,7 +165,7 @@ pub(super) fn give_back(
     token: u64,
     freeing: Freeing,
 ) -> RedisResult<Release> {
-    run_release(con, keys, owner, 1, token, freeing, "1")
+    run_release(con, keys, owner, 1, token, freeing, GIVE_BACK)
 }
 
 fn run_release(

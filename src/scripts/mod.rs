@@ -297,6 +297,21 @@ pub(crate) enum TakenBy {
     Message,
 }
 
+impl TakenBy {
+    /// How a release script is told the hold was taken (`release.lua`'s ARGV[6]): "0" by
+    /// an attempt, "2" from a message. ([`GIVE_BACK`] is the third way: not taken up.)
+    fn release_mode(self) -> &'static str {
+        match self {
+            TakenBy::Attempt => "0",
+            TakenBy::Message => "2",
+        }
+    }
+}
+
+/// The release mode of a hand-over nobody took up, given back: act only while the owner's
+/// terms still say "granted <token>".
+const GIVE_BACK: &str = "1";
+
 /// Gives back a hand-over to `owner` with `token` that nobody took up (its thread no longer
 /// waited), with the release script of `keys`'s family; changes nothing if it was taken up.
 pub(crate) fn give_back(

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
-use super::{Acquire, Freeing, Invocation, Lua, Queueing, Release, Renewal, TakenBy, millis};
+use super::{
+    Acquire, Freeing, GIVE_BACK, Invocation, Lua, Queueing, Release, Renewal, TakenBy, millis,
+};
 use crate::keys::{Family, LockKeys};
 
 macro_rules! with_prelude {
@@ -124,11 +126,15 @@ pub(crate) fn release(
     freeing: Freeing,
     taken_by: TakenBy,
 ) -> RedisResult<Release> {
-    let mode = match taken_by {
-        TakenBy::Attempt => "0",
-        TakenBy::Message => "2",
-    };
-    run_release(con, keys, owner, holds, token, freeing, mode)
+    run_release(
+        con,
+        keys,
+        owner,
+        holds,
+        token,
+        freeing,
+        taken_by.release_mode(),
+    )
 }
 
 /// Gives back a grant to `owner` with `token` that nobody took up.
@@ -139,7 +145,7 @@ pub(super) fn give_back(
     token: u64,
     freeing: Freeing,
 ) -> RedisResult<Release> {
-    run_release(con, keys, owner, 1, token, freeing, "1")
+    run_release(con, keys, owner, 1, token, freeing, GIVE_BACK)
 }
 
 fn run_release(
