@@ -3,6 +3,8 @@
 -- KEYS[1]  the lock hash   <prefix>:{<name>}
 -- KEYS[2]  the channel     <prefix>:{<name>}:unlocked
 -- KEYS[3]  a request latch <prefix>:{<name>}:forced:<request id>
+-- KEYS[4]  the forced mark <prefix>:{<name>}:forced   lives as long as the latch: tells the
+--                          old holder's client why its hold is gone
 -- ARGV[1]  publish command PUBLISH (or SPUBLISH on a sharded cluster)
 -- ARGV[2]  latch ttl       milliseconds
 --
@@ -16,7 +18,7 @@
 -- runs it to the end (see release.lua). With no lock to delete the SET is the first write,
 -- and a full server refuses the call with OOM: nothing was changed, nothing needed to be.
 
-local lock, channel, latch = KEYS[1], KEYS[2], KEYS[3]
+local lock, channel, latch, forced = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local publish, latch_ttl = ARGV[1], ARGV[2]
 
 local earlier = redis.call('get', latch)
@@ -31,6 +33,7 @@ if kind ~= 'none' then
     return redis.error_reply('WRONGTYPE lock')
   end
   redis.call('del', lock)
+  redis.call('set', forced, '1', 'px', latch_ttl)
   redis.call(publish, channel, 'force')
   result = 1
 end

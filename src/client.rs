@@ -16,6 +16,8 @@ use crate::kinds::lock::Lock;
 use crate::kinds::read_write::ReadWriteLock;
 use crate::kinds::semaphore::Semaphore;
 use crate::kinds::spin_lock::SpinLock;
+use crate::lost::{LossHook, LostLock, ToRenewal};
+use crate::stats::{Counters, Stats};
 use crate::subscriber::Subscriber;
 #[cfg(feature = "tls")]
 use redis::TlsCertificates;
@@ -170,6 +172,13 @@ impl Client {
         SpinLock::new(self.runtime.clone(), name)
     }
 
+    /// What this client has done and is doing: acquisitions and how they came, wait
+    /// quantiles, renewals, losses, reconnects, waiting threads, subscriptions. A snapshot of
+    /// counters the client keeps anyway: no I/O, cheap enough to log every few seconds.
+    pub fn stats(&self) -> Stats {
+        self.runtime.core.stats()
+    }
+
     /// This client's id, the first half of its owner ids (`<id>:<thread number>`).
     pub fn id(&self) -> &str {
         &self.runtime.core.id
@@ -209,6 +218,7 @@ pub struct ClientBuilder {
     settings: Settings,
     replicas: Option<Replicas>,
     misused_master_credentials: bool,
+    on_lost: Option<LossHook>,
     #[cfg(feature = "tls")]
     tls_certificates: Option<TlsCertificates>,
 }
@@ -229,9 +239,45 @@ impl ClientBuilder {
             },
             replicas: None,
             misused_master_credentials: false,
+            on_lost: None,
             #[cfg(feature = "tls")]
             tls_certificates: None,
         }
+    }
+
+    /// Calls `f` once for every hold of this client that is lost, of any kind (re-entries
+    /// share one hold), whoever finds the loss first: renewal finding it gone, the lease
+    /// passing before it was renewed or released, an unlock or re-entry finding it gone, or a
+    /// force-unlock ([`LostLock::cause`](crate::LostLock::cause) says which). A long job can
+    /// stop when told instead of polling [`check`](crate::LockGuard::check).
+    ///
+    /// `f` runs on the client's renewal thread, the one that keeps every lock of the client
+    /// alive: it must return quickly and must not wait for a lock. Hand the news to your own
+    /// thread (a channel, an atomic flag) and do the work there. A panic in `f` is caught and
+    /// logged, and renewal goes on.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// let stop = Arc::new(AtomicBool::new(false));
+    /// let told = stop.clone();
+    /// let client = redlatch::Client::builder("redis://127.0.0.1/")
+    ///     .on_lock_lost(move |lost| {
+    ///         eprintln!("lost {:?} ({:?})", lost.name, lost.cause);
+    ///         told.store(true, Ordering::SeqCst);
+    ///     })
+    ///     .build()?;
+    /// let _guard = client.lock("batch").lock()?;
+    /// while !stop.load(Ordering::SeqCst) {
+    ///     // ... a step of the long job ...
+    /// #   break;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn on_lock_lost(mut self, f: impl Fn(&LostLock) + Send + Sync + 'static) -> Self {
+        self.on_lost = Some(LossHook::new(f));
+        self
     }
 
     /// The first part of every key and channel (default `redlatch`): lock `name` lives at
@@ -388,8 +434,16 @@ impl ClientBuilder {
 
         let id = uuid::Uuid::new_v4().to_string();
         let (errands, errands_received) = crossbeam_channel::unbounded();
-        let (subscriber, subscriber_task) =
-            Subscriber::new(backend.clone(), &self.prefix, &id, errands)?;
+        let (notices, notices_received) = crossbeam_channel::unbounded();
+        let epoch = Instant::now();
+        let counters = Arc::new(Counters::default());
+        let (subscriber, subscriber_task) = Subscriber::new(
+            backend.clone(),
+            &self.prefix,
+            &id,
+            errands,
+            counters.clone(),
+        )?;
         let core = Arc::new(Core {
             id,
             prefix: self.prefix,
@@ -397,8 +451,10 @@ impl ClientBuilder {
             backend,
             holds: Holds::default(),
             subscriber,
-            epoch: Instant::now(),
+            epoch,
             replicas: self.replicas,
+            to_renewal: Arc::new(ToRenewal::new(notices, epoch)),
+            counters,
         });
 
         let (stop_renewal, renewal_stopped) = crossbeam_channel::bounded(0);
@@ -406,7 +462,15 @@ impl ClientBuilder {
         let renewal_core = core.clone();
         let renewal = std::thread::Builder::new()
             .name("redlatch-renewal".into())
-            .spawn(move || crate::renewal::run(renewal_core, renewal_stopped, errands_received))
+            .spawn(move || {
+                let inbox = crate::renewal::Inbox {
+                    stop: renewal_stopped,
+                    errands: errands_received,
+                    notices: notices_received,
+                    on_lost: self.on_lost,
+                };
+                crate::renewal::run(renewal_core, inbox)
+            })
             .map_err(Error::Thread)?;
         // Sentinel only: following the master is slow when the sentinels do not answer, so
         // it runs beside renewal rather than in its way. Not joined on drop, like the

@@ -14,6 +14,8 @@ use crossbeam_channel::Sender;
 
 use crate::backend::Backend;
 use crate::engine::hold::Holds;
+use crate::lost::ToRenewal;
+use crate::stats::{Counters, Stats};
 use crate::subscriber::Subscriber;
 
 /// State shared by the client's handles and its threads (two; three with Sentinel).
@@ -29,6 +31,11 @@ pub(crate) struct Core {
     pub epoch: Instant,
     /// Replicas that must acknowledge an acquisition, if any.
     pub replicas: Option<Replicas>,
+    /// To the renewal thread: every hold's loss, announced once, and when fixed leases end
+    /// (see `lost`).
+    pub to_renewal: Arc<ToRenewal>,
+    /// What the threads count (shared with the subscriber thread).
+    pub counters: Arc<Counters>,
 }
 
 /// `WAIT <count> <timeout>` after each acquisition: see
@@ -43,6 +50,12 @@ impl Core {
     /// The owner id of the calling thread: `<client id>:<thread number>`.
     pub fn thread_owner(&self) -> Arc<str> {
         format!("{}:{}", self.id, thread_number()).into()
+    }
+
+    /// A snapshot of the counters, and of the waiting threads and subscriptions now.
+    pub fn stats(&self) -> Stats {
+        let (waiting, subscriptions) = self.subscriber.waiting();
+        self.counters.snapshot(waiting, subscriptions)
     }
 
     /// An owner id of its own for one acquisition whose guard may move between threads

@@ -50,7 +50,17 @@ pub enum Error {
     /// The operating system refused to start one of the client's threads, or the event poll
     /// of its subscriber.
     Thread(std::io::Error),
+    /// The server is older than redlatch needs ([`MIN_REDIS_VERSION`]): found when the
+    /// client is built, before anything is locked.
+    UnsupportedServer {
+        /// The version the server reported (`"5.0.14"`, say; `"older than 6.0"` when it does
+        /// not know `HELLO`).
+        version: String,
+    },
 }
+
+/// The oldest Redis redlatch works with: its scripts use `SET ... GET` and `ZADD ... GT`.
+pub const MIN_REDIS_VERSION: (u32, u32) = (6, 2);
 
 /// `std::result::Result` with this crate's [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
@@ -84,6 +94,11 @@ impl fmt::Display for Error {
                  acquisition in time; released it again"
             ),
             Error::Thread(e) => write!(f, "cannot start a redlatch thread or its poll: {e}"),
+            Error::UnsupportedServer { version } => write!(
+                f,
+                "redis-server {version} is too old: redlatch needs {}.{} or later",
+                MIN_REDIS_VERSION.0, MIN_REDIS_VERSION.1
+            ),
         }
     }
 }
@@ -109,5 +124,30 @@ impl From<redis::RedisError> for Error {
 impl Error {
     pub(crate) fn invalid(what: impl Into<String>) -> Self {
         Error::InvalidArgument(what.into())
+    }
+
+    /// Whether this is [`Error::LockLost`]: the hold is gone, and work done under it may have
+    /// overlapped another holder's.
+    pub fn is_lock_lost(&self) -> bool {
+        matches!(self, Error::LockLost { .. })
+    }
+
+    /// Whether Redis did not answer in time (connect or response timeout): the call may or
+    /// may not have taken effect, and trying again later may work.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Redis(e) if e.is_timeout())
+    }
+
+    /// Whether the connection to Redis failed (refused, reset, closed, timed out): the
+    /// server is away, not refusing; trying again later may work.
+    pub fn is_connection_error(&self) -> bool {
+        matches!(self, Error::Redis(e)
+            if e.is_timeout() || e.is_io_error() || e.is_connection_dropped()
+                || e.is_connection_refusal())
+    }
+
+    /// Whether the call can never succeed as made: [`Error::InvalidArgument`].
+    pub fn is_invalid_argument(&self) -> bool {
+        matches!(self, Error::InvalidArgument(_))
     }
 }

@@ -11,6 +11,8 @@
 //! - `p:{name}:released:<owner>:<token>`  a latch that makes a retried release idempotent;
 //!   lives a few seconds
 //! - `p:{name}:forced:<request id>`  the same for a force-unlock
+//! - `p:{name}:forced`     a force-unlock's mark for the old holder: why its hold is gone;
+//!   lives as long as the latch
 //!
 //! A read-write lock (`p:{name}:rwlock`) and a semaphore (`p:{name}:semaphore`) keep their
 //! holders in that main key (hash: owner id -> `"<count> <token>"`; a read-write lock also
@@ -190,6 +192,12 @@ impl LockKeys {
     /// count), so that a retry after a lost reply answers the same.
     pub fn request_marker(&self, request: &str) -> String {
         format!("{}:req:{request}", self.lock)
+    }
+
+    /// The mark a force-unlock leaves for a while, so that the old holder's client can tell
+    /// why its hold is gone.
+    pub fn forced_mark(&self) -> String {
+        format!("{}:forced", self.lock)
     }
 
     /// The latch that records the outcome of force-unlock request `request`.

@@ -56,24 +56,28 @@ mod engine;
 mod error;
 mod keys;
 mod kinds;
+mod lost;
 mod renewal;
 mod scripts;
+mod stats;
 mod subscriber;
 
 pub use client::{Client, ClientBuilder};
-pub use error::{Error, Result};
+pub use error::{Error, MIN_REDIS_VERSION, Result};
 pub use keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
 pub use kinds::latch::CountDownLatch;
 pub use kinds::lock::{Lock, LockGuard};
 pub use kinds::multi::{MultiLock, MultiLockGuard};
 pub use kinds::read_write::{ReadGuard, ReadWriteLock, WriteGuard};
-pub use kinds::redlock::{RedLock, RedLockGuard, Redlock};
+pub use kinds::redlock::{Redlock, RedlockClient, RedlockGuard};
 pub use kinds::semaphore::{Permits, Semaphore};
 pub use kinds::spin_lock::SpinLock;
+pub use lost::{HoldKind, LossCause, LostLock};
 /// TLS settings for [`ClientBuilder::tls_certificates`]: the `redis` crate's own types, so
 /// certificates configured for it can be given as they are.
 #[cfg(feature = "tls")]
 pub use redis::{ClientTlsConfig, TlsCertificates};
+pub use stats::Stats;
 
 /// Measurement hooks for the crate's own benchmarks. Not part of the API: no stability promise.
 #[doc(hidden)]

@@ -9,6 +9,10 @@
 //! - Redis says a lock is no longer ours: the hold is marked lost and a warning logged.
 //! - Redis cannot be reached: the thread retries every [`RETRY`] and a hold becomes lost once
 //!   its last confirmed lease has run out (the holder's `is_lost()` sees that on its own too).
+//! - A hold with a fixed lease still registered when its lease ends is lost: the thread
+//!   wakes then to find it.
+//! - Every loss, whichever thread found it, comes here once, and the user's
+//!   [`on_lock_lost`](crate::ClientBuilder::on_lock_lost) callback is called with it.
 //!
 //! The thread also carries out the subscriber's [errands](Errand) (the engine's
 //! [`give_back`](engine::give_back)), so that neither a waiter nor the subscriber thread
@@ -21,24 +25,58 @@ use crossbeam_channel::{Receiver, select};
 
 use crate::core::Core;
 use crate::engine::{self, Hold, Renewed};
+use crate::lost::{LossCause, LossHook, Notice};
+use crate::stats::bump;
 use crate::subscriber::Errand;
 
 /// Pause between attempts while Redis cannot be reached.
 const RETRY: Duration = Duration::from_millis(250);
 
-/// The thread's body; returns when `stop` is disconnected.
-pub(crate) fn run(core: Arc<Core>, stop: Receiver<()>, errands: Receiver<Errand>) {
+/// What the thread listens to.
+pub(crate) struct Inbox {
+    /// Disconnected when the client is dropped.
+    pub stop: Receiver<()>,
+    /// The subscriber's errands.
+    pub errands: Receiver<Errand>,
+    /// Every hold's loss, once (`Hold::mark_lost`), and when fixed leases end.
+    pub notices: Receiver<Notice>,
+    /// The user's callback for them, if any.
+    pub on_lost: Option<LossHook>,
+}
+
+/// The thread's body; returns when `inbox.stop` is disconnected.
+pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
+    let Inbox {
+        stop,
+        errands,
+        notices,
+        on_lost,
+    } = inbox;
     let lease = core.watchdog_timeout;
     let period = lease / 3;
     let mut next = Instant::now();
     loop {
         if Instant::now() >= next {
+            core.to_renewal.in_round();
             next = round(&core, lease, period, &stop);
         }
+        // A lease end sent meanwhile is in the inbox, and lowers `next` below.
+        core.to_renewal.wakes_at(next);
         select! {
             recv(stop) -> _ => return,
             recv(errands) -> errand => match errand {
                 Ok(Errand::GiveBack { keys, owner, token }) => engine::give_back(&core, &keys, &owner, token),
+                Err(_) => {}
+            },
+            recv(notices) -> notice => match notice {
+                Ok(Notice::Lost(lost)) => {
+                    bump(&core.counters.locks_lost, 1);
+                    if let Some(hook) = &on_lost {
+                        hook.announce(&lost);
+                    }
+                }
+                // A little after the end, so that the hold's own clock agrees it has passed.
+                Ok(Notice::Expires(end)) => next = next.min(end + Duration::from_millis(1)),
                 Err(_) => {}
             },
             default(next.saturating_duration_since(Instant::now())) => {}
@@ -53,9 +91,18 @@ fn round(core: &Core, lease: Duration, period: Duration, stop: &Receiver<()>) ->
     let horizon = now + period / 4;
     let mut next = now + period;
     let mut due: Vec<Arc<Hold>> = Vec::new();
-    for hold in core.holds.watchdog_holds() {
+    for hold in core.holds.live() {
+        if !hold.lease_known() {
+            continue; // being registered: its acquisition records the lease in a moment
+        }
         if hold.is_lost() {
-            continue; // its lease ran out: is_lost() marked and logged it
+            continue; // its lease ran out: is_lost() marked, logged and announced it
+        }
+        if !hold.is_watchdog() {
+            // A fixed lease: nothing to renew, but its end is a loss to announce if the
+            // hold is still registered then.
+            next = next.min(hold.lease_deadline());
+            continue;
         }
         let renew_at = hold.renew_at();
         if renew_at <= horizon {
@@ -67,17 +114,27 @@ fn round(core: &Core, lease: Duration, period: Duration, stop: &Receiver<()>) ->
     let holds: Vec<&Hold> = due.iter().map(|hold| &**hold).collect();
     let stopping = || !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty));
     let Renewed { outcome, failure } = engine::renew(core, &holds, lease, &stopping);
+    let counters = &core.counters;
     for (hold, outcome) in due.iter().zip(outcome) {
         match outcome {
-            Some((sent, true)) => hold.renewed(sent, lease, period),
-            Some((_, false)) if core.holds.contains(hold) && hold.mark_lost() => {
-                // Not registered any more means its owner released it meanwhile.
-                log::warn!(
-                    "lock {:?} is no longer held by us; marked lost",
-                    hold.keys.name
-                );
+            Some((sent, true)) => {
+                bump(&counters.renewals_ok, 1);
+                hold.renewed(sent, lease, period)
             }
-            _ => {}
+            Some((_, false)) => {
+                bump(&counters.renewals_failed, 1);
+                // Not registered any more means its owner released it meanwhile.
+                if core.holds.contains(hold) && !hold.is_lost() {
+                    let cause = engine::why_gone(core, &hold.keys, LossCause::Taken);
+                    if hold.mark_lost(cause) {
+                        log::warn!(
+                            "lock {:?} is no longer held by us ({cause:?}); marked lost",
+                            hold.keys.name
+                        );
+                    }
+                }
+            }
+            None => bump(&counters.renewals_failed, 1),
         }
     }
     if let Some(e) = failure {

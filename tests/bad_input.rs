@@ -225,7 +225,7 @@ fn names_and_prefixes_over_the_limits_are_refused_before_any_io() {
         (
             "redlock",
             invalid(
-                redlatch::Redlock::new(vec![client.clone()])
+                redlatch::RedlockClient::new(vec![client.clone()])
                     .unwrap()
                     .lock(&too_long)
                     .try_lock(Duration::from_secs(1), None),

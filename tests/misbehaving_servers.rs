@@ -125,3 +125,21 @@ fn sentinel_queries_are_bounded_by_the_timeouts_too() {
         println!("{what}: failed after {took:?}");
     }
 }
+
+#[test]
+fn a_server_older_than_6_2_is_refused_at_build_naming_its_version() {
+    for (version, said) in [(Some("6.0.9"), "6.0.9"), (None, "older than 6.0")] {
+        let server = FakeServer::start(Misbehaviour::Version(version));
+        match Client::open(&server.url()) {
+            Err(Error::UnsupportedServer { version }) => {
+                assert_eq!(version, said);
+                let text = Error::UnsupportedServer { version }.to_string();
+                assert!(text.contains(said) && text.contains("6.2"), "{text}");
+            }
+            other => panic!("expected UnsupportedServer, got {other:?}"),
+        }
+    }
+    // A new enough one passes the check (and then answers nothing else sensibly).
+    let server = FakeServer::start(Misbehaviour::Version(Some("7.2.4")));
+    assert!(Client::open(&server.url()).is_ok());
+}

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlatch::{Client, Error, Redlock};
+use redlatch::{Client, Error, RedlockClient};
 use support::topology::Masters;
 use support::{eventually, unique};
 
-fn redlock(masters: &Masters, watchdog: Duration) -> Redlock {
+fn redlock(masters: &Masters, watchdog: Duration) -> RedlockClient {
     let clients = masters
         .urls()
         .iter()
@@ -25,7 +25,7 @@ fn redlock(masters: &Masters, watchdog: Duration) -> Redlock {
                 .unwrap()
         })
         .collect();
-    Redlock::new(clients).unwrap()
+    RedlockClient::new(clients).unwrap()
 }
 
 fn held_on(masters: &Masters, i: usize, name: &str) -> bool {
@@ -180,7 +180,7 @@ fn a_lease_too_short_for_the_round_trips_never_counts_as_held() {
         .unwrap();
     assert!(got.is_none());
     assert!(matches!(
-        Redlock::new(Vec::new()),
+        RedlockClient::new(Vec::new()),
         Err(Error::InvalidArgument(_))
     ));
 }

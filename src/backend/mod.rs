@@ -28,10 +28,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use redis::{
-    ConnectionAddr, ConnectionInfo, ConnectionLike, IntoConnectionInfo, RedisResult, Value,
+    ConnectionAddr, ConnectionInfo, ConnectionLike, IntoConnectionInfo, RedisError, RedisResult,
+    Value,
 };
 
-use crate::error::{Error, Result};
+use crate::error::{Error, MIN_REDIS_VERSION, Result};
 use cluster::ClusterTarget;
 pub(crate) use cluster::SlotMap;
 pub(crate) use link::{Link, LinkSettings};
@@ -152,7 +153,7 @@ impl Backend {
                 // A stopped node accepts the connection and never answers: try the next.
                 for _ in 0..cluster.nodes.len() {
                     let pinged = cluster.connect_node(&self.settings).and_then(|mut con| {
-                        redis::cmd("PING").query::<()>(&mut con)?;
+                        check_version(&mut con)?;
                         // One reply per name: nil for a command the server does not know.
                         let spublish: Vec<Value> = redis::cmd("COMMAND")
                             .arg("INFO")
@@ -169,9 +170,9 @@ impl Backend {
                     }
                     cluster.skip_node();
                 }
-                Err(failure.expect("at least one seed node").into())
+                Err(failure_of_version(failure.expect("at least one seed node")))
             }
-            _ => Ok(self.run(|con| redis::cmd("PING").query::<()>(con))?),
+            _ => self.run(check_version).map_err(failure_of_version),
         }
     }
 
@@ -403,5 +404,96 @@ mod test_support {
 
     pub(crate) fn cluster() -> Backend {
         backend(Deployment::Cluster(vec!["redis://127.0.0.1:7000/".into()]))
+    }
+}
+
+/// Asks the server its version (`HELLO` without arguments, which every user may send and
+/// which changes nothing) and refuses one older than [`MIN_REDIS_VERSION`] with a reply
+/// that `failure_of_version` turns into [`Error::UnsupportedServer`]. A server that does
+/// not know `HELLO` is older than 6.0.
+fn check_version(con: &mut dyn ConnectionLike) -> RedisResult<()> {
+    let reply = redis::cmd("HELLO").query::<Value>(con);
+    let version = match reply {
+        Ok(hello) => hello_version(&hello),
+        Err(e)
+            if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
+                && e.to_string().to_lowercase().contains("unknown command") =>
+        {
+            Some("older than 6.0".to_string())
+        }
+        Err(e) => return Err(e),
+    };
+    match version {
+        Some(v) if !supported(&v) => {
+            Err(RedisError::from((redis::ErrorKind::Client, UNSUPPORTED, v)))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The marker of a version refusal, for [`failure_of_version`].
+const UNSUPPORTED: &str = "redlatch: unsupported redis-server";
+
+/// [`Error::UnsupportedServer`] for a version refusal of [`check_version`], else the error.
+pub(crate) fn failure_of_version(e: RedisError) -> Error {
+    if e.kind() == redis::ErrorKind::Client && e.to_string().contains(UNSUPPORTED) {
+        let version = e.detail().unwrap_or("unknown").to_string();
+        return Error::UnsupportedServer { version };
+    }
+    Error::Redis(e)
+}
+
+/// The `version` of a `HELLO` reply (a map in RESP3, pairs in an array in RESP2).
+fn hello_version(hello: &Value) -> Option<String> {
+    let pairs: Vec<(&Value, &Value)> = match hello {
+        Value::Map(map) => map.iter().map(|(k, v)| (k, v)).collect(),
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|p| Some((p.first()?, p.get(1)?)))
+            .collect(),
+        _ => return None,
+    };
+    pairs.into_iter().find_map(|(k, v)| {
+        let key: String = redis::from_redis_value(k.clone()).ok()?;
+        (key == "version").then(|| redis::from_redis_value(v.clone()).ok())?
+    })
+}
+
+/// Whether `version` ("7.0.15") is at least [`MIN_REDIS_VERSION`]; a version we cannot
+/// read is given the benefit of the doubt (a fork, say).
+fn supported(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>());
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => (major, minor) >= MIN_REDIS_VERSION,
+        _ => !version.starts_with("older"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_read_and_compared() {
+        for (v, ok) in [
+            ("7.0.15", true),
+            ("6.2.0", true),
+            ("6.10.1", true),
+            ("10.0.0", true),
+            ("6.0.9", false),
+            ("5.0.14", false),
+            ("older than 6.0", false),
+            ("unstable", true),
+        ] {
+            assert_eq!(supported(v), ok, "{v}");
+        }
+        let pairs = Value::Array(vec![
+            Value::BulkString(b"server".to_vec()),
+            Value::BulkString(b"redis".to_vec()),
+            Value::BulkString(b"version".to_vec()),
+            Value::BulkString(b"7.0.15".to_vec()),
+        ]);
+        assert_eq!(hello_version(&pairs).as_deref(), Some("7.0.15"));
+        assert_eq!(hello_version(&Value::Okay), None);
     }
 }

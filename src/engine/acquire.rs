@@ -10,8 +10,10 @@ use super::lease::{Terms, deadline_after};
 use super::{Kind, renew};
 use crate::core::{Core, Replicas};
 use crate::error::{Error, Result};
-use crate::keys::LockKeys;
+use crate::keys::{Family, LockKeys};
+use crate::lost::LossCause;
 use crate::scripts::{self, Acquire, Queueing, Release, TakenBy};
+use crate::stats::Outcome;
 use crate::subscriber::Wake;
 
 /// How much longer than the waiter's own horizon its place in the queue stays valid: the
@@ -50,6 +52,27 @@ pub(crate) fn acquire(
     wait: Option<Duration>,
     terms: Terms,
 ) -> Result<Option<Acquired>> {
+    let started = Instant::now();
+    let mut outcome = Outcome::AtOnce;
+    let acquired = acquire_counted(core, kind, owner, wait, terms, &mut outcome)?;
+    let outcome = if acquired.is_some() {
+        outcome
+    } else {
+        Outcome::TimedOut
+    };
+    core.counters.acquisition(outcome, started.elapsed());
+    Ok(acquired)
+}
+
+/// [`acquire`], noting in `outcome` how an acquisition came about.
+fn acquire_counted(
+    core: &Core,
+    kind: &dyn Kind,
+    owner: Arc<str>,
+    wait: Option<Duration>,
+    terms: Terms,
+    outcome: &mut Outcome,
+) -> Result<Option<Acquired>> {
     let keys = kind.keys();
     // A wait too long to represent is a wait without end.
     let deadline = deadline_after(wait);
@@ -67,6 +90,7 @@ pub(crate) fn acquire(
     let Some(expecting) = expecting else {
         return Ok(None);
     };
+    *outcome = Outcome::AfterWait;
     if deadline.is_some_and(|d| Instant::now() >= d) {
         drop(expecting);
         return give_up(core, kind, owner, terms); // no time left: don't subscribe for nothing
@@ -97,6 +121,7 @@ pub(crate) fn acquire(
                     && core.replicas.is_none()
                 {
                     waiter.acquired();
+                    *outcome = Outcome::HandedOver;
                     let hold = register(core, keys, owner, token, TakenBy::Message);
                     hold.extend(busy.sent, terms.lease_set(), terms.renew_every());
                     return Ok(Some(Acquired { hold }));
@@ -218,8 +243,11 @@ pub(super) fn attempt(
         }
         Acquire::Busy { ttl, fence } => Ok(Err(Busy { ttl, fence, sent })),
         Acquire::Lost => {
-            if existing.is_some_and(|h| h.mark_lost()) {
-                log::warn!("lock {:?} was lost under its holder", keys.name);
+            if let Some(hold) = existing {
+                let cause = why_gone(core, keys, LossCause::FoundGone);
+                if hold.mark_lost(cause) {
+                    log::warn!("lock {:?} was lost under its holder", keys.name);
+                }
             }
             Err(lost(keys))
         }
@@ -252,7 +280,15 @@ pub(crate) fn register(
     token: u64,
     taken_by: TakenBy,
 ) -> Arc<Hold> {
-    let hold = Arc::new(Hold::new(keys.clone(), owner, token, taken_by, core.epoch));
+    let to_renewal = core.to_renewal.clone();
+    let hold = Arc::new(Hold::new(
+        keys.clone(),
+        owner,
+        token,
+        taken_by,
+        core.epoch,
+        to_renewal,
+    ));
     hold.add_guard();
     core.holds.insert(hold.clone());
     hold
@@ -279,7 +315,9 @@ pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>) -> Result<
     });
     match reply {
         Ok(Release::NotOurs) => {
-            hold.mark_lost();
+            if !was_lost {
+                hold.mark_lost(why_gone(core, keys, LossCause::FoundGone));
+            }
             Err(lost(keys))
         }
         // Whatever Redis said, the holder was told it had lost the lock: stay consistent.
@@ -333,10 +371,36 @@ pub(crate) fn extend_all(core: &Core, holds: &[&Hold], lease: Duration) -> Resul
         if *ours {
             hold.extend(sent, lease, None);
         } else {
-            hold.mark_lost();
+            hold.mark_lost(why_gone(core, &hold.keys, LossCause::Taken));
         }
     }
     Ok(ours)
+}
+
+/// Why a hold of `keys` that Redis no longer has is gone: a force-unlock, if one left its mark
+/// lately (only a lock can be force-unlocked), else `otherwise`. One command, once per loss;
+/// a failure to ask answers `otherwise`.
+pub(crate) fn why_gone(core: &Core, keys: &LockKeys, otherwise: LossCause) -> LossCause {
+    if keys.family != Family::Lock {
+        return otherwise;
+    }
+    match core
+        .backend
+        .run_once_only(|con| scripts::was_forced(con, keys))
+    {
+        Ok(true) => LossCause::ForceUnlocked,
+        _ => otherwise,
+    }
+}
+
+/// This client's holds of lock `keys`, which it just force-unlocked: lost, and told so at
+/// once (other clients' holders learn it from Redis).
+pub(crate) fn forced(core: &Core, keys: &LockKeys) {
+    for hold in core.holds.of_lock(&keys.lock) {
+        if hold.mark_lost(LossCause::ForceUnlocked) {
+            log::warn!("lock {:?} was force-unlocked under its holder", keys.name);
+        }
+    }
 }
 
 fn lost(keys: &LockKeys) -> Error {

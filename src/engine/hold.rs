@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::keys::LockKeys;
+use crate::keys::{Family, LockKeys};
+use crate::lost::{HoldKind, LossCause, LostLock, ToRenewal};
 use crate::scripts::TakenBy;
 
 /// One owner's ownership of one lock: a thread's, or (for a kind whose guards may move
@@ -34,6 +35,9 @@ pub(crate) struct Hold {
     watchdog: AtomicBool,
     /// Set once, never cleared: the lock was taken from us or its lease ran out.
     lost: AtomicBool,
+    /// The renewal thread: where the first mark of a loss is announced (one [`LostLock`]
+    /// per hold, for the user's callback), and where a fixed lease says when it ends.
+    to_renewal: Arc<ToRenewal>,
     /// Microseconds after the client's epoch until which Redis is known to keep the lock:
     /// the time the acquisition or last renewal was *sent*, plus the lease it set.
     lease_deadline: AtomicU64,
@@ -49,6 +53,7 @@ impl Hold {
         token: u64,
         taken_by: TakenBy,
         epoch: Instant,
+        to_renewal: Arc<ToRenewal>,
     ) -> Hold {
         Hold {
             keys,
@@ -58,6 +63,7 @@ impl Hold {
             guards: AtomicU32::new(0),
             watchdog: AtomicBool::new(false),
             lost: AtomicBool::new(false),
+            to_renewal,
             lease_deadline: AtomicU64::new(0),
             renew_at: AtomicU64::new(u64::MAX),
             epoch,
@@ -86,10 +92,13 @@ impl Hold {
     pub fn extend(&self, sent: Instant, lease: Duration, renew_every: Option<Duration>) {
         self.lease_deadline
             .fetch_max(self.micros(sent + lease), Ordering::AcqRel);
-        if let Some(every) = renew_every {
-            self.renew_at
-                .fetch_min(self.micros(sent + every), Ordering::AcqRel);
-            self.watchdog.store(true, Ordering::Release);
+        match renew_every {
+            Some(every) => {
+                self.renew_at
+                    .fetch_min(self.micros(sent + every), Ordering::AcqRel);
+                self.watchdog.store(true, Ordering::Release);
+            }
+            None => self.to_renewal.expires(self.lease_deadline()),
         }
     }
 
@@ -105,13 +114,50 @@ impl Hold {
         self.instant(self.renew_at.load(Ordering::Acquire))
     }
 
+    /// How much of the lease Redis last confirmed is left, by this client's clock (zero once
+    /// lost): no round trip.
+    pub fn remaining_lease(&self) -> Duration {
+        if self.is_lost() {
+            return Duration::ZERO;
+        }
+        self.lease_deadline()
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Whether an acquisition has recorded its lease yet: a hold is registered just before
+    /// its lease is, and until then it has no deadline to have missed.
+    pub fn lease_known(&self) -> bool {
+        self.lease_deadline.load(Ordering::Acquire) != 0
+    }
+
     pub fn lease_deadline(&self) -> Instant {
         self.instant(self.lease_deadline.load(Ordering::Acquire))
     }
 
-    /// Marks the hold lost; `true` if this call did (so exactly one caller logs it).
-    pub fn mark_lost(&self) -> bool {
-        !self.lost.swap(true, Ordering::AcqRel)
+    /// Marks the hold lost for `cause`; `true` if this call did (so exactly one caller logs
+    /// it), and then the loss is announced, once.
+    pub fn mark_lost(&self, cause: LossCause) -> bool {
+        let first = !self.lost.swap(true, Ordering::AcqRel);
+        if first {
+            // The receiver is gone only when the client is: nobody left to tell.
+            self.to_renewal.lost(LostLock {
+                name: self.keys.name.clone(),
+                fencing_token: self.token,
+                cause,
+                kind: self.kind(),
+            });
+        }
+        first
+    }
+
+    /// What is held, for the user's callback.
+    fn kind(&self) -> HoldKind {
+        match self.keys.family {
+            Family::ReadWrite if self.owner.ends_with(":r") => HoldKind::Read,
+            Family::ReadWrite => HoldKind::Write,
+            Family::Semaphore => HoldKind::Permits,
+            Family::Lock | Family::Latch => HoldKind::Lock,
+        }
     }
 
     /// Lost, or past its lease deadline (a paused process finds out on resume).
@@ -120,7 +166,12 @@ impl Hold {
             return true;
         }
         if Instant::now() >= self.lease_deadline() {
-            if self.mark_lost() {
+            let cause = if self.is_watchdog() {
+                LossCause::NotRenewedInTime
+            } else {
+                LossCause::LeaseExpired
+            };
+            if self.mark_lost(cause) {
                 log::warn!(
                     "lock {:?}: lease ran out before it was renewed; lost",
                     self.keys.name
@@ -198,14 +249,23 @@ impl Holds {
             .is_some_and(|h| Arc::ptr_eq(&h, hold))
     }
 
-    /// Watchdog holds that are not lost.
-    pub fn watchdog_holds(&self) -> Vec<Arc<Hold>> {
+    /// Every hold (watchdog or fixed lease) that is not lost.
+    pub fn live(&self) -> Vec<Arc<Hold>> {
         self.map
             .lock()
             .values()
             .flat_map(|owners| owners.values())
-            .filter(|h| h.is_watchdog() && !h.lost.load(Ordering::Acquire))
+            .filter(|h| !h.lost.load(Ordering::Acquire))
             .cloned()
             .collect()
+    }
+
+    /// Holds of the lock `lock_key`, whoever their owner.
+    pub fn of_lock(&self, lock_key: &str) -> Vec<Arc<Hold>> {
+        self.map
+            .lock()
+            .get(lock_key)
+            .map(|owners| owners.values().cloned().collect())
+            .unwrap_or_default()
     }
 }

@@ -14,6 +14,7 @@ use super::lease::{Terms, deadline_after, validate_duration};
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::scripts::Queueing;
+use crate::stats::Outcome;
 
 /// How long a spinning waiter sleeps between attempts: from `min`, doubling up to `max`,
 /// each sleep drawn at random between half and all of the current step.
@@ -63,19 +64,27 @@ pub(crate) fn spin(
     terms: Terms,
     backoff: Backoff,
 ) -> Result<Option<Acquired>> {
+    let started = Instant::now();
     let deadline = deadline_after(wait);
     let existing = core.holds.get(&kind.keys().lock, &owner);
     let mut jitter = Jitter::new();
     let mut step = backoff.min;
+    let mut outcome = Outcome::AtOnce;
     loop {
         let busy = match attempt(core, kind, &owner, existing.clone(), terms, Queueing::NONE)? {
-            Ok(acquired) => return Ok(Some(acquired)),
+            Ok(acquired) => {
+                core.counters.acquisition(outcome, started.elapsed());
+                return Ok(Some(acquired));
+            }
             Err(busy) => busy,
         };
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         if left == Some(Duration::ZERO) {
+            core.counters
+                .acquisition(Outcome::TimedOut, started.elapsed());
             return Ok(None);
         }
+        outcome = Outcome::AfterWait;
         // Between half and all of the step: waiters that started together drift apart
         // instead of arriving at the lock in step.
         let half = step / 2;

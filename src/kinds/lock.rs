@@ -125,16 +125,23 @@ impl Lock {
     /// Deletes the lock whoever holds it and wakes every waiter. `true` if it was locked.
     ///
     /// The holder is not interrupted: its guard reports the loss at its next renewal
-    /// (watchdog), when its lease runs out, or when it releases.
+    /// (watchdog), when its lease runs out, or when it releases (at once if it is a thread
+    /// of this client). The loss is announced through
+    /// [`on_lock_lost`](crate::ClientBuilder::on_lock_lost) with
+    /// [`LossCause::ForceUnlocked`](crate::LossCause::ForceUnlocked).
     pub fn force_unlock(&self) -> Result<bool> {
         self.validate_name()?;
         let keys = &self.keys;
         // Names this call, so that a retry after a lost reply answers the same rather than
         // deleting a lock somebody took in the meantime.
         let request = uuid::Uuid::new_v4().simple().to_string();
-        engine::call(self.core(), keys, |con, freeing| {
+        let was_locked = engine::call(self.core(), keys, |con, freeing| {
             scripts::force_unlock(con, keys, &request, freeing)
-        })
+        })?;
+        if was_locked {
+            engine::forced(self.core(), keys);
+        }
+        Ok(was_locked)
     }
 
     fn inspect(&self) -> Result<scripts::Inspection> {
@@ -310,6 +317,14 @@ impl LockGuard {
     /// guards, which is why writes carry the [fencing token](LockGuard::fencing_token).
     pub fn is_lost(&self) -> bool {
         self.hold.is_lost()
+    }
+
+    /// How long the lease Redis last confirmed has left, by this client's clock, with no
+    /// round trip: zero once the hold is lost. A watchdog hold's lease is renewed every third
+    /// of the watchdog timeout, so it stays between two and three thirds of it while Redis
+    /// answers; a fixed lease only runs down. Advisory, like [`is_lost`](LockGuard::is_lost).
+    pub fn remaining_lease(&self) -> Duration {
+        self.hold.remaining_lease()
     }
 
     /// `Err(Error::LockLost)` when [`is_lost`](LockGuard::is_lost).

@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use lock::{Lock, LockGuard};
 
 /// The checks an acquisition over several locks (a [`MultiLock`](crate::MultiLock), a
-/// [`RedLock`](crate::RedLock)) starts with: every name and the lease are valid, and the
+/// [`Redlock`](crate::Redlock)) starts with: every name and the lease are valid, and the
 /// calling thread holds none of the locks, since `what` does not re-enter and the thread
 /// would wait for itself.
 pub(crate) fn check_composite(locks: &[Lock], lease: Option<Duration>, what: &str) -> Result<()> {

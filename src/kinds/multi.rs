@@ -232,6 +232,16 @@ impl MultiLockGuard {
         self.guards.iter().any(LockGuard::is_lost)
     }
 
+    /// The shortest [`remaining_lease`](LockGuard::remaining_lease) of the members: how long
+    /// all of them are known to be held, with no round trip.
+    pub fn remaining_lease(&self) -> Duration {
+        self.guards
+            .iter()
+            .map(LockGuard::remaining_lease)
+            .min()
+            .unwrap_or(Duration::ZERO)
+    }
+
     /// `Err(Error::LockLost)` naming the first lock lost, if any.
     pub fn check(&self) -> Result<()> {
         self.guards.iter().try_for_each(LockGuard::check)

@@ -193,6 +193,14 @@ macro_rules! guard {
                 self.held.is_lost()
             }
 
+            /// How long the lease Redis last confirmed has left, by this client's clock, with no
+            /// round trip: zero once the hold is lost. A watchdog hold's lease is renewed every third
+            /// of the watchdog timeout, so it stays between two and three thirds of it while Redis
+            /// answers; a fixed lease only runs down. Advisory, like [`is_lost`](Self::is_lost).
+            pub fn remaining_lease(&self) -> Duration {
+                self.held.remaining_lease()
+            }
+
             /// `Err(Error::LockLost)` when [`is_lost`](Self::is_lost).
             pub fn check(&self) -> Result<()> {
                 self.held.check()

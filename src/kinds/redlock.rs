@@ -1,6 +1,6 @@
-//! [`Redlock`]: one lock over N independent Redis masters, held while a majority holds it.
+//! [`Redlock`]: one lock over N independent Redis masters (made by a [`RedlockClient`]), held while a majority holds it.
 //!
-//! The algorithm is Redis's Redlock, with Redisson's `RedissonRedLock` semantics: a lock is
+//! The algorithm is Redis's Redlock, with Redisson's `RedissonRedlock` semantics: a lock is
 //! acquired when a majority of the masters grant it within its validity time (the lease minus
 //! the time the attempt took minus an allowance for clock drift), released on every master,
 //! and, with the watchdog, renewed on every master by each master's client, lost once fewer
@@ -9,8 +9,8 @@
 //!
 //! # Fencing tokens
 //! Redlock cannot give one fencing token that increases from holder to holder: each master
-//! counts on its own, and two majorities need share only one master. [`RedLockGuard`] returns
-//! every master's token ([`RedLockGuard::fencing_tokens`]); a resource that wants fencing must
+//! counts on its own, and two majorities need share only one master. [`RedlockGuard`] returns
+//! every master's token ([`RedlockGuard::fencing_tokens`]); a resource that wants fencing must
 //! keep, per master, the last token it saw and refuse a write whose token is older on any
 //! master the writer holds. Tokens are at least each server's clock in microseconds, so they
 //! also grow across restarts.
@@ -28,33 +28,34 @@ use crate::kinds::{check_composite, drop_lost};
 const DRIFT_FACTOR: f64 = 0.01;
 const DRIFT_MIN: Duration = Duration::from_millis(2);
 
-/// Independent masters to take locks on by majority, made from one [`Client`] per master.
+/// Independent masters to take locks on by majority, made from one [`Client`] per master:
+/// what [`Redlock`]s are made from, as [`Lock`]s are made from a [`Client`].
 ///
 /// ```no_run
 /// # fn main() -> redlatch::Result<()> {
-/// use redlatch::{Client, Redlock};
+/// use redlatch::{Client, RedlockClient};
 /// let masters = ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"]
 ///     .iter()
 ///     .map(|url| Client::open(url))
 ///     .collect::<redlatch::Result<Vec<_>>>()?;
-/// let redlock = Redlock::new(masters)?;
-/// let guard = redlock.lock("invoice:42").lock()?;
+/// let masters = RedlockClient::new(masters)?;
+/// let guard = masters.lock("invoice:42").lock()?;
 /// assert!(!guard.is_lost());
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
-pub struct Redlock {
+pub struct RedlockClient {
     clients: Vec<Client>,
 }
 
-impl Redlock {
+impl RedlockClient {
     /// Over the masters that `clients` talk to, one each. Their number should be odd (3 or
     /// 5): a majority of an even number tolerates no more failures than of one fewer.
-    pub fn new(clients: Vec<Client>) -> Result<Redlock> {
+    pub fn new(clients: Vec<Client>) -> Result<RedlockClient> {
         if clients.is_empty() {
             return Err(Error::invalid("a Redlock needs at least one master"));
         }
-        Ok(Redlock { clients })
+        Ok(RedlockClient { clients })
     }
 
     /// How many masters must hold a lock.
@@ -63,26 +64,26 @@ impl Redlock {
     }
 
     /// A handle on the lock called `name` on every master. No I/O.
-    pub fn lock(&self, name: &str) -> RedLock {
-        RedLock {
+    pub fn lock(&self, name: &str) -> Redlock {
+        Redlock {
             locks: self.clients.iter().map(|c| c.lock(name)).collect(),
             majority: self.majority(),
         }
     }
 }
 
-/// One lock over a [`Redlock`]'s masters.
+/// One lock over a [`RedlockClient`]'s masters, held while a majority holds it.
 #[derive(Clone, Debug)]
-pub struct RedLock {
+pub struct Redlock {
     /// One per master, in the masters' order.
     locks: Vec<Lock>,
     majority: usize,
 }
 
-impl RedLock {
+impl Redlock {
     /// Waits as long as it takes, then holds the lock on a majority (at least) of the masters
     /// with the watchdog.
-    pub fn lock(&self) -> Result<RedLockGuard> {
+    pub fn lock(&self) -> Result<RedlockGuard> {
         self.acquire(None, None)
             .map(|g| g.expect("an unbounded wait only ends with the lock"))
     }
@@ -96,7 +97,7 @@ impl RedLock {
         &self,
         wait: Duration,
         lease: Option<Duration>,
-    ) -> Result<Option<RedLockGuard>> {
+    ) -> Result<Option<RedlockGuard>> {
         validate_duration("wait", wait, Duration::ZERO)?;
         self.acquire(Some(wait), lease)
     }
@@ -105,7 +106,7 @@ impl RedLock {
         &self,
         wait: Option<Duration>,
         lease: Option<Duration>,
-    ) -> Result<Option<RedLockGuard>> {
+    ) -> Result<Option<RedlockGuard>> {
         check_composite(&self.locks, lease, "Redlock")?;
         let deadline = deadline_after(wait);
         let n = self.locks.len();
@@ -131,7 +132,7 @@ impl RedLock {
             let have = held.iter().flatten().filter(|g| !g.is_lost()).count();
             let valid = lease.is_none_or(|l| started.elapsed() + drift(l) < l);
             if have >= self.majority && valid {
-                return Ok(Some(RedLockGuard {
+                return Ok(Some(RedlockGuard {
                     members: held,
                     majority: self.majority,
                 }));
@@ -181,17 +182,17 @@ fn drift(lease: Duration) -> Duration {
     lease.mul_f64(DRIFT_FACTOR) + DRIFT_MIN
 }
 
-/// Proof of holding a [`RedLock`] on a majority of its masters; dropping it releases the lock
+/// Proof of holding a [`Redlock`] on a majority of its masters; dropping it releases the lock
 /// on all of them. Not `Send`, like [`LockGuard`].
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock at once"]
-pub struct RedLockGuard {
+pub struct RedlockGuard {
     /// One per master; `None` where it was not taken.
     members: Vec<Option<LockGuard>>,
     majority: usize,
 }
 
-impl RedLockGuard {
+impl RedlockGuard {
     /// How many masters still hold it for us, as far as the client knows.
     pub fn held_on(&self) -> usize {
         self.members
@@ -207,7 +208,24 @@ impl RedLockGuard {
         self.held_on() < self.majority
     }
 
-    /// `Err(Error::LockLost)` when [`is_lost`](RedLockGuard::is_lost).
+    /// How long a majority of the masters are known to hold it, with no round trip: the
+    /// majority-th longest [`remaining_lease`](LockGuard::remaining_lease) of the members
+    /// (zero once lost).
+    pub fn remaining_lease(&self) -> Duration {
+        let mut leases: Vec<Duration> = self
+            .members
+            .iter()
+            .flatten()
+            .map(LockGuard::remaining_lease)
+            .collect();
+        leases.sort_unstable_by(|a, b| b.cmp(a));
+        leases
+            .get(self.majority.saturating_sub(1))
+            .copied()
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// `Err(Error::LockLost)` when [`is_lost`](RedlockGuard::is_lost).
     pub fn check(&self) -> Result<()> {
         if self.is_lost() {
             Err(self.lost())

@@ -148,6 +148,10 @@ impl Held {
         self.hold.is_lost()
     }
 
+    pub fn remaining_lease(&self) -> Duration {
+        self.hold.remaining_lease()
+    }
+
     pub fn check(&self) -> Result<()> {
         if self.is_lost() {
             Err(Error::LockLost {

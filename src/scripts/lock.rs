@@ -223,6 +223,7 @@ pub(crate) fn force_unlock(
         .key(&keys.lock)
         .key(&keys.channel)
         .key(keys.force_latch(request))
+        .key(keys.forced_mark())
         .arg(freeing.publish)
         .arg(millis(freeing.latch_ttl))
         .invoke(con)?;
@@ -247,4 +248,10 @@ pub(crate) fn inspect(
         holds: holds.clamp(0, u32::MAX as i64) as u32,
         ttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
     })
+}
+
+/// Whether lock `keys` was force-unlocked lately (its mark is there): why a hold of it is
+/// gone.
+pub(crate) fn was_forced(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResult<bool> {
+    redis::cmd("EXISTS").arg(keys.forced_mark()).query(con)
 }

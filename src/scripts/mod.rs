@@ -26,7 +26,8 @@ mod lock;
 pub(crate) mod shares;
 
 pub(crate) use lock::{
-    AcquireMany, Inspection, acquire, acquire_many, force_unlock, inspect, release, withdraw,
+    AcquireMany, Inspection, acquire, acquire_many, force_unlock, inspect, release, was_forced,
+    withdraw,
 };
 
 /// One script of `lua/`: EVALSHA, then EVAL on `NOSCRIPT`.

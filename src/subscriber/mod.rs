@@ -36,6 +36,7 @@ use parking_lot::Mutex;
 
 use crate::backend::Backend;
 use crate::keys::LockKeys;
+use crate::stats::Counters;
 
 mod polled;
 mod resp;
@@ -81,6 +82,8 @@ struct Shared {
     waker: mio::Waker,
     /// To the renewal thread, which runs errands.
     errands: Sender<Errand>,
+    /// What the client counts (the thread counts lost connections).
+    counters: Arc<Counters>,
     /// Owners about to queue for a lock (their attempt is in flight), by owner id: a
     /// hand-over that arrives before the owner's thread has joined the entry waits here for
     /// it.
@@ -95,6 +98,7 @@ impl Subscriber {
         key_prefix: &str,
         client_id: &str,
         errands: Sender<Errand>,
+        counters: Arc<Counters>,
     ) -> crate::error::Result<(Subscriber, SubscriberTask)> {
         let poll = polled::Poller::new().map_err(crate::error::Error::Thread)?;
         let shared = Arc::new(Shared {
@@ -104,6 +108,7 @@ impl Subscriber {
             stop: AtomicBool::new(false),
             waker: poll.waker().map_err(crate::error::Error::Thread)?,
             errands,
+            counters,
             arriving: Mutex::new(HashMap::new()),
         });
         let task = SubscriberTask(polled::PolledTask::new(shared.clone(), backend, poll));
@@ -115,6 +120,13 @@ impl Subscriber {
         if let Err(e) = self.shared.waker.wake() {
             log::warn!("could not wake the subscriber thread: {e}");
         }
+    }
+
+    /// Threads waiting now, and channels that have waiters (which the thread subscribes).
+    pub fn waiting(&self) -> (u64, u64) {
+        let entries = self.shared.entries.lock();
+        let threads = entries.values().map(|e| e.waiters()).sum();
+        (threads, entries.len() as u64)
     }
 
     /// Asks the thread to end; it does at once, woken out of its poll.

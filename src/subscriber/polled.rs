@@ -494,6 +494,7 @@ impl PolledTask {
              TTL until it is back",
             shard.node
         );
+        crate::stats::bump(&self.shared.counters.reconnects, 1);
         let entries = self.shared.entries.lock();
         for channel in shard.channels.keys() {
             // Not those that have moved to another connection since.

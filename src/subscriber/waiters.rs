@@ -259,6 +259,11 @@ impl Slot {
 }
 
 impl Entry {
+    /// Threads waiting on this entry now.
+    pub(super) fn waiters(&self) -> u64 {
+        self.state.lock().queue.len() as u64
+    }
+
     /// Gives a permit to the oldest waiter without one.
     fn wake_one(state: &EntryState) {
         for slot in &state.queue {

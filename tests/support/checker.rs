@@ -509,7 +509,7 @@ pub fn run_child() -> bool {
     );
     let locker = match clients.len() {
         1 => Locker::Single(clients[0].clone()),
-        _ => Locker::Red(redlatch::Redlock::new(clients.clone()).unwrap()),
+        _ => Locker::Red(redlatch::RedlockClient::new(clients.clone()).unwrap()),
     };
     drop(clients);
     let shared = Arc::new(Shared::default());
@@ -685,7 +685,7 @@ impl Resource {
 #[derive(Clone)]
 enum Locker {
     Single(Client),
-    Red(redlatch::Redlock),
+    Red(redlatch::RedlockClient),
 }
 
 impl Locker {
@@ -936,7 +936,7 @@ impl Section {
 /// What a worker holds: a lock, a Redlock over several masters, a read or a write, permits.
 pub enum Held {
     Single(redlatch::LockGuard),
-    Red(redlatch::RedLockGuard),
+    Red(redlatch::RedlockGuard),
     Read(redlatch::ReadGuard),
     Write(redlatch::WriteGuard),
     Permits(redlatch::Permits),

@@ -21,6 +21,9 @@ pub enum Misbehaviour {
     Http,
     /// Closes each connection as soon as it is made.
     HangUp,
+    /// Answers `HELLO` as a Redis server of this version would (RESP2: name/value pairs), or,
+    /// for `None`, as one from before 6.0, which does not know `HELLO`; anything else `+OK`.
+    Version(Option<&'static str>),
 }
 
 /// A loopback listener that misbehaves (see [`Misbehaviour`]); stops on drop.
@@ -83,6 +86,28 @@ fn serve(mut stream: TcpStream, how: Misbehaviour, stop: &AtomicBool) {
                 b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
             );
             let _ = stream.shutdown(Shutdown::Both);
+        }
+        Misbehaviour::Version(version) => {
+            while alive() {
+                match stream.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        let request = String::from_utf8_lossy(&buf[..n]).to_uppercase();
+                        let reply = match version {
+                            _ if !request.contains("HELLO") => "+OK\r\n".to_string(),
+                            None => "-ERR unknown command 'HELLO'\r\n".to_string(),
+                            Some(v) => format!(
+                                "*6\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n${}\r\n{v}\r\n$5\r\nproto\r\n:2\r\n",
+                                v.len()
+                            ),
+                        };
+                        if stream.write_all(reply.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                    Err(_) => continue,
+                }
+            }
         }
         Misbehaviour::Silent => {
             while alive() {

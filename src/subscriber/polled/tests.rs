@@ -24,7 +24,7 @@ fn task() -> (Subscriber, PolledTask, std::net::TcpListener, String) {
     let backend =
         Arc::new(Backend::new(&Deployment::Url("redis://127.0.0.1:1/".into()), settings).unwrap());
     let (errands, _) = crossbeam_channel::unbounded();
-    let (sub, task) = Subscriber::new(backend, "p", "c0ffee", errands).unwrap();
+    let (sub, task) = Subscriber::new(backend, "p", "c0ffee", errands, Default::default()).unwrap();
     let SubscriberTask(mut task) = task;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let node = listener.local_addr().unwrap().to_string();
@@ -316,7 +316,7 @@ fn cluster_nodes_are_dialled_over_tls_when_the_seeds_are() {
         let backend = Arc::new(Backend::new(&deployment, settings).unwrap());
         let (errands, _) = crossbeam_channel::unbounded();
         let (_sub, SubscriberTask(mut task)) =
-            Subscriber::new(backend, "p", "c0ffee", errands).unwrap();
+            Subscriber::new(backend, "p", "c0ffee", errands, Default::default()).unwrap();
         task.routes.routing = Routing::Slots; // as once `check` found SPUBLISH
         for (node, addr) in [
             ("127.0.0.1:7000", "127.0.0.1:7000"),

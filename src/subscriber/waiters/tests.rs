@@ -33,7 +33,7 @@ fn subscriber() -> (Subscriber, Receiver<Errand>, Arc<LockKeys>) {
         .unwrap(),
     );
     let (errands, errands_received) = crossbeam_channel::unbounded();
-    let (sub, _task) = Subscriber::new(backend, "p", CLIENT, errands).unwrap();
+    let (sub, _task) = Subscriber::new(backend, "p", CLIENT, errands, Default::default()).unwrap();
     (sub, errands_received, Arc::new(LockKeys::new("p", "x")))
 }
 

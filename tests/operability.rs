@@ -1,0 +1,313 @@
+//! What tells a user how their locks are doing, against real redis-servers: the
+//! `on_lock_lost` callback for each cause of loss and each kind of hold, a callback that
+//! panics, `Client::stats`, guards' `remaining_lease`, and the error helpers.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, unbounded};
+use redlatch::{Client, Error, HoldKind, LossCause, LostLock};
+use support::{Proxy, RedisServer, eventually, unique};
+
+const ZERO: Duration = Duration::ZERO;
+
+/// A client with a short watchdog whose losses arrive on the returned channel.
+fn told_client(url: &str, watchdog: Duration) -> (Client, Receiver<LostLock>) {
+    let (tx, rx) = unbounded();
+    let client = Client::builder(url)
+        .watchdog_timeout(watchdog)
+        .response_timeout(Duration::from_millis(300))
+        .on_lock_lost(move |lost| {
+            let _ = tx.send(lost.clone());
+        })
+        .build()
+        .unwrap();
+    (client, rx)
+}
+
+fn told(rx: &Receiver<LostLock>, within: Duration) -> LostLock {
+    rx.recv_timeout(within)
+        .expect("no loss was announced in time")
+}
+
+fn del(server: &RedisServer, key: &str) {
+    let _: () = redis::cmd("DEL")
+        .arg(key)
+        .query(&mut server.admin())
+        .unwrap();
+}
+
+#[test]
+fn renewal_finding_a_lock_gone_announces_it_once() {
+    let server = RedisServer::start();
+    let (client, rx) = told_client(&server.url(), Duration::from_millis(600));
+    let name = unique("lost-taken");
+    let guard = client.lock(&name).lock().unwrap();
+    let inner = client.lock(&name).lock().unwrap(); // a re-entry: the same hold
+    del(&server, &format!("redlatch:{{{name}}}"));
+    let lost = told(&rx, Duration::from_secs(2));
+    assert_eq!(lost.name, name);
+    assert_eq!(lost.fencing_token, guard.fencing_token());
+    assert_eq!((lost.cause, lost.kind), (LossCause::Taken, HoldKind::Lock));
+    assert!(guard.is_lost());
+    assert!(inner.unlock().unwrap_err().is_lock_lost());
+    assert!(guard.unlock().unwrap_err().is_lock_lost());
+    assert!(
+        rx.recv_timeout(Duration::from_millis(500)).is_err(),
+        "a loss was announced twice"
+    );
+}
+
+#[test]
+fn a_force_unlock_is_announced_as_such_by_this_client_and_by_another() {
+    let server = RedisServer::start();
+    let (client, rx) = told_client(&server.url(), Duration::from_millis(600));
+    let other = Client::open(&server.url()).unwrap();
+    // By this client: at once, without waiting for renewal.
+    let name = unique("lost-forced-here");
+    let guard = client.lock(&name).lock().unwrap();
+    assert!(client.lock(&name).force_unlock().unwrap());
+    let lost = told(&rx, Duration::from_millis(300));
+    assert_eq!(lost.cause, LossCause::ForceUnlocked);
+    assert!(guard.is_lost());
+    drop(guard);
+    // By another client: found by renewal, which reads the force-unlock's mark.
+    let name = unique("lost-forced-there");
+    let guard = client.lock(&name).lock().unwrap();
+    assert!(other.lock(&name).force_unlock().unwrap());
+    let lost = told(&rx, Duration::from_secs(2));
+    assert_eq!(
+        (lost.name.as_str(), lost.cause),
+        (name.as_str(), LossCause::ForceUnlocked)
+    );
+    assert!(guard.is_lost());
+}
+
+#[test]
+fn a_fixed_lease_that_passes_is_announced_without_the_holder_asking() {
+    let server = RedisServer::start();
+    let (client, rx) = told_client(&server.url(), Duration::from_secs(30));
+    let name = unique("lost-lease");
+    let guard = client
+        .lock(&name)
+        .lock_with_lease(Duration::from_millis(300))
+        .unwrap();
+    let taken = Instant::now();
+    let lost = told(&rx, Duration::from_secs(2));
+    assert_eq!(
+        (lost.cause, lost.kind),
+        (LossCause::LeaseExpired, HoldKind::Lock)
+    );
+    let after = taken.elapsed();
+    assert!(
+        after < Duration::from_millis(800),
+        "announced {after:?} after taking it"
+    );
+    assert!(guard.is_lost());
+    // The other kinds' holds too, each with its kind.
+    let rw = client.read_write_lock(&name);
+    let read = rw
+        .try_read(ZERO, Some(Duration::from_millis(200)))
+        .unwrap()
+        .unwrap();
+    let lost = told(&rx, Duration::from_secs(2));
+    assert_eq!(
+        (lost.cause, lost.kind),
+        (LossCause::LeaseExpired, HoldKind::Read)
+    );
+    drop(read);
+    let write = rw
+        .try_write(ZERO, Some(Duration::from_millis(200)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(told(&rx, Duration::from_secs(2)).kind, HoldKind::Write);
+    drop(write);
+    let sem = client.semaphore(&name);
+    sem.set_permits(1).unwrap();
+    let permits = sem
+        .try_acquire(1, ZERO, Some(Duration::from_millis(200)))
+        .unwrap()
+        .unwrap();
+    let lost = told(&rx, Duration::from_secs(2));
+    assert_eq!(
+        (lost.kind, lost.fencing_token),
+        (HoldKind::Permits, permits.fencing_token())
+    );
+}
+
+#[test]
+fn an_unlock_that_finds_the_hold_gone_announces_it() {
+    let server = RedisServer::start();
+    let (client, rx) = told_client(&server.url(), Duration::from_secs(30));
+    let name = unique("lost-at-unlock");
+    let guard = client
+        .lock(&name)
+        .lock_with_lease(Duration::from_secs(30))
+        .unwrap();
+    del(&server, &format!("redlatch:{{{name}}}"));
+    let err = guard.unlock().unwrap_err();
+    assert!(err.is_lock_lost(), "{err:?}");
+    let lost = told(&rx, Duration::from_secs(1));
+    assert_eq!(lost.cause, LossCause::FoundGone);
+}
+
+#[test]
+fn redis_out_of_reach_past_the_lease_is_announced() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let (client, rx) = told_client(&proxy.url(), Duration::from_millis(600));
+    let name = unique("lost-unreachable");
+    let guard = client.lock(&name).lock().unwrap();
+    proxy.blackhole(true);
+    let cut = Instant::now();
+    let lost = told(&rx, Duration::from_secs(3));
+    assert_eq!(lost.cause, LossCause::NotRenewedInTime);
+    assert!(
+        cut.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        cut.elapsed()
+    );
+    assert!(guard.is_lost());
+    // The error helpers tell a timeout from the rest.
+    let err = client
+        .lock(&unique("away"))
+        .try_lock(ZERO, None)
+        .unwrap_err();
+    assert!(err.is_timeout() && err.is_connection_error(), "{err:?}");
+    assert!(!err.is_lock_lost() && !err.is_invalid_argument());
+    proxy.blackhole(false);
+}
+
+#[test]
+fn a_panicking_callback_stops_neither_renewal_nor_later_announcements() {
+    let server = RedisServer::start();
+    let (tx, rx) = unbounded();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let client = Client::builder(&server.url())
+        .watchdog_timeout(Duration::from_millis(600))
+        .on_lock_lost(move |lost| {
+            if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                panic!("a careless callback");
+            }
+            let _ = tx.send(lost.clone());
+        })
+        .build()
+        .unwrap();
+    let kept = client.lock(&unique("kept")).lock().unwrap();
+    let first = client
+        .lock(&unique("first"))
+        .lock_with_lease(Duration::from_millis(100))
+        .unwrap();
+    assert!(eventually(Duration::from_secs(2), || calls
+        .load(Ordering::SeqCst)
+        == 1));
+    let second = client
+        .lock(&unique("second"))
+        .lock_with_lease(Duration::from_millis(100))
+        .unwrap();
+    let lost = told(&rx, Duration::from_secs(2));
+    assert_eq!(lost.fencing_token, second.fencing_token());
+    drop((first, second));
+    // Renewal went on: the watchdog lock outlived several of its 600 ms leases.
+    thread::sleep(Duration::from_millis(1500));
+    assert!(!kept.is_lost());
+    kept.check().unwrap();
+}
+
+#[test]
+fn stats_count_what_the_client_did_and_is_doing() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = Client::builder(&server.url())
+        .watchdog_timeout(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    let other = Client::open(&server.url()).unwrap();
+    let name = unique("stats");
+    let before = client.stats();
+    assert_eq!(before.acquisitions, 0);
+    let held = other.lock(&name).lock().unwrap();
+    assert!(client.lock(&name).try_lock(ZERO, None).unwrap().is_none());
+    let lock = client.lock(&name);
+    let waiter = thread::spawn(move || {
+        lock.try_lock(Duration::from_secs(10), None)
+            .unwrap()
+            .is_some()
+    });
+    support::await_waiting(&mut admin, &name);
+    assert!(eventually(Duration::from_secs(2), || {
+        let s = client.stats();
+        s.waiting_threads == 1 && s.subscriptions == 1
+    }));
+    thread::sleep(Duration::from_millis(100));
+    drop(held);
+    assert!(waiter.join().unwrap());
+    let free = client.lock(&unique("stats-free"));
+    let guard = free.lock().unwrap();
+    thread::sleep(Duration::from_millis(700)); // a renewal or two
+    drop(guard);
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "pubsub"])
+        .query(&mut admin)
+        .unwrap_or(());
+    let s = client.stats();
+    assert_eq!(s.acquisitions, 2, "{s:?}");
+    assert_eq!(
+        (s.acquired_at_once, s.handed_over, s.timeouts),
+        (1, 1, 1),
+        "{s:?}"
+    );
+    assert!(s.wait_p99 >= Duration::from_millis(64), "{s:?}");
+    assert!(s.renewals_ok >= 1, "{s:?}");
+    assert_eq!((s.waiting_threads, s.locks_lost), (0, 0), "{s:?}");
+    let line = format!("{s:?}");
+    assert!(
+        !line.contains('\n') && line.starts_with("acquisitions 2"),
+        "{line}"
+    );
+}
+
+#[test]
+fn remaining_lease_is_known_without_a_round_trip() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = Client::builder(&server.url())
+        .watchdog_timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let name = unique("remaining");
+    let fixed = client
+        .lock(&name)
+        .lock_with_lease(Duration::from_secs(2))
+        .unwrap();
+    let calls = support::command_calls(&mut admin, "evalsha");
+    let left = fixed.remaining_lease();
+    assert!(
+        left > Duration::from_millis(1500) && left <= Duration::from_secs(2),
+        "{left:?}"
+    );
+    thread::sleep(Duration::from_millis(300));
+    assert!(fixed.remaining_lease() < left);
+    assert_eq!(
+        support::command_calls(&mut admin, "evalsha"),
+        calls,
+        "it asked Redis"
+    );
+    let watched = client.read_write_lock(&name).read().unwrap();
+    assert!(watched.remaining_lease() <= Duration::from_secs(3));
+    assert!(watched.remaining_lease() > Duration::from_secs(1));
+    del(&server, &format!("redlatch:{{{name}}}"));
+    assert!(fixed.unlock().is_err());
+    let short = client
+        .lock(&unique("remaining-short"))
+        .lock_with_lease(Duration::from_millis(100))
+        .unwrap();
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(short.remaining_lease(), ZERO);
+    assert!(matches!(short.check(), Err(Error::LockLost { .. })));
+}
