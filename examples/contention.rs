@@ -64,6 +64,8 @@ struct Slot {
 }
 
 fn main() -> ExitCode {
+    // RUST_LOG=redlatch=debug shows what the crate logs; warnings are on by default.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     match run() {
         Ok(code) => code,
         Err(e) => {

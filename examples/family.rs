@@ -25,6 +25,8 @@ use redlatch::Client;
 mod support;
 
 fn main() -> ExitCode {
+    // RUST_LOG=redlatch=debug shows what the crate logs; warnings are on by default.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let private = std::env::var("REDIS_URL")
         .is_err()
         .then(support::RedisServer::start);

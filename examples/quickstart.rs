@@ -7,6 +7,8 @@
 use std::time::Duration;
 
 fn main() -> redlatch::Result<()> {
+    // RUST_LOG=redlatch=debug shows what the crate logs; warnings are on by default.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
     let client = redlatch::Client::open(&url)?;
     let lock = client.lock("quickstart");

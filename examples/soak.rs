@@ -29,6 +29,9 @@ use std::time::Duration;
 use support::soak::{Soak, USAGE, parse_options, random_seed};
 
 fn main() -> ExitCode {
+    // RUST_LOG=redlatch=warn shows what the crate logs; only errors by default, since every
+    // injected fault makes the children warn.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("error")).init();
     // The same executable is the checker's child process, started with the checker's
     // environment and no arguments: it must not get as far as the soak's command line.
     if support::checker::run_child() {

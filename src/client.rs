@@ -135,6 +135,53 @@ impl Client {
     /// What a failover does to a lock is what it does on Sentinel: replication is
     /// asynchronous, so the replica that takes over may not have a lock its old master
     /// confirmed; the holder's guard reports it lost at its next renewal.
+    ///
+    /// # Routing and retries
+    /// Commands go through the `redis` crate's cluster connection, which routes by key and
+    /// follows `MOVED` and `ASK`; a refusal that means "not now" (`TRYAGAIN`, `CLUSTERDOWN`)
+    /// is retried after short pauses (10 ms, doubling up to 100 ms) until one response
+    /// timeout has passed since the call started, and a connection that failed is replaced by
+    /// a fresh one, which reads the cluster's map anew. The watchdog renews with one script
+    /// call per slot with locks due (a script may not cross slots), sent in one pipeline per
+    /// master after a lone first call that probes whether the master answers: a round costs
+    /// two round trips per master, and a stopped master costs it one timed-out call while the
+    /// other masters' locks are renewed. A [`MultiLock`](crate::MultiLock) takes its members
+    /// in one call when they share a slot, one call per slot otherwise, still all or nothing.
+    ///
+    /// # Failover and resharding
+    /// A `CLUSTER FAILOVER` loses nothing, and waiters continue on the promoted replica. A
+    /// master that dies is replaced after the cluster's node timeout plus the election;
+    /// meanwhile calls for its slots fail with [`Error::Redis`], and its holders whose lease
+    /// ran out are told their lock is lost. A slot that moves takes its keys with it, so a
+    /// held lock stays held on the new owner. While a slot migrates, Redis refuses
+    /// (`TRYAGAIN`) a script of several keys unless all of them exist on the node it reaches,
+    /// and a release always names two that do not (its latch and its channel), so releases
+    /// and most acquisitions of that slot's locks wait for the hand-over of the slot, for up
+    /// to one response timeout; a migration that lasts longer fails the call (a failed
+    /// release leaves the lock to expire with its lease).
+    ///
+    /// # Wake-ups
+    /// On Redis 7 a release publishes with `SPUBLISH`, delivered only inside the shard that
+    /// owns the lock's slot; the subscriber keeps one connection per shard that has waiters
+    /// (to its master, from `CLUSTER SLOTS`), subscribing with `SSUBSCRIBE`, and follows the
+    /// slots: a failed connection, a `MOVED` refusal or a subscription ended because the slot
+    /// left makes it read the map again and subscribe where the slot is now, waking the
+    /// lock's waiters once. A cluster older than Redis 7 gets classic pub/sub on one seed
+    /// node (Redis Cluster broadcasts every `PUBLISH`). The client picks one of the two when it
+    /// starts; during an upgrade from 6 to 7, clients that picked differently miss each
+    /// other's releases and wake at the lease until restarted.
+    ///
+    /// # TLS
+    /// With the `tls` feature, give the seeds as `rediss://host:tls-port` and run the nodes
+    /// with `tls-cluster yes`, so that a node tells a TLS client the TLS ports of the others.
+    ///
+    /// # Limits
+    /// The cluster connection retries a command that timed out by itself, so a call against a
+    /// stopped master can take up to three response timeouts; after a failover away from a
+    /// stopped master, each pooled connection that still routes there fails one call before
+    /// it is remade; the release latch lives three times longer, plus one response timeout,
+    /// to cover those retries. A client starts while a master is down (its check asks one
+    /// node), and the other slots' locks work.
     pub fn cluster_builder(seed_urls: &[&str]) -> ClientBuilder {
         ClientBuilder::new(Deployment::Cluster(
             seed_urls.iter().map(|s| s.to_string()).collect(),
