@@ -54,6 +54,7 @@ mod client;
 mod core;
 mod engine;
 mod error;
+mod inspect;
 mod keys;
 mod kinds;
 mod lost;
@@ -64,6 +65,7 @@ mod subscriber;
 
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, MIN_REDIS_VERSION, Result};
+pub use inspect::{Holder, Listed, ObjectKind, Report, Waiter};
 pub use keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
 pub use kinds::latch::CountDownLatch;
 pub use kinds::lock::{Lock, LockGuard};

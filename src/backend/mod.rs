@@ -266,6 +266,72 @@ impl Backend {
         }
     }
 
+    /// Runs `op` once on each server that holds keys: the one server, the master Sentinel
+    /// names, or every master of a Cluster (from its slot map). For commands without a key
+    /// (SCAN), which a cluster connection cannot route.
+    pub fn on_every_master<T>(
+        &self,
+        mut op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
+    ) -> RedisResult<Vec<T>> {
+        let Target::Cluster(_) = &self.target else {
+            return Ok(vec![self.run(op)?]);
+        };
+        let map = self.slot_map()?;
+        let mut masters: Vec<&str> = (0..crate::keys::SLOTS)
+            .filter_map(|slot| map.node_of(slot))
+            .collect();
+        masters.sort_unstable();
+        masters.dedup();
+        masters
+            .into_iter()
+            .map(|node| op(&mut self.link_to_node(node)?))
+            .collect()
+    }
+
+    /// A connection of its own to the server that owns `slot`: the one server, the master
+    /// Sentinel names, or the Cluster master of that slot. For a keyless command about a key
+    /// of that slot (PUBSUB SHARDNUMSUB), or a subscription (SSUBSCRIBE).
+    pub fn link_for_slot(&self, slot: u16) -> RedisResult<Link> {
+        match &self.target {
+            Target::Cluster(_) => {
+                let map = self.slot_map()?;
+                let node = map.node_of(slot).ok_or_else(|| {
+                    RedisError::from((redis::ErrorKind::Io, "no master serves the slot"))
+                })?;
+                self.link_to_node(node)
+            }
+            _ => self.connect(),
+        }
+    }
+
+    /// A connection to Cluster node `node` (`host:port`), with the seeds' credentials and TLS.
+    fn link_to_node(&self, node: &str) -> RedisResult<Link> {
+        let Target::Cluster(cluster) = &self.target else {
+            return self.connect();
+        };
+        let (host, port) = node
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+            .ok_or_else(|| {
+                RedisError::from((redis::ErrorKind::Io, "a node without a port", node.into()))
+            })?;
+        let seed = cluster.nodes[0].get_connection_info().clone();
+        let addr = match seed.addr() {
+            ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => ConnectionAddr::Tcp(host, port),
+        };
+        Link::connect(&seed.set_addr(addr), &self.settings.link)
+    }
+
     /// Runs `op` on a pooled connection, again as [`Backend::retry_pause`] says when it fails
     /// (on a fresh connection if the connection failed). `op` must be idempotent: it may run
     /// more than once if a reply was lost.

@@ -1,0 +1,392 @@
+//! Looking at what is in Redis, for the people who run it: which objects exist
+//! ([`Client::list`]), who holds one and who waits for it ([`Client::inspect`]), and what its
+//! channel carries ([`Client::watch`]). The `redlatch` command-line tool is a thin face over
+//! these.
+//!
+//! These read; none of them changes anything. They read with plain commands, several per
+//! call, so a report is not one atomic snapshot: a hand-over between two of its reads can show
+//! in one and not the other. That is fine for a person looking; nothing decides on it.
+//! Unlike the kinds, this module talks to the servers directly (SCAN on every master, a
+//! subscription of its own): an operator's view is not a policy over the engine.
+
+use std::time::{Duration, SystemTime};
+
+use redis::{ConnectionLike, RedisResult, Value};
+
+use crate::client::Client;
+use crate::engine;
+use crate::error::{Error, Result};
+use crate::keys::{Family, LockKeys};
+
+/// The kinds of object [`Client::inspect`] can look at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum ObjectKind {
+    /// A [`Lock`](crate::Lock) (or [`SpinLock`](crate::SpinLock), the same in Redis).
+    Lock,
+    /// A [`ReadWriteLock`](crate::ReadWriteLock).
+    ReadWriteLock,
+    /// A [`Semaphore`](crate::Semaphore).
+    Semaphore,
+    /// A [`CountDownLatch`](crate::CountDownLatch).
+    CountDownLatch,
+}
+
+impl ObjectKind {
+    /// Every kind.
+    pub const ALL: [ObjectKind; 4] = [
+        ObjectKind::Lock,
+        ObjectKind::ReadWriteLock,
+        ObjectKind::Semaphore,
+        ObjectKind::CountDownLatch,
+    ];
+
+    /// A short name: `lock`, `rwlock`, `semaphore`, `latch`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectKind::Lock => "lock",
+            ObjectKind::ReadWriteLock => "rwlock",
+            ObjectKind::Semaphore => "semaphore",
+            ObjectKind::CountDownLatch => "latch",
+        }
+    }
+
+    /// The kind called `name` ([`as_str`](ObjectKind::as_str)).
+    pub fn parse(name: &str) -> Option<ObjectKind> {
+        ObjectKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
+    fn family(self) -> Family {
+        match self {
+            ObjectKind::Lock => Family::Lock,
+            ObjectKind::ReadWriteLock => Family::ReadWrite,
+            ObjectKind::Semaphore => Family::Semaphore,
+            ObjectKind::CountDownLatch => Family::Latch,
+        }
+    }
+
+    /// What follows `{name}` in the object's main key.
+    fn suffix(self) -> &'static str {
+        match self {
+            ObjectKind::Lock => "}",
+            ObjectKind::ReadWriteLock => "}:rwlock",
+            ObjectKind::Semaphore => "}:semaphore",
+            ObjectKind::CountDownLatch => "}:latch",
+        }
+    }
+}
+
+/// An object [`Client::list`] found.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
+pub struct Listed {
+    /// Its kind.
+    pub kind: ObjectKind,
+    /// Its name.
+    pub name: String,
+    /// Whether it is in use now: held (a lock, a read-write lock, a semaphore) or counting
+    /// (a latch). An object not in use is listed by the keys it leaves (its fence, a total).
+    pub active: bool,
+}
+
+/// What [`Client::inspect`] found for one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Report {
+    /// The object's kind.
+    pub kind: ObjectKind,
+    /// The object's name.
+    pub name: String,
+    /// Its main key (`<prefix>:{name}...`).
+    pub key: String,
+    /// Who holds it, with their counts.
+    pub holders: Vec<Holder>,
+    /// How long the main key lives (the latest lease), `None` when it has no expiry or is
+    /// absent.
+    pub ttl: Option<Duration>,
+    /// The fencing counter: the last token handed out.
+    pub fence: Option<u64>,
+    /// The waiters queued in Redis, oldest first.
+    pub queue: Vec<Waiter>,
+    /// Clients subscribed to the object's channel: those with threads waiting.
+    pub subscribers: u64,
+    /// A semaphore's total; a latch's count.
+    pub count: Option<u64>,
+}
+
+/// One holder in a [`Report`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// Its owner id: `<client id>:<thread>` (a read adds `:r`; permits `<client id>:p<n>`).
+    pub owner: String,
+    /// Its hold count (re-entries), or the permits it holds.
+    pub count: u64,
+    /// The token of its hold, where Redis keeps it per holder (read-write lock, semaphore).
+    pub token: Option<u64>,
+    /// Its own lease left, where each holder has one (read-write lock, semaphore).
+    pub lease_left: Option<Duration>,
+    /// Whether it is the writer of a read-write lock.
+    pub writer: bool,
+}
+
+/// One waiter in a [`Report`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Waiter {
+    /// Its owner id.
+    pub owner: String,
+    /// Its terms as Redis keeps them: `"<valid until, ms> <hand-over lease, ms>[ <need>]"`,
+    /// or `"granted <token>"` when it was handed the object and has not taken it up yet.
+    pub terms: String,
+}
+
+impl Client {
+    /// The objects under this client's prefix whose name matches `pattern` (a Redis glob:
+    /// `*` for all, `invoice:*`), found with SCAN, on a Cluster on every master; sorted. Never
+    /// `KEYS`, so it is safe on a server in use, and costs one SCAN step per thousand keys.
+    pub fn list(&self, pattern: &str) -> Result<Vec<Listed>> {
+        let core = self.core();
+        let scan_for = format!("{}:{{{pattern}}}*", core.prefix);
+        let per_master = core
+            .backend
+            .on_every_master(|con| scan(con, &scan_for))
+            .map_err(Error::Redis)?;
+        let tag = format!("{}:{{", core.prefix);
+        let mut found: Vec<Listed> = Vec::new();
+        for key in per_master.into_iter().flatten() {
+            let Some(tagged) = key.strip_prefix(&tag) else {
+                continue;
+            };
+            for kind in ObjectKind::ALL {
+                let (active, rest) = match tagged.strip_suffix(":fence") {
+                    Some(rest) => (false, rest),
+                    None => match tagged.strip_suffix(":permits") {
+                        Some(rest) if kind == ObjectKind::Semaphore => (false, rest),
+                        _ => (true, tagged),
+                    },
+                };
+                if let Some(name) = rest.strip_suffix(kind.suffix()) {
+                    found.push(Listed {
+                        kind,
+                        name: name.to_string(),
+                        active,
+                    });
+                }
+            }
+        }
+        found.sort();
+        // One entry per object: active if any of its keys says so.
+        found.dedup_by(|later, earlier| {
+            let same = later.kind == earlier.kind && later.name == earlier.name;
+            if same {
+                earlier.active |= later.active;
+            }
+            same
+        });
+        Ok(found)
+    }
+
+    /// Who holds object `name` of `kind`, its lease, its fencing counter, who waits for it
+    /// and how many clients listen on its channel. Reads only.
+    pub fn inspect(&self, kind: ObjectKind, name: &str) -> Result<Report> {
+        let core = self.core();
+        engine::check_name(core, name)?;
+        let keys = LockKeys::of(kind.family(), &core.prefix, name);
+        let read = |con: &mut dyn ConnectionLike| read_report(con, kind, &keys);
+        let mut report = core.backend.run(read).map_err(Error::Redis)?;
+        let sharded = core.backend.sharded_pubsub();
+        let channel = keys.channel.clone();
+        let numsub = |con: &mut dyn ConnectionLike| -> RedisResult<u64> {
+            let which = if sharded { "SHARDNUMSUB" } else { "NUMSUB" };
+            let (_, n): (String, u64) = redis::cmd("PUBSUB").arg(which).arg(&channel).query(con)?;
+            Ok(n)
+        };
+        report.subscribers = if sharded {
+            numsub(&mut core.backend.link_for_slot(keys.slot())?)?
+        } else {
+            core.backend.run(numsub)?
+        };
+        Ok(report)
+    }
+
+    /// Listens on the channel of object `name` of `kind` for at most `duration` (`None`: until
+    /// `each` says stop), calling `each` with every message: when it came and what it says
+    /// (`grant <token> <lease ms> <owner>...` for a hand-over, `unlock`, `force`, `open`).
+    /// `each` returns `false` to stop. On a Cluster it subscribes on the shard that owns the
+    /// object, with `SSUBSCRIBE` where the cluster publishes that way.
+    pub fn watch(
+        &self,
+        kind: ObjectKind,
+        name: &str,
+        duration: Option<Duration>,
+        mut each: impl FnMut(SystemTime, &str) -> bool,
+    ) -> Result<()> {
+        let core = self.core();
+        engine::check_name(core, name)?;
+        let keys = LockKeys::of(kind.family(), &core.prefix, name);
+        let sharded = core.backend.sharded_pubsub();
+        let mut link = core.backend.link_for_slot(keys.slot())?;
+        let subscribe = if sharded { "SSUBSCRIBE" } else { "SUBSCRIBE" };
+        link.send(
+            &redis::cmd(subscribe)
+                .arg(&keys.channel)
+                .get_packed_command(),
+        )?;
+        let end = duration.and_then(|d| std::time::Instant::now().checked_add(d));
+        loop {
+            let left = end.map(|e| e.saturating_duration_since(std::time::Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return Ok(());
+            }
+            // Wake at least every second, so that a caller's `each` can stop a quiet watch.
+            link.set_response_timeout(Some(
+                left.unwrap_or(Duration::MAX).min(Duration::from_secs(1)),
+            ));
+            let frame = match link.receive() {
+                Ok(frame) => frame,
+                Err(e) if e.is_timeout() => continue,
+                Err(e) => return Err(Error::Redis(e)),
+            };
+            if let Some(payload) = message_payload(&frame)
+                && !each(SystemTime::now(), &payload)
+            {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// The payload of a pub/sub `message` / `smessage` frame; `None` for the subscription's
+/// confirmation and anything else.
+fn message_payload(frame: &Value) -> Option<String> {
+    let items = match frame {
+        Value::Array(items) | Value::Push { data: items, .. } => items,
+        _ => return None,
+    };
+    let kind: String = redis::from_redis_value(items.first()?.clone()).ok()?;
+    if kind != "message" && kind != "smessage" {
+        return None;
+    }
+    redis::from_redis_value(items.get(2)?.clone()).ok()
+}
+
+/// Every key matching `pattern` on one server, by SCAN.
+fn scan(con: &mut dyn ConnectionLike, pattern: &str) -> RedisResult<Vec<String>> {
+    let mut keys = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query(con)?;
+        keys.extend(batch);
+        if next == 0 {
+            return Ok(keys);
+        }
+        cursor = next;
+    }
+}
+
+/// Reads object `keys` of `kind`: everything but the subscribers.
+fn read_report(
+    con: &mut dyn ConnectionLike,
+    kind: ObjectKind,
+    keys: &LockKeys,
+) -> RedisResult<Report> {
+    let pttl: i64 = redis::cmd("PTTL").arg(&keys.lock).query(con)?;
+    let ttl = (pttl >= 0).then(|| Duration::from_millis(pttl as u64));
+    let fence: Option<String> = redis::cmd("GET")
+        .arg(&keys.fence)
+        .query(con)
+        .unwrap_or(None);
+    let mut report = Report {
+        kind,
+        name: keys.name.clone(),
+        key: keys.lock.clone(),
+        holders: Vec::new(),
+        ttl,
+        fence: fence.and_then(|f| f.parse().ok()),
+        queue: Vec::new(),
+        subscribers: 0,
+        count: None,
+    };
+    match kind {
+        ObjectKind::CountDownLatch => {
+            let count: Option<String> = redis::cmd("GET").arg(&keys.lock).query(con)?;
+            report.count = Some(count.and_then(|c| c.parse().ok()).unwrap_or(0));
+            return Ok(report);
+        }
+        ObjectKind::Lock => {
+            let holders: Vec<(String, u64)> = redis::cmd("HGETALL").arg(&keys.lock).query(con)?;
+            report.holders = holders
+                .into_iter()
+                .map(|(owner, count)| Holder {
+                    owner,
+                    count,
+                    token: report.fence,
+                    lease_left: ttl,
+                    writer: true,
+                })
+                .collect();
+        }
+        ObjectKind::ReadWriteLock | ObjectKind::Semaphore => {
+            let (secs, micros): (u64, u64) = redis::cmd("TIME").query(con)?;
+            let now_ms = secs * 1000 + micros / 1000;
+            let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(&keys.lock).query(con)?;
+            let writer = fields
+                .iter()
+                .find(|(f, _)| f == "writer")
+                .map(|(_, v)| v.clone());
+            let leases: Vec<(String, u64)> = redis::cmd("ZRANGE")
+                .arg(keys.leases())
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query(con)?;
+            for (owner, value) in fields.into_iter().filter(|(f, _)| f != "writer") {
+                let mut parts = value.split(' ');
+                let count = parts.next().and_then(|c| c.parse().ok()).unwrap_or(0);
+                let token = parts.next().and_then(|t| t.parse().ok());
+                let lease_left = leases
+                    .iter()
+                    .find(|(o, _)| *o == owner)
+                    .map(|(_, end)| Duration::from_millis(end.saturating_sub(now_ms)));
+                report.holders.push(Holder {
+                    writer: writer.as_deref() == Some(owner.as_str()),
+                    owner,
+                    count,
+                    token,
+                    lease_left,
+                });
+            }
+            if kind == ObjectKind::Semaphore {
+                let total: Option<String> = redis::cmd("GET").arg(keys.permits()).query(con)?;
+                report.count = Some(total.and_then(|t| t.parse().ok()).unwrap_or(0));
+            }
+        }
+    }
+    let queued: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&keys.queue)
+        .arg(0)
+        .arg(-1)
+        .query(con)?;
+    if !queued.is_empty() {
+        let terms: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(&keys.waiters)
+            .arg(&queued)
+            .query(con)?;
+        report.queue = queued
+            .into_iter()
+            .zip(terms)
+            .map(|(owner, terms)| Waiter {
+                owner,
+                terms: terms.unwrap_or_default(),
+            })
+            .collect();
+    }
+    Ok(report)
+}

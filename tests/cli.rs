@@ -1,0 +1,256 @@
+//! The `redlatch` command-line tool, run as the built binary against real servers: one
+//! redis-server and a Redis Cluster.
+#![cfg(feature = "cli")]
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlatch::Client;
+use support::topology::Cluster;
+use support::{RedisServer, join_all, unique};
+
+const BIN: &str = env!("CARGO_BIN_EXE_redlatch");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Stdout of a run that must succeed.
+fn ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Starts `redlatch watch` and collects its lines on a thread.
+fn spawn_watch(args: &[&str]) -> (Child, thread::JoinHandle<Vec<String>>) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env_remove("REDIS_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let lines = thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .take(100)
+            .collect()
+    });
+    (child, lines)
+}
+
+#[test]
+fn list_inspect_force_unlock_and_watch_on_one_server() {
+    let server = RedisServer::start();
+    let url = server.url();
+    // A short watchdog, so that renewal finds the force-unlock below soon.
+    let holder = Client::builder(&url)
+        .watchdog_timeout(Duration::from_millis(1500))
+        .build()
+        .unwrap();
+    let waiter_client = Client::open(&url).unwrap();
+    let name = unique("cli-lock");
+    let guard = holder.lock(&name).lock().unwrap();
+    let inner = holder.lock(&name).lock().unwrap();
+    let lock = waiter_client.lock(&name);
+    let waiter = thread::spawn(move || {
+        lock.try_lock(Duration::from_secs(20), None)
+            .unwrap()
+            .is_some()
+    });
+    support::await_waiting(&mut server.admin(), &name);
+    let rw = unique("cli-rw");
+    let read = holder.read_write_lock(&rw).read().unwrap();
+    let sem = unique("cli-sem");
+    holder.semaphore(&sem).set_permits(2).unwrap();
+    let permits = holder.semaphore(&sem).acquire(1).unwrap();
+    let latch = unique("cli-latch");
+    holder.count_down_latch(&latch).try_set_count(3).unwrap();
+
+    let listed = ok(&["--url", &url, "list"]);
+    for (kind, object) in [
+        ("lock", &name),
+        ("rwlock", &rw),
+        ("semaphore", &sem),
+        ("latch", &latch),
+    ] {
+        assert!(
+            listed.lines().any(|l| l.starts_with(kind)
+                && l.ends_with(object.as_str())
+                && l.contains("in use")),
+            "{kind} {object} missing from:\n{listed}"
+        );
+    }
+    let only = ok(&["--url", &url, "list", "cli-rw*"]);
+    assert_eq!(only.lines().count(), 1, "{only}");
+    let json = ok(&["--url", &url, "list", "cli-sem*", "--json"]);
+    assert!(json.starts_with("[{\"kind\":\"semaphore\""), "{json}");
+
+    let report = ok(&["--url", &url, "inspect", &name]);
+    let holder_id = holder.id();
+    assert!(report.contains(&format!("{holder_id}:")), "{report}");
+    assert!(report.contains("count 2"), "{report}");
+    assert!(report.contains("1 client(s) subscribed"), "{report}");
+    assert!(
+        report.contains(&format!("1. {}:", waiter_client.id())),
+        "{report}"
+    );
+    let json = ok(&["--url", &url, "inspect", &name, "--json"]);
+    assert!(
+        json.contains("\"count\":2") && json.contains("\"subscribers\":1"),
+        "{json}"
+    );
+    assert!(
+        json.contains(&format!("\"fence\":{}", guard.fencing_token())),
+        "{json}"
+    );
+    let report = ok(&["--url", &url, "inspect", &rw, "--kind", "rwlock"]);
+    assert!(
+        report.contains(":r  count 1") && report.contains("lease"),
+        "{report}"
+    );
+    let report = ok(&["--url", &url, "inspect", &sem, "--kind", "semaphore"]);
+    assert!(
+        report.contains("total permits 2") && report.contains(":p"),
+        "{report}"
+    );
+    let report = ok(&["--url", &url, "inspect", &latch, "--kind", "latch"]);
+    assert!(report.contains("count 3"), "{report}");
+    assert!(
+        !run(&["--url", &url, "inspect", &name, "--kind", "mutex"])
+            .status
+            .success()
+    );
+
+    // watch: the release hands the lock to the queued waiter, and says so.
+    let (mut watching, lines) = spawn_watch(&["--url", &url, "watch", &name, "--seconds", "3"]);
+    thread::sleep(Duration::from_millis(500)); // subscribed
+    drop(inner);
+    guard.unlock().unwrap();
+    assert!(waiter.join().unwrap());
+    let lines = join_all(vec![lines], Duration::from_secs(10), "watch").remove(0);
+    let _ = watching.wait();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("handed over to") && l.contains(waiter_client.id())),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().all(|l| l.starts_with("20") && l.contains('T')),
+        "{lines:?}"
+    );
+
+    // force-unlock asks first; "n" leaves the lock alone, --yes does not ask.
+    let victim = unique("cli-force");
+    let held = holder.lock(&victim).lock().unwrap();
+    let mut asked = Command::new(BIN)
+        .args(["--url", &url, "force-unlock", &victim])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    asked.stdin.take().unwrap().write_all(b"n\n").unwrap();
+    assert!(!asked.wait().unwrap().success());
+    assert!(holder.lock(&victim).is_locked().unwrap());
+    let said = ok(&["--url", &url, "force-unlock", &victim, "--yes"]);
+    assert!(said.contains("force-unlocked"), "{said}");
+    assert!(!holder.lock(&victim).is_locked().unwrap());
+    let started = Instant::now();
+    while !held.is_lost() && started.elapsed() < Duration::from_secs(5) {
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(matches!(
+        held.unlock(),
+        Err(redlatch::Error::LockLost { .. })
+    ));
+    drop((read, permits));
+
+    // Bad input: a clear message and a failure, never a panic.
+    let out = run(&["--url", "redis://127.0.0.1:1/", "list"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("redlatch: "));
+    let out = run(&["--url", &url, "inspect", ""]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid argument"));
+}
+
+#[test]
+fn list_inspect_and_watch_on_a_cluster() {
+    let c = Cluster::start();
+    let seeds = c.seed_urls().join(",");
+    let client =
+        Client::cluster_builder(&c.seed_urls().iter().map(String::as_str).collect::<Vec<_>>())
+            .build()
+            .unwrap();
+    let names: Vec<String> = (0..12).map(|i| unique(&format!("cli-c{i}"))).collect();
+    let guards: Vec<_> = names
+        .iter()
+        .map(|n| client.lock(n).lock().unwrap())
+        .collect();
+    let listed = ok(&["--cluster", "--url", &seeds, "list", "cli-c*"]);
+    for name in &names {
+        assert!(
+            listed.contains(name.as_str()),
+            "{name} missing (other masters?):\n{listed}"
+        );
+    }
+    let report = ok(&["--cluster", "--url", &seeds, "inspect", &names[5]]);
+    assert!(
+        report.contains(client.id()) && report.contains("lease"),
+        "{report}"
+    );
+
+    // A waiter on another client, and a watch, on the lock's shard.
+    let other =
+        Client::cluster_builder(&c.seed_urls().iter().map(String::as_str).collect::<Vec<_>>())
+            .build()
+            .unwrap();
+    let lock = other.lock(&names[5]);
+    let waiter = thread::spawn(move || {
+        lock.try_lock(Duration::from_secs(20), None)
+            .unwrap()
+            .is_some()
+    });
+    let (mut watching, lines) = spawn_watch(&[
+        "--cluster",
+        "--url",
+        &seeds,
+        "watch",
+        &names[5],
+        "--seconds",
+        "4",
+    ]);
+    thread::sleep(Duration::from_millis(800));
+    let report = ok(&["--cluster", "--url", &seeds, "inspect", &names[5], "--json"]);
+    assert!(
+        report.contains("\"subscribers\":1") || report.contains("\"subscribers\":2"),
+        "{report}"
+    );
+    drop(guards);
+    assert!(waiter.join().unwrap());
+    let lines = join_all(vec![lines], Duration::from_secs(10), "watch").remove(0);
+    let _ = watching.wait();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("handed over to") && l.contains(other.id())),
+        "{lines:?}"
+    );
+}
