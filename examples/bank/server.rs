@@ -1,0 +1,273 @@
+//! The bank: a thread-per-request HTTP server (std only) whose transfers are guarded by
+//! redlatch, writing to a store that checks fencing tokens.
+//!
+//! - `POST /transfer?from=A&to=B&amount=N`: takes both accounts' locks with one `MultiLock`
+//!   (all or none, in name order, so two opposite transfers never deadlock), reads both
+//!   balances, and writes both in one script on the store that accepts the write only if each
+//!   account's token is at least the last one it accepted. 200 done, 422 insufficient funds,
+//!   409 refused by a fence (a holder that lost its lock: nothing written), 503 the locks
+//!   were not free within 5 s, 400 a bad request.
+//! - `GET /balance?account=A`, `GET /total`.
+//!
+//! One OS thread per connection, each request on its own thread, as the crate's users write
+//! servers; one `redlatch::Client` shared by all of them.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::Duration;
+
+/// The store's write: every account's balance, if each token is at least the last one that
+/// account accepted. KEYS: balance and fence of each account, in pairs; ARGV: token and new
+/// balance of each, in pairs, then the ledger key's increment (1). Answers 1 written, 0 refused
+/// (nothing written).
+const FENCED_TRANSFER: &str = r"
+for i = 1, #KEYS / 2 do
+  local last = tonumber(redis.call('get', KEYS[2 * i]) or '0')
+  if tonumber(ARGV[2 * i - 1]) < last then
+    return 0
+  end
+end
+for i = 1, #KEYS / 2 do
+  redis.call('set', KEYS[2 * i], ARGV[2 * i - 1])
+  redis.call('set', KEYS[2 * i - 1], ARGV[2 * i])
+end
+redis.call('incr', 'bank:transfers')
+return 1
+";
+
+/// How transfers are guarded: with locks (the bank), or without (only to show that the load
+/// generator's check catches the lost updates that follow).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guard {
+    Locks,
+    Nothing,
+}
+
+/// The bank's settings.
+#[derive(Clone, Debug)]
+pub struct Bank {
+    pub locks_url: String,
+    pub store_url: String,
+    pub accounts: usize,
+    pub opening_balance: i64,
+    pub guard: Guard,
+}
+
+impl Bank {
+    /// The account names: `acct-0` ...
+    pub fn account_names(&self) -> Vec<String> {
+        (0..self.accounts).map(|i| format!("acct-{i}")).collect()
+    }
+
+    /// Opens every account with the opening balance (and resets the ledger).
+    pub fn open_accounts(&self) -> redis::RedisResult<()> {
+        let mut store = redis::Client::open(self.store_url.as_str())?.get_connection()?;
+        let mut pipe = redis::pipe();
+        for account in self.account_names() {
+            pipe.set(format!("bank:balance:{account}"), self.opening_balance)
+                .del(format!("bank:fence:{account}"));
+        }
+        pipe.del("bank:transfers");
+        pipe.query::<()>(&mut store)
+    }
+}
+
+/// Serves `listener` until `stop` is set: one thread per connection.
+pub fn serve(listener: TcpListener, bank: Bank, stop: Arc<AtomicBool>) -> redlatch::Result<()> {
+    let client = redlatch::Client::builder(&bank.locks_url)
+        .key_prefix("bank")
+        .pool_size(64)
+        .build()?;
+    let store = redis::Client::open(bank.store_url.as_str()).map_err(redlatch::Error::Redis)?;
+    let bank = Arc::new(bank);
+    listener
+        .set_nonblocking(true)
+        .map_err(redlatch::Error::Thread)?;
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let (client, store, bank) = (client.clone(), store.clone(), bank.clone());
+                thread::spawn(move || handle(stream, &client, &store, &bank));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                thread::sleep(Duration::from_millis(2))
+            }
+            Err(e) => eprintln!("bank: accept failed: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// One connection: requests one after another (keep-alive), each answered before the next.
+fn handle(stream: TcpStream, client: &redlatch::Client, store: &redis::Client, bank: &Bank) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let Ok(mut writer) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(stream);
+    let Ok(mut con) = store.get_connection() else {
+        return;
+    };
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+            return;
+        }
+        // Headers, up to the blank line; no request of ours has a body.
+        loop {
+            let mut header = String::new();
+            if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                return;
+            }
+            if header.trim().is_empty() {
+                break;
+            }
+        }
+        let (status, body) = answer(&request_line, client, &mut con, bank);
+        let reply = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if writer.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// The status line's code and reason, and the body, for one request.
+fn answer(
+    request_line: &str,
+    client: &redlatch::Client,
+    con: &mut redis::Connection,
+    bank: &Bank,
+) -> (&'static str, String) {
+    let mut words = request_line.split_whitespace();
+    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let params: HashMap<&str, &str> = query.split('&').filter_map(|p| p.split_once('=')).collect();
+    let known = |name: &str| bank.account_names().iter().any(|a| a == name);
+    match (method, path) {
+        ("POST", "/transfer") => {
+            let (Some(&from), Some(&to), Some(amount)) = (
+                params.get("from"),
+                params.get("to"),
+                params.get("amount").and_then(|a| a.parse::<i64>().ok()),
+            ) else {
+                return ("400 Bad Request", "from, to and amount, please\n".into());
+            };
+            if from == to || !known(from) || !known(to) || amount <= 0 {
+                return (
+                    "400 Bad Request",
+                    "two different accounts and a positive amount\n".into(),
+                );
+            }
+            match transfer(client, con, bank, from, to, amount) {
+                Ok(outcome) => outcome,
+                Err(e) => ("500 Internal Server Error", format!("{e}\n")),
+            }
+        }
+        ("GET", "/balance") => match params.get("account") {
+            Some(&account) if known(account) => match balance(con, account) {
+                Ok(b) => ("200 OK", format!("{b}\n")),
+                Err(e) => ("500 Internal Server Error", format!("{e}\n")),
+            },
+            _ => ("404 Not Found", "no such account\n".into()),
+        },
+        ("GET", "/total") => {
+            let total: redis::RedisResult<i64> =
+                bank.account_names().iter().map(|a| balance(con, a)).sum();
+            match total {
+                Ok(t) => ("200 OK", format!("{t}\n")),
+                Err(e) => ("500 Internal Server Error", format!("{e}\n")),
+            }
+        }
+        _ => (
+            "404 Not Found",
+            "POST /transfer, GET /balance, GET /total\n".into(),
+        ),
+    }
+}
+
+fn balance(con: &mut redis::Connection, account: &str) -> redis::RedisResult<i64> {
+    redis::cmd("GET")
+        .arg(format!("bank:balance:{account}"))
+        .query(con)
+}
+
+/// Moves `amount` from `from` to `to` under both accounts' locks.
+fn transfer(
+    client: &redlatch::Client,
+    con: &mut redis::Connection,
+    bank: &Bank,
+    from: &str,
+    to: &str,
+    amount: i64,
+) -> Result<(&'static str, String), Box<dyn std::error::Error>> {
+    let names = [from, to];
+    let guard = match bank.guard {
+        Guard::Locks => match client
+            .multi_lock(&names)
+            .try_lock(Duration::from_secs(5), None)?
+        {
+            Some(guard) => Some(guard),
+            None => {
+                return Ok((
+                    "503 Service Unavailable",
+                    "the accounts stayed busy\n".into(),
+                ));
+            }
+        },
+        Guard::Nothing => None,
+    };
+    let (from_balance, to_balance) = (balance(con, from)?, balance(con, to)?);
+    if from_balance < amount {
+        return Ok(("422 Unprocessable Entity", "insufficient funds\n".into()));
+    }
+    // A little work between the read and the write, as real handlers do: it is where an
+    // unguarded transfer loses another's update.
+    thread::sleep(Duration::from_micros(200));
+    // Tokens in the order of `names`: the multi-lock gives them in name order.
+    let tokens: Vec<u64> = match &guard {
+        Some(guard) => {
+            let by_name = guard.fencing_tokens();
+            let mut sorted = names;
+            sorted.sort();
+            names
+                .iter()
+                .map(|n| by_name[sorted.iter().position(|s| s == n).unwrap_or(0)])
+                .collect()
+        }
+        None => vec![0, 0],
+    };
+    let script = redis::Script::new(FENCED_TRANSFER);
+    let mut call = script.prepare_invoke();
+    let writes = [(from, from_balance - amount), (to, to_balance + amount)];
+    for ((account, new), token) in writes.into_iter().zip(tokens) {
+        call.key(format!("bank:balance:{account}"))
+            .key(format!("bank:fence:{account}"))
+            .arg(token)
+            .arg(new);
+    }
+    let written: i64 = call.invoke(con)?;
+    if let Some(guard) = guard {
+        // The write is done (or refused) either way: a release that fails only leaves the
+        // locks to their lease.
+        if let Err(e) = guard.unlock() {
+            eprintln!("bank: releasing {from} and {to}: {e}");
+        }
+    }
+    Ok(if written == 1 {
+        ("200 OK", format!("moved {amount} from {from} to {to}\n"))
+    } else {
+        (
+            "409 Conflict",
+            "refused by the store's fence: the lock was lost\n".into(),
+        )
+    })
+}
