@@ -1,7 +1,7 @@
 -- acquire.lua: take the lock, or re-enter it, for one owner; or queue the owner for it.
 --
 -- KEYS[1]  the lock hash        <prefix>:{<name>}          field = owner, value = hold count
--- KEYS[2]  the fencing counter  <prefix>:{<name>}:fence    never expires
+-- KEYS[2]  the fencing counter  <prefix>:{<name>}:fence    lives the hold's lease plus ARGV[8]
 -- KEYS[3]  the wait queue       <prefix>:{<name>}:queue    zset: owner -> arrival (µs)
 -- KEYS[4]  the waiters' terms   <prefix>:{<name>}:waiters  hash: owner -> terms (below)
 -- ARGV[1]  owner id             "<client uuid>:<thread number>"
@@ -11,6 +11,8 @@
 -- ARGV[5]  queue for            ms the caller will wait if the lock is busy (0: don't queue)
 -- ARGV[6]  queued               "1" if an earlier attempt of this wait may have queued it
 -- ARGV[7]  hand-over lease      ms the lock is handed over for, if handed to the caller
+-- ARGV[8]  fence retention      ms the fencing counter outlives the hold's lease; after that
+--                               it expires and tokens restart from the server's clock
 --
 -- A waiter's terms are "<valid until, ms> <hand-over lease, ms>" while it waits, and
 -- "granted <token>" once a release handed the lock to it (release.lua).
@@ -50,6 +52,9 @@
 local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, holds, lease, held_token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local queue_for, queued, handover_lease = tonumber(ARGV[5]), ARGV[6] == '1', ARGV[7]
+-- The fence lives as long as the lease it fences, plus the retention: a holder's token stays
+-- checkable while it holds, and an abandoned name leaves nothing behind.
+local fence_ttl = lease + tonumber(ARGV[8])
 
 -- The reply to a pcall that failed. Data of another type under the key, or a fence that is
 -- not a number, is foreign data: "WRONGTYPE <which>". Anything else (a read-only replica,
@@ -78,6 +83,7 @@ local function next_token()
     return nil, refused(old, 'fence') -- another type, a read-only replica...: nothing written
   end
   if not old then
+    redis.call('pexpire', fence, fence_ttl)
     return clock
   end
   if not string.match(old, '^%d+$') then
@@ -85,11 +91,13 @@ local function next_token()
     return nil, redis.error_reply('WRONGTYPE fence')
   end
   local last = tonumber(old)
-  if last < clock then
-    return clock
+  local token = clock
+  if last >= clock then
+    token = last + 1
+    redis.call('set', fence, string.format('%d', token), 'KEEPTTL')
   end
-  redis.call('set', fence, string.format('%d', last + 1), 'KEEPTTL')
-  return last + 1
+  redis.call('pexpire', fence, fence_ttl)
+  return token
 end
 
 -- The caller got the lock, or its wait ends with an error: it no longer waits.
@@ -193,6 +201,7 @@ if holds == 0 then
   redis.call('hset', lock, owner, 1)
   if lease > pttl then
     redis.call('pexpire', lock, lease)
+    redis.call('pexpire', fence, fence_ttl)
   end
   return {1, token}
 end
@@ -206,8 +215,10 @@ if current ~= held_token then
   return {-1, 0}
 end
 redis.call('hset', lock, owner, holds + 1)
--- A re-entry never shortens the lease the outer holds rely on.
+-- A re-entry never shortens the lease the outer holds rely on; a longer one takes the fence
+-- with it.
 if lease > pttl then
   redis.call('pexpire', lock, lease)
+  redis.call('pexpire', fence, fence_ttl)
 end
 return {1, tonumber(current)}

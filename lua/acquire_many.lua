@@ -4,6 +4,7 @@
 -- KEYS[2i]    lock i's fencing counter <prefix>:{<name i>}:fence
 -- ARGV[1]     owner id              "<client uuid>:<thread number>"
 -- ARGV[2]     lease                 milliseconds
+-- ARGV[3]     fence retention       ms each fencing counter outlives the lease
 --
 -- Replies (an array):
 --   { 1, token 1, ..., token n }  every lock taken, each with a new fencing token
@@ -18,6 +19,7 @@
 -- server's clock in microseconds.
 
 local owner, lease = ARGV[1], ARGV[2]
+local fence_ttl = tonumber(lease) + tonumber(ARGV[3])
 local n = #KEYS / 2
 
 local lasts = {}
@@ -49,7 +51,7 @@ local reply = {1}
 for i = 1, n do
   local lock, fence = KEYS[2 * i - 1], KEYS[2 * i]
   local token = math.max(lasts[i] + 1, clock)
-  redis.call('set', fence, string.format('%d', token), 'KEEPTTL')
+  redis.call('set', fence, string.format('%d', token), 'PX', fence_ttl)
   redis.call('hset', lock, owner, 1)
   redis.call('pexpire', lock, lease)
   reply[i + 1] = token

@@ -21,6 +21,7 @@
 --              withdrawal, removes them; a thread that took it from the message holds it
 --              and never gives it back);
 --          "2" from a hand-over's message, without a round trip: the terms are still there.
+-- ARGV[7]  fence retention   ms the fencing counter outlives a hand-over's lease
 --
 -- Replies:
 --   1  released: the lock went to the next waiter ("grant <token> <lease ms> <owner>"
@@ -128,6 +129,7 @@ for _ = 1, 64 do
   end
   if head ~= owner and expiry and tonumber(expiry) > now then
     local next_token = redis.call('incr', fence) -- the released hold's token is there
+    redis.call('pexpire', fence, tonumber(lease) + tonumber(ARGV[7]))
     redis.call('hset', lock, head, 1)
     redis.call('pexpire', lock, lease)
     redis.call('hset', waiters, head, string.format('granted %d', next_token))

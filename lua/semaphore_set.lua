@@ -1,8 +1,8 @@
 -- semaphore_set.lua: set a semaphore's total, and grant the waiters that now fit.
--- shares.lua comes first: see it for KEYS[1..7], ARGV[1..2] (policy "sem") and the grant
+-- shares.lua comes first: see it for KEYS[1..7], ARGV[1..3] (policy "sem") and the grant
 -- rule.
 --
--- ARGV[3]  total             the new number of permits
+-- ARGV[4]  total             the new number of permits
 --
 -- Reply: 1. Holders keep what they hold, also when the total falls below it: nobody is
 -- admitted until enough is given back.
@@ -11,7 +11,7 @@
 
 check_types()
 total() -- refuses a foreign total before anything is written
-redis.call('set', total_key, ARGV[3])
+redis.call('set', total_key, ARGV[4])
 purge()
 grant_waiters()
 fix_expiry()

@@ -5,7 +5,8 @@
 --
 -- KEYS[1]  the holders     <prefix>:{<name>}:<kind>          hash: owner -> "<count> <token>"
 --                          (a read-write lock also has field "writer" -> the write owner)
--- KEYS[2]  the fence       <prefix>:{<name>}:<kind>:fence    string: the last token; never expires
+-- KEYS[2]  the fence       <prefix>:{<name>}:<kind>:fence    string: the last token; lives the
+--                          latest token's lease plus the retention (ARGV[3])
 -- KEYS[3]  the wait queue  <prefix>:{<name>}:<kind>:queue    zset: owner -> arrival (µs)
 -- KEYS[4]  waiters' terms  <prefix>:{<name>}:<kind>:waiters  hash: owner -> terms (below)
 -- KEYS[5]  the leases      <prefix>:{<name>}:<kind>:leases   zset: owner -> lease end (ms)
@@ -14,6 +15,7 @@
 --                          (a read-write lock passes its own name for it and never reads it)
 -- ARGV[1]  policy          "rw" (read-write lock) or "sem" (semaphore)
 -- ARGV[2]  publish command PUBLISH (or SPUBLISH on a sharded cluster), for grants
+-- ARGV[3]  fence retention ms the fencing counter outlives the lease of the latest token
 --
 -- An owner's count is its hold count (a read-write lock: reads and writes re-enter) or the
 -- permits it holds (a semaphore: an owner per acquisition, never re-entered). Every holder
@@ -47,7 +49,7 @@
 
 local H, fence, queue, waiters, leases, channel, total_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local policy, publish = ARGV[1], ARGV[2]
+local policy, publish, retention = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local rw = policy == 'rw'
 local clock = redis.call('time')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
@@ -88,23 +90,28 @@ local function holding(owner)
   return tonumber(count), token
 end
 
--- The next fencing token (see acquire.lua).
-local function next_token()
+-- The next fencing token (see acquire.lua), for a hold of `lease` ms: the counter lives that
+-- long plus the retention, then tokens restart from the clock.
+local function next_token(lease)
   local t = redis.call('time')
   local micros = t[1] * 1000000 + t[2]
   local last = tonumber(redis.call('get', fence) or '0')
   local token = math.max(micros, last + 1)
-  redis.call('set', fence, string.format('%d', token))
+  redis.call('set', fence, string.format('%d', token), 'PX', tonumber(lease) + retention)
   return string.format('%d', token)
 end
 
--- A read's token: the counter as it stands (made from the clock if there is none yet).
-local function read_token()
+-- A read's token: the counter as it stands (made from the clock if there is none yet), kept
+-- at least as long as this read's lease plus the retention.
+local function read_token(lease)
   local current = redis.call('get', fence)
-  if current then
-    return current
+  if not current then
+    return next_token(lease)
   end
-  return next_token()
+  if redis.call('pttl', fence) < tonumber(lease) + retention then
+    redis.call('pexpire', fence, tonumber(lease) + retention)
+  end
+  return current
 end
 
 -- Drops the holders whose lease has ended (a crashed holder's share comes back).
@@ -159,7 +166,7 @@ end
 
 -- Gives `owner` its share: the token, the holders' field, its lease.
 local function take(owner, need, lease)
-  local token = (rw and need == 'r') and read_token() or next_token()
+  local token = (rw and need == 'r') and read_token(lease) or next_token(lease)
   local count = rw and '1' or need
   redis.call('hset', H, owner, count .. ' ' .. token)
   if rw and need == 'w' then

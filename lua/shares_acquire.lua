@@ -1,23 +1,23 @@
 -- shares_acquire.lua: take a share (a read, a write, permits) for one owner, or re-enter a
 -- read or write it holds; or queue the owner for it. shares.lua comes first: see it for
--- KEYS[1..7], ARGV[1..2], the terms, the grant rule and the tokens.
+-- KEYS[1..7], ARGV[1..3], the terms, the grant rule and the tokens.
 --
--- ARGV[3]  owner id        a thread's ("<client>:<n>" writes, "<client>:<n>:r" reads) or an
+-- ARGV[4]  owner id        a thread's ("<client>:<n>" writes, "<client>:<n>:r" reads) or an
 --                          acquisition's ("<client>:p<n>", permits)
--- ARGV[4]  holds           how many holds the caller has (0 = a first acquisition)
--- ARGV[5]  lease           milliseconds
--- ARGV[6]  token           the fencing token of the caller's hold (when holds > 0)
--- ARGV[7]  queue for       ms the caller will wait if it must (0: don't queue)
--- ARGV[8]  queued          "1" if an earlier attempt of this wait may have queued it
--- ARGV[9]  hand-over lease ms the share is granted for, if granted to the caller
--- ARGV[10] need            "r" / "w" (read-write lock) or the number of permits
--- ARGV[11] writer of       a read's thread's write owner: a thread that writes may read
+-- ARGV[5]  holds           how many holds the caller has (0 = a first acquisition)
+-- ARGV[6]  lease           milliseconds
+-- ARGV[7]  token           the fencing token of the caller's hold (when holds > 0)
+-- ARGV[8]  queue for       ms the caller will wait if it must (0: don't queue)
+-- ARGV[9]  queued          "1" if an earlier attempt of this wait may have queued it
+-- ARGV[10] hand-over lease ms the share is granted for, if granted to the caller
+-- ARGV[11] need            "r" / "w" (read-write lock) or the number of permits
+-- ARGV[12] writer of       a read's thread's write owner: a thread that writes may read
 --
 -- Replies (an array), as acquire.lua's:
 --   { 1, token }        acquired (a re-entry keeps its token; taking up a grant the grant's)
 --   { 0, ttl, fence }   not now: ttl bounds how long to sleep (the earliest holder's lease
 --                       end), fence is the counter now (a grant that comes later for a write
---                       or permits has a larger token). With ARGV[7] > 0 the caller is queued.
+--                       or permits has a larger token). With ARGV[8] > 0 the caller is queued.
 --   {-1, 0 }            the caller believed it held a share (holds > 0) but it is gone
 -- Errors: "WRONGTYPE <role>" for foreign data (nothing written); Redis's own when it refuses
 -- a write (READONLY, OOM).
@@ -30,9 +30,9 @@
 -- read while it writes is the exception: it never waits.
 -- At maxmemory the first write that needs memory is refused, as a lock's attempt is.
 
-local owner, holds, lease, held_token = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
-local queue_for, queued, handover_lease = tonumber(ARGV[7]), ARGV[8] == '1', ARGV[9]
-local need, writer_of = ARGV[10], ARGV[11]
+local owner, holds, lease, held_token = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
+local queue_for, queued, handover_lease = tonumber(ARGV[8]), ARGV[9] == '1', ARGV[10]
+local need, writer_of = ARGV[11], ARGV[12]
 
 -- A lease is only ever extended by an acquisition.
 local function extend(who, ms)
@@ -65,7 +65,7 @@ local function take_up()
   end
   local granted = redis.call('hget', waiters, owner) == 'granted ' .. token
   if not (need == 'r' or (queued and granted)) then
-    token = next_token() -- never hand a write's or permits' token out twice
+    token = next_token(lease) -- never hand a write's or permits' token out twice
   end
   leave_queue(owner)
   redis.call('hset', H, owner, (rw and '1' or need) .. ' ' .. token)

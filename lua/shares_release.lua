@@ -1,13 +1,13 @@
 -- shares_release.lua: give back one hold of a share; the last one frees it and admits the
--- waiters that now fit. shares.lua comes first: see it for KEYS[1..7], ARGV[1..2] and the
+-- waiters that now fit. shares.lua comes first: see it for KEYS[1..7], ARGV[1..3] and the
 -- grant rule.
 --
 -- KEYS[8]  the release latch <holders key>:released:<owner>:<token>
--- ARGV[3]  owner id
--- ARGV[4]  holds             how many holds the caller has before this release (>= 1)
--- ARGV[5]  token             the fencing token of the hold being released
--- ARGV[6]  latch ttl         milliseconds the latch outlives a final release
--- ARGV[7]  how the hold was taken, as release.lua's ARGV[6]: "0" by an attempt of its own,
+-- ARGV[4]  owner id
+-- ARGV[5]  holds             how many holds the caller has before this release (>= 1)
+-- ARGV[6]  token             the fencing token of the hold being released
+-- ARGV[7]  latch ttl         milliseconds the latch outlives a final release
+-- ARGV[8]  how the hold was taken, as release.lua's ARGV[6]: "0" by an attempt of its own,
 --          "1" not at all (an unused grant, given back: act only while the owner's terms
 --          still say "granted <token>"), "2" from a grant's message (terms still there)
 --
@@ -22,8 +22,8 @@
 -- A key of another type answers 0 ("not ours") and is left alone.
 
 local latch = KEYS[8]
-local owner, holds, token = ARGV[3], tonumber(ARGV[4]), ARGV[5]
-local latch_ttl, unused_only, granted = ARGV[6], ARGV[7] == '1', ARGV[7] ~= '0'
+local owner, holds, token = ARGV[4], tonumber(ARGV[5]), ARGV[6]
+local latch_ttl, unused_only, granted = ARGV[7], ARGV[8] == '1', ARGV[8] ~= '0'
 
 local ok = pcall(check_types)
 if not ok then

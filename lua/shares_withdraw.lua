@@ -1,9 +1,9 @@
 -- shares_withdraw.lua: a waiter gives up its place; if it had been granted its share and has
 -- not taken it up, it takes it up instead. shares.lua comes first: see it for KEYS[1..7],
--- ARGV[1..2] and the grant rule.
+-- ARGV[1..3] and the grant rule.
 --
--- ARGV[3]  owner id
--- ARGV[4]  lease             milliseconds, if the share turns out to be the caller's
+-- ARGV[4]  owner id
+-- ARGV[5]  lease             milliseconds, if the share turns out to be the caller's
 --
 -- Replies: { 1, token } the share had been granted to the caller, which now holds it with
 -- the grant's token and at least the given lease; { 0, 0 } it had not, and the caller is out
@@ -16,7 +16,7 @@
 -- At maxmemory: the ZREM and HDEL come first and need no memory, so what follows is not
 -- refused (see release.lua).
 
-local owner, lease = ARGV[3], tonumber(ARGV[4])
+local owner, lease = ARGV[4], tonumber(ARGV[5])
 
 check_types()
 local terms = redis.call('hget', waiters, owner)

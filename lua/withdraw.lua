@@ -7,6 +7,7 @@
 -- KEYS[4]  waiters' terms    <prefix>:{<name>}:waiters
 -- ARGV[1]  owner id
 -- ARGV[2]  lease             milliseconds, if the lock turns out to be the caller's
+-- ARGV[3]  fence retention   ms the fencing counter outlives the lease
 --
 -- Replies: { 1, token } the lock had been handed to the caller, which now holds it with the
 -- hand-over's token and at least the given lease; { 0, 0 } it had not, and the caller is out
@@ -35,5 +36,6 @@ if type(terms) ~= 'string' or type(current) ~= 'string' or terms ~= 'granted ' .
 end
 if redis.call('pttl', lock) < lease then
   redis.call('pexpire', lock, lease)
+  redis.call('pexpire', fence, lease + tonumber(ARGV[3]))
 end
 return {1, tonumber(current)}

@@ -24,6 +24,9 @@ use redis::TlsCertificates;
 
 const DEFAULT_PREFIX: &str = "redlatch";
 const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default [`ClientBuilder::fence_retention`]: an hour, far beyond any clock step a
+/// healthy server takes, and short enough that per-entity names do not pile up.
+const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(3600);
 const DEFAULT_POOL_SIZE: u32 = 16;
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -262,6 +265,7 @@ pub struct ClientBuilder {
     deployment: Deployment,
     prefix: String,
     watchdog_timeout: Duration,
+    fence_retention: Duration,
     settings: Settings,
     replicas: Option<Replicas>,
     misused_master_credentials: bool,
@@ -276,6 +280,7 @@ impl ClientBuilder {
             deployment,
             prefix: DEFAULT_PREFIX.to_string(),
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
+            fence_retention: DEFAULT_FENCE_RETENTION,
             settings: Settings {
                 pool_size: DEFAULT_POOL_SIZE,
                 link: LinkSettings {
@@ -339,6 +344,19 @@ impl ClientBuilder {
     /// every third of that; a holder that dies frees the lock after at most this long.
     pub fn watchdog_timeout(mut self, d: Duration) -> Self {
         self.watchdog_timeout = d;
+        self
+    }
+
+    /// How long a name's fencing counter (`<prefix>:{name}:fence`) outlives the lease of its
+    /// latest token (default 1 hour, at least 1 s). After that it expires, so a name used
+    /// once leaves nothing behind, and the next acquisition's token starts again from the
+    /// server's clock in microseconds, which by then is above every token the old counter
+    /// gave, unless the server's clock went back by more than the retention (or, after a
+    /// failover, the new master's clock is behind by that much). Tokens are checked by the
+    /// resource against the newest it has seen, so make the retention longer than any clock
+    /// step you can get; a longer one only keeps more idle counters.
+    pub fn fence_retention(mut self, d: Duration) -> Self {
+        self.fence_retention = d;
         self
     }
 
@@ -431,6 +449,11 @@ impl ClientBuilder {
             self.watchdog_timeout,
             MIN_WATCHDOG_TIMEOUT,
         )?;
+        validate_duration(
+            "fence_retention",
+            self.fence_retention,
+            Duration::from_secs(1),
+        )?;
         if self.settings.pool_size == 0 {
             return Err(Error::invalid("pool_size must be at least 1"));
         }
@@ -495,6 +518,7 @@ impl ClientBuilder {
             id,
             prefix: self.prefix,
             watchdog_timeout: self.watchdog_timeout,
+            fence_retention: self.fence_retention,
             backend,
             holds: Holds::default(),
             subscriber,

@@ -24,6 +24,8 @@ pub(crate) struct Core {
     pub id: String,
     pub prefix: String,
     pub watchdog_timeout: Duration,
+    /// How long a fencing counter outlives the lease of its latest token.
+    pub fence_retention: Duration,
     pub backend: Arc<Backend>,
     pub holds: Holds,
     pub subscriber: Subscriber,

@@ -2,8 +2,9 @@
 //!
 //! For lock `name` under prefix `p`:
 //! - `p:{name}`            the lock hash: owner id -> hold count, with a PEXPIRE lease
-//! - `p:{name}:fence`      the fencing counter; never expires; a new one starts from the
-//!   server's clock in µs, so tokens keep increasing across a restart that lost it
+//! - `p:{name}:fence`      the fencing counter; expires the fence retention after the lease of
+//!   its latest token; a new one starts from the server's clock in µs, so tokens keep
+//!   increasing across its expiry and across a restart that lost it
 //! - `p:{name}:unlocked`   the channel a release publishes on
 //! - `p:{name}:queue`      the waiters, oldest first (zset: owner id -> arrival, µs)
 //! - `p:{name}:waiters`    their terms (hash: owner id -> `"<expiry ms> <lease ms>"` while it

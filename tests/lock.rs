@@ -725,3 +725,71 @@ fn exclusion_holds_with_short_waits_leases_and_give_ups() {
         "two holders at once, neither told"
     );
 }
+
+fn pttl(admin: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(admin).unwrap()
+}
+
+#[test]
+fn a_fence_outlives_its_last_lease_by_the_retention_then_goes_and_tokens_still_rise() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = Client::builder(&server.url())
+        .fence_retention(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let name = unique("fence-retention");
+    let fence = format!("redlatch:{{{name}}}:fence");
+    let lock = client.lock(&name);
+    let first = lock.lock_with_lease(Duration::from_millis(500)).unwrap();
+    let token = first.fencing_token();
+    let ttl = pttl(&mut admin, &fence);
+    assert!(
+        ttl > 1000 && ttl <= 1500,
+        "fence PTTL {ttl} for a 500 ms lease"
+    );
+    first.unlock().unwrap();
+    assert!(eventually(Duration::from_secs(3), || pttl(
+        &mut admin, &fence
+    ) == -2));
+    let again = lock.lock().unwrap();
+    assert!(
+        again.fencing_token() > token,
+        "tokens went back after the fence expired"
+    );
+    drop(again);
+    // The kinds with shares keep theirs the same way.
+    let rw = client.read_write_lock(&name);
+    drop(rw.write().unwrap());
+    let ttl = pttl(&mut admin, &format!("redlatch:{{{name}}}:rwlock:fence"));
+    assert!(ttl > 0, "a read-write lock's fence without expiry ({ttl})");
+}
+
+#[test]
+fn a_hold_longer_than_the_retention_keeps_its_fence() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = Client::builder(&server.url())
+        .watchdog_timeout(Duration::from_millis(600))
+        .fence_retention(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    // Renewed by the watchdog for three retentions.
+    let name = unique("fence-long-hold");
+    let guard = client.lock(&name).lock().unwrap();
+    thread::sleep(Duration::from_secs(3));
+    assert!(!guard.is_lost());
+    assert!(pttl(&mut admin, &format!("redlatch:{{{name}}}:fence")) > 0);
+    guard.unlock().unwrap();
+    // A re-entry with a lease longer than the first one's plus the retention.
+    let name = unique("fence-long-reentry");
+    let lock = client.lock(&name);
+    let outer = lock.lock_with_lease(Duration::from_millis(200)).unwrap();
+    let inner = lock.lock_with_lease(Duration::from_secs(4)).unwrap();
+    thread::sleep(Duration::from_millis(2500));
+    assert!(!inner.is_lost());
+    inner.unlock().unwrap();
+    outer
+        .unlock()
+        .expect("the fence went before the lease it fences");
+}

@@ -207,7 +207,16 @@ fn a_hand_over_given_back_at_maxmemory_goes_to_the_next_waiter() {
         .arg(include_str!("../lua/acquire.lua"))
         .arg(4)
         .arg(&[&lock, &fence, &queue, &terms])
-        .arg(&[gone.as_str(), "0", "30000", "0", "30000", "0", "30000"])
+        .arg(&[
+            gone.as_str(),
+            "0",
+            "30000",
+            "0",
+            "30000",
+            "0",
+            "30000",
+            "3600000",
+        ])
         .query(&mut admin)
         .unwrap();
     assert_eq!(busy[0], 0, "queued behind the holder: {busy:?}");

@@ -345,6 +345,9 @@ fn main() {
         "acquisitions/s over raw EVALSHA round trips/s, 16 threads",
     );
 
+    eprintln!("keys left after the fence retention");
+    fence_figures(&mut f, &url);
+
     eprintln!("renewal of many locks");
     renewal_figures(&mut f, &url, knob("REPORT_RENEWAL_LOCKS", 10_000) as usize);
 
@@ -439,6 +442,56 @@ fn contended_figures(
             "acquisitions that waited 10 s in vain",
         );
     }
+}
+
+/// Keys left behind by 1,000 names each locked and released once, by a client whose fence
+/// retention is 1 s, once that second (and the release latches' life) has passed.
+fn fence_figures(f: &mut Figures, url: &str) {
+    let client = redlatch::Client::builder(url)
+        .key_prefix("retention")
+        .fence_retention(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    for i in 0..1000 {
+        let guard = client
+            .lock(&format!("entity:{i}"))
+            .lock_with_lease(Duration::from_millis(100))
+            .unwrap();
+        guard.unlock().unwrap();
+    }
+    thread::sleep(Duration::from_millis(1500));
+    let mut con = connection(url);
+    let count = |con: &mut redis::Connection, pattern: &str| -> usize {
+        let mut cursor = 0u64;
+        let mut n = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query(con)
+                .unwrap();
+            n += keys.len();
+            if next == 0 {
+                return n;
+            }
+            cursor = next;
+        }
+    };
+    f.put(
+        "fence_keys_left_after_retention",
+        count(&mut con, "retention:{*}:fence") as f64,
+        "0",
+        "fence keys of 1,000 names used once, 1.5 s after their release (retention 1 s)",
+    );
+    f.put(
+        "other_keys_left_after_retention",
+        count(&mut con, "retention:*") as f64 - count(&mut con, "retention:*:released:*") as f64,
+        "0",
+        "other keys of those names still there, release latches (40 s each) aside",
+    );
 }
 
 /// A latch's wake-up: four threads of another client wait on a latch at 1; from the call

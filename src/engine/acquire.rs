@@ -308,7 +308,7 @@ pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>) -> Result<
     hold.remove_guard();
     let was_lost = hold.is_lost();
     let keys = kind.keys();
-    let freeing = scripts::Freeing::of(&core.backend);
+    let freeing = super::freeing(core);
     let reply = core.backend.run(|con| {
         let (owner, token, taken_by) = (&hold.owner, hold.token, hold.taken_by);
         kind.release(con, owner, holds, token, freeing, taken_by)
@@ -340,7 +340,7 @@ pub(crate) fn give_back(core: &Core, keys: &LockKeys, owner: &str, token: u64) {
     {
         return;
     }
-    let freeing = scripts::Freeing::of(&core.backend);
+    let freeing = super::freeing(core);
     // One attempt: the renewal thread must not stall on an errand.
     match core
         .backend

@@ -97,7 +97,7 @@ pub(crate) fn call<T>(
     keys: &LockKeys,
     mut op: impl FnMut(&mut dyn ConnectionLike, Freeing) -> RedisResult<T>,
 ) -> Result<T> {
-    let freeing = Freeing::of(&core.backend);
+    let freeing = freeing(core);
     core.backend
         .run(|con| op(con, freeing))
         .map_err(|e| scripts::failure(keys, e))
@@ -105,7 +105,7 @@ pub(crate) fn call<T>(
 
 /// What a script that frees or grants an object must know of this client's deployment.
 pub(crate) fn freeing(core: &Core) -> Freeing {
-    Freeing::of(&core.backend)
+    Freeing::of(&core.backend, core.fence_retention)
 }
 
 /// Checks an object's name for this client's deployment (see `keys::check_name`).

@@ -40,6 +40,7 @@ pub(crate) fn renew(
     stopping: &dyn Fn() -> bool,
 ) -> Renewed {
     let backend = &core.backend;
+    let retention = core.fence_retention;
     let batches: Vec<Vec<usize>> = backend
         .group_by_slot(holds.iter().map(|h| h.keys.slot()))
         .into_iter()
@@ -75,7 +76,7 @@ pub(crate) fn renew(
                 break;
             }
             let sent = Instant::now();
-            match backend.run(|con| scripts::renew(con, &calls[call], lease)) {
+            match backend.run(|con| scripts::renew(con, &calls[call], lease, retention)) {
                 Ok(replies) => done(call, sent, replies),
                 Err(e) => {
                     let refused = e.code().is_some();
@@ -107,7 +108,9 @@ pub(crate) fn renew(
         let pipelined: Vec<&[Renewal<'_>]> = rest.iter().map(|&i| calls[i].as_slice()).collect();
         // Once only: a refusal is answered below, and a transport failure must not hold the
         // round up with retries (the next round comes soon).
-        match backend.run_once_only(|con| scripts::renew_pipelined(con, &pipelined, lease)) {
+        match backend
+            .run_once_only(|con| scripts::renew_pipelined(con, &pipelined, lease, retention))
+        {
             Ok(replies) => {
                 for (&call, replies) in rest.iter().zip(replies) {
                     done(call, sent, replies);

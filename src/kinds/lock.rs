@@ -221,7 +221,8 @@ impl Kind for Lock {
         lease: Duration,
         queueing: Queueing,
     ) -> RedisResult<Acquire> {
-        scripts::acquire(con, &self.keys, owner, held, lease, queueing)
+        let retention = self.core().fence_retention;
+        scripts::acquire(con, &self.keys, owner, held, lease, queueing, retention)
     }
 
     fn withdraw(
@@ -230,7 +231,7 @@ impl Kind for Lock {
         owner: &str,
         lease: Duration,
     ) -> RedisResult<Option<u64>> {
-        scripts::withdraw(con, &self.keys, owner, lease)
+        scripts::withdraw(con, &self.keys, owner, lease, self.core().fence_retention)
     }
 
     fn release(
@@ -295,7 +296,8 @@ impl LockGuard {
     }
 
     /// The fencing token of this hold: strictly increasing per lock name across all clients,
-    /// never reused. Send it with every write the lock protects and have the resource reject
+    /// never reused (as long as the server's clock never steps back by more than the
+    /// [fence retention](crate::ClientBuilder::fence_retention)). Send it with every write the lock protects and have the resource reject
     /// tokens older than the newest it has seen; that, not the lock alone, is what makes the
     /// write safe against a holder that was paused past its lease. Re-entries share the first
     /// acquisition's token.

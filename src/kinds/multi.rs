@@ -167,7 +167,7 @@ impl MultiLock {
         let sent = Instant::now();
         let (reply, acknowledged) = engine::acquisition(
             core,
-            |con| scripts::acquire_many(con, &keys, &owner, lease),
+            |con| scripts::acquire_many(con, &keys, &owner, lease, core.fence_retention),
             |reply| matches!(reply, AcquireMany::Acquired(_)),
         )?;
         let tokens = match reply {

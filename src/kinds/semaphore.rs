@@ -87,7 +87,7 @@ impl Semaphore {
         self.check_name()?;
         let keys = &self.keys;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            shares::set_permits(con, keys, total, freeing.publish)
+            shares::set_permits(con, keys, total, freeing)
         })
     }
 

@@ -30,11 +30,12 @@ pub(crate) enum Wants {
 }
 
 /// The engine's view of one acquisition of a share: the object's keys, what is asked for,
-/// and how grants are published.
+/// and what its scripts must know of the deployment (how grants are published, how long a
+/// fence is kept).
 pub(crate) struct Share {
     pub keys: Arc<LockKeys>,
     pub wants: Wants,
-    publish: &'static str,
+    freeing: Freeing,
 }
 
 impl Share {
@@ -42,7 +43,7 @@ impl Share {
         Share {
             keys,
             wants,
-            publish: engine::freeing(core).publish,
+            freeing: engine::freeing(core),
         }
     }
 
@@ -100,7 +101,7 @@ impl Kind for Share {
             lease,
             queueing,
             need,
-            self.publish,
+            self.freeing,
         )
     }
 
@@ -110,7 +111,7 @@ impl Kind for Share {
         owner: &str,
         lease: Duration,
     ) -> RedisResult<Option<u64>> {
-        shares::withdraw(con, &self.keys, owner, lease, self.publish)
+        shares::withdraw(con, &self.keys, owner, lease, self.freeing)
     }
 
     fn release(

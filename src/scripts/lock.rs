@@ -28,6 +28,7 @@ pub(crate) fn acquire(
     hold: Option<(u32, u64)>,
     lease: Duration,
     queueing: Queueing,
+    fence_retention: Duration,
 ) -> RedisResult<Acquire> {
     let (holds, token) = hold.unwrap_or((0, 0));
     let reply: Vec<i64> = ACQUIRE
@@ -42,6 +43,7 @@ pub(crate) fn acquire(
         .arg(millis(queueing.queue_for))
         .arg(if queueing.queued { "1" } else { "0" })
         .arg(millis(queueing.handover_lease))
+        .arg(millis(fence_retention))
         .invoke(con)?;
     Ok(acquire_reply(&reply))
 }
@@ -79,12 +81,17 @@ pub(crate) fn acquire_many(
     locks: &[&LockKeys],
     owner: &str,
     lease: Duration,
+    fence_retention: Duration,
 ) -> RedisResult<AcquireMany> {
     let mut invocation = ACQUIRE_MANY.prepare_invoke();
     for keys in locks {
         invocation.key(&keys.lock).key(&keys.fence);
     }
-    let reply: RedisResult<Vec<i64>> = invocation.arg(owner).arg(millis(lease)).invoke(con);
+    let reply: RedisResult<Vec<i64>> = invocation
+        .arg(owner)
+        .arg(millis(lease))
+        .arg(millis(fence_retention))
+        .invoke(con);
     let reply = match reply {
         Ok(reply) => reply,
         Err(e) if e.code() == Some("WRONGTYPE") => {
@@ -124,6 +131,7 @@ pub(crate) fn withdraw(
     keys: &LockKeys,
     owner: &str,
     lease: Duration,
+    fence_retention: Duration,
 ) -> RedisResult<Option<u64>> {
     let (granted, token): (i64, i64) = WITHDRAW
         .key(&keys.lock)
@@ -132,6 +140,7 @@ pub(crate) fn withdraw(
         .key(&keys.waiters)
         .arg(owner)
         .arg(millis(lease))
+        .arg(millis(fence_retention))
         .invoke(con)?;
     Ok((granted == 1).then_some(token as u64))
 }
@@ -190,6 +199,7 @@ fn run_release(
         .arg(millis(freeing.latch_ttl))
         .arg(freeing.publish)
         .arg(mode)
+        .arg(millis(freeing.fence_retention))
         .invoke(con)?;
     Ok(match reply {
         1 => Release::Released,
@@ -199,9 +209,13 @@ fn run_release(
 }
 
 /// The call of `renew.lua` that renews the lock holds in `batch`.
-pub(super) fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) -> Invocation<'a> {
+pub(super) fn renewal<'a>(
+    batch: &[Renewal<'_>],
+    lease: Duration,
+    fence_retention: Duration,
+) -> Invocation<'a> {
     let mut invocation = RENEW.prepare_invoke();
-    invocation.arg(millis(lease));
+    invocation.arg(millis(lease)).arg(millis(fence_retention));
     for r in batch {
         invocation
             .key(&r.keys.lock)

@@ -134,13 +134,17 @@ pub(crate) struct Freeing {
     /// The command the message that frees the lock goes out with: PUBLISH, or SPUBLISH where
     /// the subscribers listen sharded.
     pub publish: &'static str,
+    /// How long a fencing counter outlives the lease of its latest token (a hand-over sets
+    /// one): [`ClientBuilder::fence_retention`](crate::ClientBuilder::fence_retention).
+    pub fence_retention: Duration,
 }
 
 impl Freeing {
     /// For `backend`'s deployment: its latch lifetime, and SPUBLISH where the subscribers
-    /// listen sharded (a Redis 7 Cluster).
-    pub fn of(backend: &Backend) -> Freeing {
+    /// listen sharded (a Redis 7 Cluster); and the client's fence retention.
+    pub fn of(backend: &Backend, fence_retention: Duration) -> Freeing {
         Freeing {
+            fence_retention,
             latch_ttl: backend.latch_ttl(),
             publish: if backend.sharded_pubsub() {
                 "SPUBLISH"
@@ -345,8 +349,9 @@ pub(crate) fn renew(
     con: &mut dyn ConnectionLike,
     batch: &[Renewal<'_>],
     lease: Duration,
+    fence_retention: Duration,
 ) -> RedisResult<Vec<bool>> {
-    let replies: Vec<i64> = renewal(batch, lease).invoke(con)?;
+    let replies: Vec<i64> = renewal(batch, lease, fence_retention).invoke(con)?;
     Ok(replies.into_iter().map(|r| r == 1).collect())
 }
 
@@ -358,10 +363,11 @@ pub(crate) fn renew_pipelined(
     con: &mut dyn ConnectionLike,
     batches: &[&[Renewal<'_>]],
     lease: Duration,
+    fence_retention: Duration,
 ) -> RedisResult<Vec<Vec<bool>>> {
     let mut pipeline = redis::pipe();
     for batch in batches {
-        pipeline.add_command(renewal(batch, lease).command_sha());
+        pipeline.add_command(renewal(batch, lease, fence_retention).command_sha());
     }
     // Straight to the connection: `Pipeline::query` refuses a cluster connection, which sends
     // a pipeline to the node of its first command.
@@ -376,13 +382,18 @@ pub(crate) fn renew_pipelined(
 }
 
 /// The call that renews `batch`, whose holds are all of one family.
-fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) -> Invocation<'a> {
+fn renewal<'a>(
+    batch: &[Renewal<'_>],
+    lease: Duration,
+    fence_retention: Duration,
+) -> Invocation<'a> {
     match batch.first().map(|r| r.keys.family) {
-        Some(Family::Lock) | None => lock::renewal(batch, lease),
+        Some(Family::Lock) | None => lock::renewal(batch, lease, fence_retention),
+        // A holder's token is kept in its field, not checked against the fence.
         Some(Family::ReadWrite | Family::Semaphore) => shares::renewal(batch, lease),
         // Nothing of a latch is held, so nothing of it is ever registered for renewal; were
         // it, the lock's script would find no hold of it and answer "not ours".
-        Some(Family::Latch) => lock::renewal(batch, lease),
+        Some(Family::Latch) => lock::renewal(batch, lease, fence_retention),
     }
 }
 

@@ -47,9 +47,9 @@ pub(crate) enum Need<'a> {
     Permits(u32),
 }
 
-/// An invocation of one of the scripts that start with `shares.lua`: its seven keys and two
-/// arguments.
-fn prelude<'a>(lua: &'a Lua, keys: &LockKeys, publish: &str) -> Invocation<'a> {
+/// An invocation of one of the scripts that start with `shares.lua`: its seven keys and
+/// three arguments.
+fn prelude<'a>(lua: &'a Lua, keys: &LockKeys, freeing: Freeing) -> Invocation<'a> {
     let mut invocation = lua.key(&keys.lock);
     invocation
         .key(&keys.fence)
@@ -65,7 +65,8 @@ fn prelude<'a>(lua: &'a Lua, keys: &LockKeys, publish: &str) -> Invocation<'a> {
             Family::Semaphore => "sem",
             _ => "rw",
         })
-        .arg(publish);
+        .arg(freeing.publish)
+        .arg(millis(freeing.fence_retention));
     invocation
 }
 
@@ -79,7 +80,7 @@ pub(crate) fn acquire(
     lease: Duration,
     queueing: Queueing,
     need: Need<'_>,
-    publish: &str,
+    freeing: Freeing,
 ) -> RedisResult<Acquire> {
     let (holds, token) = held.unwrap_or((0, 0));
     let (need, writer) = match need {
@@ -87,7 +88,7 @@ pub(crate) fn acquire(
         Need::Write => ("w".to_string(), ""),
         Need::Permits(n) => (n.to_string(), ""),
     };
-    let reply: Vec<i64> = prelude(&ACQUIRE, keys, publish)
+    let reply: Vec<i64> = prelude(&ACQUIRE, keys, freeing)
         .arg(owner)
         .arg(holds)
         .arg(millis(lease))
@@ -107,9 +108,9 @@ pub(crate) fn withdraw(
     keys: &LockKeys,
     owner: &str,
     lease: Duration,
-    publish: &str,
+    freeing: Freeing,
 ) -> RedisResult<Option<u64>> {
-    let (granted, token): (i64, i64) = prelude(&WITHDRAW, keys, publish)
+    let (granted, token): (i64, i64) = prelude(&WITHDRAW, keys, freeing)
         .arg(owner)
         .arg(millis(lease))
         .invoke(con)?;
@@ -157,7 +158,7 @@ fn run_release(
     freeing: Freeing,
     mode: &str,
 ) -> RedisResult<Release> {
-    let reply: i64 = prelude(&RELEASE, keys, freeing.publish)
+    let reply: i64 = prelude(&RELEASE, keys, freeing)
         .key(keys.release_latch(owner, token))
         .arg(owner)
         .arg(holds)
@@ -191,9 +192,9 @@ pub(crate) fn set_permits(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     total: u32,
-    publish: &str,
+    freeing: Freeing,
 ) -> RedisResult<()> {
-    let _: i64 = prelude(&SET_PERMITS, keys, publish)
+    let _: i64 = prelude(&SET_PERMITS, keys, freeing)
         .arg(total)
         .invoke(con)?;
     Ok(())
