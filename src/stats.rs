@@ -12,7 +12,8 @@ use std::time::Duration;
 #[derive(Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Acquisitions of every kind (re-entries included).
+    /// Acquisitions of every kind (re-entries included; a `MultiLock` or `Redlock` counts
+    /// each member it takes).
     pub acquisitions: u64,
     /// ... of which at the first attempt, without waiting.
     pub acquired_at_once: u64,

@@ -270,6 +270,11 @@ fn stats_count_what_the_client_did_and_is_doing() {
         !line.contains('\n') && line.starts_with("acquisitions 2"),
         "{line}"
     );
+    // A multi-lock taken in one call counts each member.
+    let names = [unique("stats-m1"), unique("stats-m2")];
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    drop(client.multi_lock(&names).lock().unwrap());
+    assert_eq!(client.stats().acquired_at_once, s.acquired_at_once + 2);
 }
 
 #[test]

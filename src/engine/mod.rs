@@ -103,6 +103,15 @@ pub(crate) fn call<T>(
         .map_err(|e| scripts::failure(keys, e))
 }
 
+/// Counts `n` holds a composite kind took with one attempt of its own (`acquire_many.lua`),
+/// which [`acquire()`] did not see: each member is an acquisition, at once.
+pub(crate) fn count_taken_at_once(core: &Core, n: usize, took: std::time::Duration) {
+    for _ in 0..n {
+        core.counters
+            .acquisition(crate::stats::Outcome::AtOnce, took);
+    }
+}
+
 /// What a script that frees or grants an object must know of this client's deployment.
 pub(crate) fn freeing(core: &Core) -> Freeing {
     Freeing::of(&core.backend, core.fence_retention)

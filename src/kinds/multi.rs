@@ -179,6 +179,7 @@ impl MultiLock {
                 return Err(Error::WrongType { key: key.clone() }); // `held` is released
             }
         };
+        engine::count_taken_at_once(core, group.len(), sent.elapsed());
         // Guards first: any failure below releases what was just taken.
         for (&i, token) in group.iter().zip(tokens) {
             let lock = &self.locks[i];
