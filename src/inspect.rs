@@ -213,7 +213,8 @@ impl Client {
     /// Listens on the channel of object `name` of `kind` for at most `duration` (`None`: until
     /// `each` says stop), calling `each` with every message: when it came and what it says
     /// (`grant <token> <lease ms> <owner>...` for a hand-over, `unlock`, `force`, `open`).
-    /// `each` returns `false` to stop. On a Cluster it subscribes on the shard that owns the
+    /// `each` returns `false` to stop; it is asked at each message. A connection that fails
+    /// ends the watch with [`Error::Redis`]. On a Cluster it subscribes on the shard that owns the
     /// object, with `SSUBSCRIBE` where the cluster publishes that way.
     pub fn watch(
         &self,
@@ -239,13 +240,12 @@ impl Client {
             if left == Some(Duration::ZERO) {
                 return Ok(());
             }
-            // Wake at least every second, so that a caller's `each` can stop a quiet watch.
-            link.set_response_timeout(Some(
-                left.unwrap_or(Duration::MAX).min(Duration::from_secs(1)),
-            ));
+            // A read that times out closes the connection (a frame may be half read), so the
+            // only timeout is the end of the watch.
+            link.set_response_timeout(left);
             let frame = match link.receive() {
                 Ok(frame) => frame,
-                Err(e) if e.is_timeout() => continue,
+                Err(e) if e.is_timeout() => return Ok(()),
                 Err(e) => return Err(Error::Redis(e)),
             };
             if let Some(payload) = message_payload(&frame)

@@ -145,7 +145,10 @@ fn list_inspect_force_unlock_and_watch_on_one_server() {
     guard.unlock().unwrap();
     assert!(waiter.join().unwrap());
     let lines = join_all(vec![lines], Duration::from_secs(10), "watch").remove(0);
-    let _ = watching.wait();
+    assert!(
+        watching.wait().unwrap().success(),
+        "watch failed: {lines:?}"
+    );
     assert!(
         lines
             .iter()
@@ -246,7 +249,10 @@ fn list_inspect_and_watch_on_a_cluster() {
     drop(guards);
     assert!(waiter.join().unwrap());
     let lines = join_all(vec![lines], Duration::from_secs(10), "watch").remove(0);
-    let _ = watching.wait();
+    assert!(
+        watching.wait().unwrap().success(),
+        "watch failed: {lines:?}"
+    );
     assert!(
         lines
             .iter()
