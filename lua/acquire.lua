@@ -73,31 +73,29 @@ end
 -- that had not received its last tokens (provided the new master's clock is not behind the
 -- old one's by more than the time between). A release's hand-over only adds one to a
 -- counter this function set on the same master, since a hold exists there.
--- One SET ... GET reads and writes the counter: a key of another type refuses it without
--- writing anything, and a string that is not ours is put back as it was.
+-- One SET ... PX ... GET reads the counter, writes it and sets its life: a key of another type
+-- refuses it without writing anything, and a string that is not ours is put back (its value;
+-- an expiry it had is lost, which leaves it persistent: never deleted, at worst kept).
 local function next_token()
   local now = redis.call('time')
   local clock = now[1] * 1000000 + now[2]
-  local old = redis.pcall('set', fence, string.format('%d', clock), 'KEEPTTL', 'GET')
+  local old = redis.pcall('set', fence, string.format('%d', clock), 'PX', fence_ttl, 'GET')
   if type(old) == 'table' then
     return nil, refused(old, 'fence') -- another type, a read-only replica...: nothing written
   end
   if not old then
-    redis.call('pexpire', fence, fence_ttl)
     return clock
   end
   if not string.match(old, '^%d+$') then
-    redis.call('set', fence, old, 'KEEPTTL') -- not ours: put it back as it was
+    redis.call('set', fence, old) -- not ours: put it back
     return nil, redis.error_reply('WRONGTYPE fence')
   end
   local last = tonumber(old)
-  local token = clock
-  if last >= clock then
-    token = last + 1
-    redis.call('set', fence, string.format('%d', token), 'KEEPTTL')
+  if last < clock then
+    return clock
   end
-  redis.call('pexpire', fence, fence_ttl)
-  return token
+  redis.call('set', fence, string.format('%d', last + 1), 'KEEPTTL')
+  return last + 1
 end
 
 -- The caller got the lock, or its wait ends with an error: it no longer waits.

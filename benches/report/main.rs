@@ -154,11 +154,40 @@ fn main() {
         let g = lock.try_lock(Duration::ZERO, None).unwrap().unwrap();
         g.unlock().unwrap();
     });
+    let cycle_p50 = percentile(&mut cycle, 0.5);
     f.put(
         "cycle_over_ping",
-        ratio(percentile(&mut cycle, 0.5), ping_p50),
+        ratio(cycle_p50, ping_p50),
         "<= 2.5",
         "uncontended lock + unlock / PING",
+    );
+    f.put(
+        "cycle_over_seed_hset",
+        ratio(cycle_p50, cycles.1),
+        "<= 1.10",
+        "uncontended lock + unlock / the seed HSET scripts' cycle, same connection and run",
+    );
+    // Every command the server ran per cycle, inside scripts too (INFO commandstats).
+    let mut admin = connection(&url);
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut admin)
+        .unwrap();
+    for _ in 0..1000 {
+        let g = lock.try_lock(Duration::ZERO, None).unwrap().unwrap();
+        g.unlock().unwrap();
+    }
+    let calls = scenario::command_stats(&mut admin);
+    let server_commands: u64 = calls
+        .iter()
+        .filter(|(name, _)| !["info", "config|resetstat"].contains(&name.as_str()))
+        .map(|(_, n)| n)
+        .sum();
+    f.put(
+        "server_commands_per_cycle",
+        server_commands as f64 / 1000.0,
+        "<= 10",
+        "commands the server ran per uncontended cycle, script-internal calls included",
     );
 
     let holder = redlatch::Client::open(&url).unwrap();
