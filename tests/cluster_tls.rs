@@ -6,6 +6,7 @@
 
 mod support;
 
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,11 @@ use support::tls::{Certificates, trusting};
 use support::topology::{Cluster, ClusterNode, connect, key_slot, wait_for};
 
 const TIMEOUT: Duration = Duration::from_secs(1);
+
+/// One TLS cluster at a time: two of them starting together (twelve nodes, each picking a
+/// plain, a TLS and a bus port) once made `redis-cli --cluster create` meet a node that was
+/// not the cluster node it expected on its port.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 fn builder(c: &Cluster, certs: TlsCertificates) -> redlatch::Result<Client> {
     let urls = c.tls_seed_urls();
@@ -69,6 +75,7 @@ fn subscribers_on(port: u16, name: &str) -> (i64, i64) {
 /// release.
 #[test]
 fn tls_cluster_clients_exclude_each_other_and_a_release_on_each_master_wakes_a_waiter() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::start_tls(false);
     let (holder, waiter) = (client(&c), client(&c));
     let view = c.view();
@@ -109,6 +116,7 @@ fn tls_cluster_clients_exclude_each_other_and_a_release_on_each_master_wakes_a_w
 /// bounded time; with both, locks work.
 #[test]
 fn a_wrong_ca_or_a_missing_client_certificate_fails_a_tls_cluster_build() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::start_tls(true);
     let certs = &c.tls().unwrap().certs;
     for (what, tls) in [
