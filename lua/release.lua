@@ -4,13 +4,15 @@
 -- KEYS[1]  the lock hash     <prefix>:{<name>}
 -- KEYS[2]  the fence         <prefix>:{<name>}:fence
 -- KEYS[3]  the channel       <prefix>:{<name>}:unlocked
--- KEYS[4]  the release latch <prefix>:{<name>}:released:<owner>:<token>
+-- KEYS[4]  the release latch <prefix>:{<name>}:released:<owner>:<token>   (used only when
+--                          ARGV[4] > 0, below)
 -- KEYS[5]  the wait queue    <prefix>:{<name>}:queue
 -- KEYS[6]  waiters' terms    <prefix>:{<name>}:waiters
+-- KEYS[7]  the forced mark   <prefix>:{<name>}:forced    (force_unlock.lua: the token it freed)
 -- ARGV[1]  owner id
 -- ARGV[2]  holds             how many holds the caller has before this release (>= 1)
 -- ARGV[3]  token             the fencing token of the hold being released
--- ARGV[4]  latch ttl         milliseconds the latch outlives a final release
+-- ARGV[4]  latch ttl         ms a latch records a final release; 0 = write none (below)
 -- ARGV[5]  publish command   PUBLISH (or SPUBLISH on a sharded cluster)
 -- ARGV[6]  how the hold was taken, which says whether the owner's "granted <token>" terms
 --          are still in the waiters' hash:
@@ -27,6 +29,9 @@
 --   1  released: the lock went to the next waiter ("grant <token> <lease ms> <owner>"
 --      published on the channel), or was deleted ("unlock" published if anyone was queued)
 --   2  still held: the caller's hold count is now holds - 1
+--   3  gone, and nothing says it went otherwise than by an earlier run of this release:
+--      the lock has no field of the owner's, no force-unlock freed this token, and the
+--      fence shows this token or a later one (see "Idempotent" below); nothing was changed
 --   0  not ours: nothing was changed
 -- Errors: Redis's own when it refuses the first write (an intermediate release at maxmemory,
 -- READONLY on a replica); nothing was changed then.
@@ -41,26 +46,36 @@
 -- hand-over (acquire.lua, withdraw.lua). A waiter whose message is lost still finds the lock
 -- is its own at its next attempt.
 --
--- Idempotent, so a retry after a lost reply tells the owner the truth: an intermediate
--- release *sets* the count to holds - 1; the final release leaves a short-lived latch named
--- after the hold's owner and fencing token, and a retry that finds the latch answers 1
--- instead of "not ours" (Redisson issues #4871 and #6651). The script is atomic, so that the
--- latch is written after the lock is deleted changes nothing a retry can see.
+-- Idempotent, so a retry after a lost reply tells the owner the truth (Redisson issues #4871
+-- and #6651). An intermediate release *sets* the count to holds - 1. A retry of the final
+-- release finds the hold gone and answers 3 rather than 0 when what it sees is what that
+-- release leaves: the fence at the hold's token (nobody took the lock since) or later (the
+-- release handed it over, or others took it since), and no force-unlock of this token. The
+-- caller decides (engine::release): 3 counts as released if an earlier attempt of the same
+-- call may have reached Redis and the hold's lease had not run out when the call began, since
+-- then the hold cannot have expired; a lock key deleted by hand in that window would be
+-- taken for the release. So the uncontended release writes nothing but its HDEL. Where the
+-- connection retries out of the caller's sight (a Cluster's), the caller cannot know of an
+-- earlier attempt, and asks for a latch instead (ARGV[4] > 0): the final release records
+-- itself in a short-lived key named after the hold's owner and token, and a retry that finds
+-- it answers 1. The script is atomic, so that the latch is written after the lock is
+-- deleted changes nothing a retry can see.
 --
 -- Frees first, at maxmemory too: a release is what gives memory back, so it must not be the
 -- call a full server refuses. Redis checks memory for a script only at its first write that
 -- may need memory (SET, HSET, INCR...), and only if nothing was written before it; a DEL,
--- ZREM or HDEL needs none. Seen on redis-server 7.0.15 with maxmemory below the memory used
+-- HDEL or ZREM needs none. Seen on redis-server 7.0.15 with maxmemory below the memory used
 -- and noeviction: a script whose first write is SET fails with OOM and changes nothing; one
 -- that DELs first (even a key that does not exist) runs to the end, its SETs and HSETs
--- included. So the final release deletes the lock before it writes the latch or hands the
--- lock over. Should the latch write be refused anyway (not for memory, after the DEL), the
--- release goes on, wakes or hands over as usual and answers 1: the lock is free, and only a
--- retry of this same call after a lost reply would then answer 0 ("not ours").
+-- included. So the final release deletes the owner's field (and with it the lock) before it
+-- writes anything else. Should the latch write be refused anyway (not for memory, after the
+-- HDEL), the release goes on, wakes or hands over as usual and answers 1.
 -- The intermediate release (holds > 1) frees nothing and is refused at maxmemory like any
 -- write; the count left in Redis is then one too high, which the final release ignores.
+-- Each redis.call costs about as much as the script's dispatch: the free path makes three.
 
-local lock, fence, channel, latch, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local lock, fence, channel, latch, queue, waiters, forced =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local owner, holds, token = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local latch_ttl, publish, unused_only, granted = ARGV[4], ARGV[5], ARGV[6] == '1', ARGV[6] ~= '0'
 
@@ -68,17 +83,42 @@ if unused_only and redis.pcall('hget', waiters, owner) ~= 'granted ' .. token th
   return 0
 end
 
--- A key of another type is not ours: HEXISTS fails on it, and nothing is touched.
-if redis.pcall('hexists', lock, owner) ~= 1 or redis.pcall('get', fence) ~= token then
-  if holds <= 1 and redis.call('exists', latch) == 1 then
+-- The reply when the hold is not in Redis. A key of another type is not ours either.
+local function gone(fenced)
+  if holds > 1 then
+    return 0
+  end
+  if latch_ttl ~= '0' and redis.call('exists', latch) == 1 then
     return 1
+  end
+  if redis.pcall('get', forced) == token then
+    return 0
+  end
+  local now_fenced = tonumber(fenced)
+  if now_fenced and now_fenced >= tonumber(token) then
+    return 3
   end
   return 0
 end
 
+local fenced = redis.pcall('get', fence)
+if fenced ~= token then
+  return gone(fenced)
+end
+
 if holds > 1 then
+  if redis.pcall('hexists', lock, owner) ~= 1 then
+    return 0
+  end
   redis.call('hset', lock, owner, holds - 1)
   return 2
+end
+
+-- The HDEL is the script's first write, and the check that the field is there: from here on
+-- a server at maxmemory refuses nothing. The lock has no other field (a lock has one owner),
+-- so it goes with it.
+if redis.pcall('hdel', lock, owner) ~= 1 then
+  return gone(fenced)
 end
 
 -- The oldest queued owner, if any.
@@ -90,16 +130,7 @@ local function queue_head()
   return nil
 end
 
--- Read the queue and the clock before writing anything.
 local head = queue_head()
-local now
-if head then
-  local t = redis.call('time')
-  now = t[1] * 1000 + math.floor(t[2] / 1000)
-end
-
--- The DEL is the script's first write: from here on a server at maxmemory refuses nothing.
-redis.call('del', lock)
 -- The owner's terms go: a hand-over's "granted" ones, and, when others queue, a place of its
 -- own left from an earlier wait that failed without withdrawing (its uncontended attempt did
 -- not leave the queue). Behind an older waiter, such a place would outlive this release, and
@@ -107,8 +138,10 @@ redis.call('del', lock)
 if granted or head then
   redis.pcall('hdel', waiters, owner)
 end
--- A pcall: the lock is already free, and a refused latch must not stop the wake-up below.
-redis.pcall('set', latch, '1', 'px', latch_ttl)
+if latch_ttl ~= '0' then
+  -- A pcall: the lock is already free, and a refused latch must not stop the wake-up below.
+  redis.pcall('set', latch, '1', 'px', latch_ttl)
+end
 if not head then
   -- Nobody waits: a waiter queues in the attempt that finds the lock busy, before it sleeps.
   return 1
@@ -117,6 +150,8 @@ end
 -- The oldest waiter whose terms have not run out gets the lock. Stale entries (a waiter that
 -- gave up without withdrawing, or died, or the releasing owner's own leftover place) are
 -- dropped on the way; a bounded number per release.
+local t = redis.call('time')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 for _ = 1, 64 do
   if not head then
     break

@@ -9,11 +9,11 @@
 //! - `p:{name}:queue`      the waiters, oldest first (zset: owner id -> arrival, µs)
 //! - `p:{name}:waiters`    their terms (hash: owner id -> `"<expiry ms> <lease ms>"` while it
 //!   waits, `"granted <token>"` once the lock was handed to it)
-//! - `p:{name}:released:<owner>:<token>`  a latch that makes a retried release idempotent;
-//!   lives a few seconds
+//! - `p:{name}:released:<owner>:<token>`  a latch that makes a retried release idempotent
+//!   where the connection retries out of sight (a Cluster's); lives a few seconds
 //! - `p:{name}:forced:<request id>`  the same for a force-unlock
-//! - `p:{name}:forced`     a force-unlock's mark for the old holder: why its hold is gone;
-//!   lives as long as the latch
+//! - `p:{name}:forced`     a force-unlock's mark for the old holder: the token it freed, why
+//!   that hold is gone; lives as long as the freed lease or the latch
 //!
 //! A read-write lock (`p:{name}:rwlock`) and a semaphore (`p:{name}:semaphore`) keep their
 //! holders in that main key (hash: owner id -> `"<count> <token>"`; a read-write lock also

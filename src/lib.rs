@@ -100,4 +100,10 @@ pub mod bench_support {
         (waiter.wait(Duration::from_secs(5)) == crate::subscriber::Wake::Permit)
             .then(|| start.elapsed())
     }
+
+    /// The last hand-over that woke the calling thread, taken: when this client's subscriber
+    /// thread had the message, and when the thread ran again.
+    pub fn last_hand_over() -> Option<(Instant, Instant)> {
+        crate::subscriber::last_hand_over()
+    }
 }

@@ -125,7 +125,7 @@ fn round(core: &Core, lease: Duration, period: Duration, stop: &Receiver<()>) ->
                 bump(&counters.renewals_failed, 1);
                 // Not registered any more means its owner released it meanwhile.
                 if core.holds.contains(hold) && !hold.is_lost() {
-                    let cause = engine::why_gone(core, &hold.keys, LossCause::Taken);
+                    let cause = engine::why_gone(core, &hold.keys, hold.token, LossCause::Taken);
                     if hold.mark_lost(cause) {
                         log::warn!(
                             "lock {:?} is no longer held by us ({cause:?}); marked lost",

@@ -351,6 +351,70 @@ fn a_release_whose_reply_was_lost_is_retried_without_harm() {
 }
 
 #[test]
+fn a_release_that_handed_over_and_lost_its_reply_is_still_a_release() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let proxy = Proxy::start(server.port);
+    let client = Client::open(&proxy.url()).unwrap();
+    warm_up(&client);
+    let name = unique("lost-handover");
+    let guard = client
+        .lock(&name)
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(30)))
+        .unwrap()
+        .unwrap();
+    let other = Client::open(&server.url()).unwrap();
+    let waiter = spawn_waiter(other.lock(&name), Duration::from_secs(10));
+    await_waiting(&mut admin, &name);
+    // The first run hands the lock over (the fence moves on); its retry must see that as
+    // this release's doing, not as a loss.
+    proxy.lose_reply_to(b"EVALSHA");
+    guard
+        .unlock()
+        .expect("a retried release that handed over must not report the lock lost");
+    assert_eq!(proxy.cuts(), 1);
+    assert!(waiter.join().unwrap());
+}
+
+#[test]
+fn a_hold_gone_under_its_holder_is_reported_lost_by_the_release_retried_or_not() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let proxy = Proxy::start(server.port);
+    let client = Client::open(&proxy.url()).unwrap();
+    warm_up(&client);
+    let lease = Some(Duration::from_secs(30));
+
+    // Deleted by hand within its lease: the release's first (and only) attempt finds what a
+    // release would have left, and must not take it for its own doing.
+    let name = unique("deleted-by-hand");
+    let guard = client
+        .lock(&name)
+        .try_lock(Duration::ZERO, lease)
+        .unwrap()
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("redlatch:{{{name}}}"))
+        .query(&mut admin)
+        .unwrap();
+    assert!(guard.unlock().unwrap_err().is_lock_lost());
+
+    // Force-unlocked by another client, and the reply to the release lost: the retry finds
+    // the force-unlock's mark of this very token.
+    let name = unique("forced-then-retried");
+    let guard = client
+        .lock(&name)
+        .try_lock(Duration::ZERO, lease)
+        .unwrap()
+        .unwrap();
+    let other = Client::open(&server.url()).unwrap();
+    assert!(other.lock(&name).force_unlock().unwrap());
+    proxy.lose_reply_to(b"EVALSHA");
+    assert!(guard.unlock().unwrap_err().is_lock_lost());
+    assert_eq!(proxy.cuts(), 1);
+}
+
+#[test]
 fn an_acquisition_whose_reply_was_lost_leaves_no_orphan_hold() {
     let server = RedisServer::start();
     let mut admin = server.admin();

@@ -24,6 +24,28 @@ pub trait Handle {
     /// Waits at most `wait`; `true` if acquired.
     fn lock(&mut self, wait: Duration) -> bool;
     fn unlock(&mut self);
+    /// After a `lock` that a hand-over answered: when the subscriber thread had the message,
+    /// and when the waiting thread ran again (redlatch's locks only).
+    fn last_hand_over(&mut self) -> Option<(Instant, Instant)> {
+        None
+    }
+}
+
+/// The seed articles' reentrant HSET lock and unlock scripts (KEYS: lock, channel; ARGV:
+/// owner, lease ms): lock answers nil when acquired, else the PTTL.
+pub fn seed_scripts() -> (redis::Script, redis::Script) {
+    let lock = redis::Script::new(
+        "if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[1]) == 1 then \
+           redis.call('hincrby', KEYS[1], ARGV[1], 1) redis.call('pexpire', KEYS[1], ARGV[2]) return nil end \
+         return redis.call('pttl', KEYS[1])",
+    );
+    let unlock = redis::Script::new(
+        "if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return nil end \
+         local n = redis.call('hincrby', KEYS[1], ARGV[1], -1) \
+         if n > 0 then redis.call('pexpire', KEYS[1], ARGV[2]) return 0 end \
+         redis.call('del', KEYS[1]) redis.call('publish', KEYS[2], 'unlock') return 1",
+    );
+    (lock, unlock)
 }
 
 /// A connection like redlatch's own: TCP_NODELAY on, so PING and the baselines get the same
@@ -84,6 +106,9 @@ impl Handle for RedlatchHandle {
     }
     fn unlock(&mut self) {
         self.guard.take().unwrap().unlock().unwrap();
+    }
+    fn last_hand_over(&mut self) -> Option<(Instant, Instant)> {
+        redlatch::bench_support::last_hand_over()
     }
 }
 

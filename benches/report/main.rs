@@ -103,21 +103,21 @@ fn main() {
     let url = server.url();
     let mut f = Figures::default();
 
-    eprintln!("ping and uncontended cycle");
-    let mut ping_con = connection(&url);
-    let mut ping = time_each(3000, || {
-        let _: String = redis::cmd("PING").query(&mut ping_con).unwrap();
-    });
-    let ping_p50 = percentile(&mut ping, 0.5);
+    eprintln!("ping and uncontended cycles, interleaved");
+    let client = redlatch::Client::open(&url).unwrap();
+    let lock = client.lock("cycle");
+    let cycles = uncontended_cycles(&url, &lock);
+    let ping_p50 = cycles.ping;
     f.put(
         "ping_us_p50",
         ping_p50.as_secs_f64() * 1e6,
         "(reference)",
-        "PING round trip, µs",
+        "PING round trip, µs, interleaved with the cycles below on their connection",
     );
 
     // The same PING after sleeping as long as a holder holds (1 ms): on a virtual machine an
     // idle CPU takes a while to wake, and every hand-off crosses several sleeping threads.
+    let mut ping_con = connection(&url);
     let mut idle_ping: Vec<Duration> = (0..1000)
         .map(|_| {
             thread::sleep(Duration::from_millis(1));
@@ -133,39 +133,29 @@ fn main() {
         "(reference)",
         "PING round trip after 1 ms asleep, µs",
     );
-
-    let cycles = baseline_cycles(&url);
     f.put(
         "set_nx_cycle_over_ping",
-        ratio(cycles.0, ping_p50),
+        ratio(cycles.set_nx, ping_p50),
         "",
         "SET NX PX + compare-and-delete EVALSHA / PING",
     );
     f.put(
         "seed_hset_cycle_over_ping",
-        ratio(cycles.1, ping_p50),
+        ratio(cycles.seed_hset, ping_p50),
         "",
         "seed articles' HSET lock + unlock scripts / PING",
     );
-
-    let client = redlatch::Client::open(&url).unwrap();
-    let lock = client.lock("cycle");
-    let mut cycle = time_each(3000, || {
-        let g = lock.try_lock(Duration::ZERO, None).unwrap().unwrap();
-        g.unlock().unwrap();
-    });
-    let cycle_p50 = percentile(&mut cycle, 0.5);
     f.put(
         "cycle_over_ping",
-        ratio(cycle_p50, ping_p50),
+        ratio(cycles.redlatch, ping_p50),
         "<= 2.5",
         "uncontended lock + unlock / PING",
     );
     f.put(
         "cycle_over_seed_hset",
-        ratio(cycle_p50, cycles.1),
+        ratio(cycles.redlatch, cycles.seed_hset),
         "<= 1.10",
-        "uncontended lock + unlock / the seed HSET scripts' cycle, same connection and run",
+        "uncontended lock + unlock / the seed HSET scripts' cycle, interleaved in one run",
     );
     // Every command the server ran per cycle, inside scripts too (INFO commandstats).
     let mut admin = connection(&url);
@@ -178,16 +168,11 @@ fn main() {
         g.unlock().unwrap();
     }
     let calls = scenario::command_stats(&mut admin);
-    let server_commands: u64 = calls
-        .iter()
-        .filter(|(name, _)| !["info", "config|resetstat"].contains(&name.as_str()))
-        .map(|(_, n)| n)
-        .sum();
     f.put(
         "server_commands_per_cycle",
-        server_commands as f64 / 1000.0,
+        scenario::server_commands(&calls) as f64 / 1000.0,
         "<= 10",
-        "commands the server ran per uncontended cycle, script-internal calls included",
+        "commands the server ran per uncontended cycle, script-internal calls included (seed scripts: 8)",
     );
 
     let holder = redlatch::Client::open(&url).unwrap();
@@ -224,6 +209,7 @@ fn main() {
         clients: 4,
         threads_per_client: 4,
         hold: Duration::from_millis(1),
+        pause: Duration::ZERO,
         duration: secs,
     };
     let mut curves: Vec<(&str, Vec<Duration>)> = Vec::new();
@@ -237,6 +223,12 @@ fn main() {
     let lock_acq_per_s = o.acquisitions as f64 / o.duration.as_secs_f64();
     let lock_handoff_p50 = percentile(&mut o.handoffs, 0.5);
     let lock_commands = o.commands as f64 / o.acquisitions.max(1) as f64;
+    f.put(
+        "server_commands_per_contended_acquisition",
+        o.server_commands as f64 / o.acquisitions.max(1) as f64,
+        "<= 18",
+        "commands the server ran per acquisition, 16 threads, script-internal calls included",
+    );
 
     eprintln!("redlatch: 16 readers in 4 clients on one read-write lock");
     let readers = RedlatchReaders::new(&url, 4);
@@ -334,6 +326,15 @@ fn main() {
         .iter()
         .find(|r| r.0 == "polling_handoff_p50_over_ping")
         .map(|r| r.1);
+    f.put(
+        "t16_throughput_over_polling",
+        lock_acq_per_s / (o.acquisitions as f64 / o.duration.as_secs_f64()),
+        ">= 0.97",
+        "16 threads' acquisitions/s over the polling lock's (which barges), hold 1 ms",
+    );
+    drop(polling);
+
+    handoff_to_waiter_figures(&mut f, &url, secs);
 
     if knob("REPORT_SKIP_REDLOCK", 0) == 0 {
         for (label, prefix, delay) in [
@@ -366,7 +367,14 @@ fn main() {
 
     eprintln!("16 threads over 1000 locks, no hold");
     let acq_per_s = scenario::many_keys(&url, 4, 4, 1000, secs);
+    let seed_per_s = scenario::many_keys_seed(&url, 16, 1000, secs);
     let raw_per_s = scenario::raw_evalsha(&url, 16, secs);
+    f.put(
+        "many_keys_over_seed_hset",
+        acq_per_s / seed_per_s,
+        ">= 0.85",
+        "acquisitions/s over the seed HSET scripts', 16 threads, 1,000 locks, hold 0",
+    );
     f.put(
         "many_keys_acq_per_s_over_raw",
         acq_per_s / raw_per_s,
@@ -570,50 +578,163 @@ fn latch_figures(f: &mut Figures, url: &str, ping: Duration) {
     );
 }
 
-/// Median uncontended cycles of the simplest locks, for scale: SET NX PX with a
-/// compare-and-delete script, and the seed articles' HSET lock and unlock scripts.
-fn baseline_cycles(url: &str) -> (Duration, Duration) {
+/// Median round trips and uncontended cycles, measured in turns so that each sees the same
+/// machine: a PING, SET NX PX with a compare-and-delete script, and the seed articles' HSET
+/// lock and unlock scripts, all on one connection; and redlatch's own cycle on `lock`.
+struct Cycles {
+    ping: Duration,
+    set_nx: Duration,
+    seed_hset: Duration,
+    redlatch: Duration,
+}
+
+fn uncontended_cycles(url: &str, lock: &redlatch::Lock) -> Cycles {
     let mut con = connection(url);
     let del = redis::Script::new(contenders::COMPARE_AND_DELETE);
-    let mut set_nx = time_each(3000, || {
-        let ok: Option<String> = redis::cmd("SET")
-            .arg("cyc-nx")
-            .arg("token")
-            .arg("NX")
-            .arg("PX")
-            .arg(30_000)
-            .query(&mut con)
-            .unwrap();
-        assert!(ok.is_some());
-        let _: i64 = del.key("cyc-nx").arg("token").invoke(&mut con).unwrap();
-    });
-    let lock = redis::Script::new(
-        "if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[1]) == 1 then \
-           redis.call('hincrby', KEYS[1], ARGV[1], 1) redis.call('pexpire', KEYS[1], ARGV[2]) return nil end \
-         return redis.call('pttl', KEYS[1])",
+    let (seed_lock, seed_unlock) = contenders::seed_scripts();
+    let mut samples: [Vec<Duration>; 4] = Default::default();
+    for round in 0..3300 {
+        let timed = [
+            time_one(|| {
+                let _: String = redis::cmd("PING").query(&mut con).unwrap();
+            }),
+            time_one(|| {
+                let ok: Option<String> = redis::cmd("SET")
+                    .arg("cyc-nx")
+                    .arg("token")
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000)
+                    .query(&mut con)
+                    .unwrap();
+                assert!(ok.is_some());
+                let _: i64 = del.key("cyc-nx").arg("token").invoke(&mut con).unwrap();
+            }),
+            time_one(|| {
+                let _: Option<i64> = seed_lock
+                    .key("cyc-h")
+                    .arg("owner:1")
+                    .arg(30_000)
+                    .invoke(&mut con)
+                    .unwrap();
+                let _: Option<i64> = seed_unlock
+                    .key("cyc-h")
+                    .key("cyc-h:ch")
+                    .arg("owner:1")
+                    .arg(30_000)
+                    .invoke(&mut con)
+                    .unwrap();
+            }),
+            time_one(|| {
+                let g = lock.try_lock(Duration::ZERO, None).unwrap().unwrap();
+                g.unlock().unwrap();
+            }),
+        ];
+        if round >= 300 {
+            // The first rounds warm the scripts' cache and the connections.
+            for (all, one) in samples.iter_mut().zip(timed) {
+                all.push(one);
+            }
+        }
+    }
+    let [mut ping, mut set_nx, mut seed_hset, mut redlatch] = samples;
+    Cycles {
+        ping: percentile(&mut ping, 0.5),
+        set_nx: percentile(&mut set_nx, 0.5),
+        seed_hset: percentile(&mut seed_hset, 0.5),
+        redlatch: percentile(&mut redlatch, 0.5),
+    }
+}
+
+fn time_one(f: impl FnOnce()) -> Duration {
+    let t = Instant::now();
+    f();
+    t.elapsed()
+}
+
+/// Four threads, each in its own client, on one lock; each holds 1 ms and waits 1 ms after
+/// its release before asking again, so every hand-off goes to a thread that waited. For
+/// redlatch and the polling lock; and redlatch's hand-off in stages.
+fn handoff_to_waiter_figures(f: &mut Figures, url: &str, secs: Duration) {
+    let scenario = Contended {
+        clients: 4,
+        threads_per_client: 1,
+        hold: Duration::from_millis(1),
+        pause: Duration::from_millis(1),
+        duration: secs,
+    };
+    eprintln!("hand-off to a waiter: redlatch, 4 threads, releaser pauses 1 ms");
+    let ours = Redlatch::new(url, 4);
+    let mut o = scenario::contended(&ours, &scenario, url);
+    drop(ours);
+    eprintln!("hand-off to a waiter: polling lock");
+    let polling = Polling::new(url);
+    let mut p = scenario::contended(&polling, &scenario, url);
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let (ours_p50, polling_p50) = (
+        percentile(&mut o.handoffs, 0.5),
+        percentile(&mut p.handoffs, 0.5),
     );
-    let unlock = redis::Script::new(
-        "if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return nil end \
-         local n = redis.call('hincrby', KEYS[1], ARGV[1], -1) \
-         if n > 0 then redis.call('pexpire', KEYS[1], ARGV[2]) return 0 end \
-         redis.call('del', KEYS[1]) redis.call('publish', KEYS[2], 'unlock') return 1",
+    f.put(
+        "handoff_us_p50",
+        us(ours_p50),
+        "",
+        "4 threads, releaser pauses 1 ms: hand-off, µs",
     );
-    let mut hset = time_each(3000, || {
-        let _: Option<i64> = lock
-            .key("cyc-h")
-            .arg("owner:1")
-            .arg(30_000)
-            .invoke(&mut con)
-            .unwrap();
-        let _: Option<i64> = unlock
-            .key("cyc-h")
-            .key("cyc-h:ch")
-            .arg("owner:1")
-            .arg(30_000)
-            .invoke(&mut con)
-            .unwrap();
-    });
-    (percentile(&mut set_nx, 0.5), percentile(&mut hset, 0.5))
+    f.put(
+        "polling_handoff_us_p50",
+        us(polling_p50),
+        "",
+        "the same for the polling lock, µs",
+    );
+    f.put(
+        "handoff_p50_over_polling",
+        ratio(ours_p50, polling_p50),
+        "<= 1.0",
+        "hand-off to a waiter over the polling lock's (4 threads, releaser pauses 1 ms)",
+    );
+    f.put(
+        "handoff_p99_over_polling",
+        ratio(
+            percentile(&mut o.handoffs, 0.99),
+            percentile(&mut p.handoffs, 0.99),
+        ),
+        "<= 0.5",
+        "the same at p99",
+    );
+    f.put(
+        "handoff_stage_release_reply_us_p50",
+        us(percentile(&mut o.releases, 0.5)),
+        "",
+        "stage: the release call, sent to its reply (the script hands over and publishes)",
+    );
+    let stage =
+        |i: usize| -> Vec<Duration> { o.stages.iter().map(|s| [s.0, s.1, s.2][i]).collect() };
+    let (mut read, mut wake, mut back) = (stage(0), stage(1), stage(2));
+    f.put(
+        "handoff_stage_to_subscriber_us_p50",
+        us(percentile(&mut read, 0.5)),
+        "",
+        "stage: release sent -> the waiter's subscriber thread has the grant",
+    );
+    f.put(
+        "handoff_stage_wake_us_p50",
+        us(percentile(&mut wake, 0.5)),
+        "",
+        "stage: subscriber thread has it -> the waiting thread runs",
+    );
+    f.put(
+        "handoff_stage_return_us_p50",
+        us(percentile(&mut back, 0.5)),
+        "",
+        "stage: the waiting thread runs -> its lock call returns",
+    );
+    f.put(
+        "handoff_stages_measured_share",
+        o.stages.len() as f64 / o.handoffs.len().max(1) as f64,
+        "",
+        "hand-offs the stages cover (those answered by a hand-over message)",
+    );
 }
 
 /// One client holding many watchdog locks: round trips per renewal period, and the renewal

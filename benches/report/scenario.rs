@@ -16,6 +16,9 @@ pub struct Contended {
     pub clients: usize,
     pub threads_per_client: usize,
     pub hold: Duration,
+    /// How long a releaser waits before asking again: with a pause, every hand-off goes to a
+    /// thread that was waiting, whatever the lock's policy.
+    pub pause: Duration,
     pub duration: Duration,
 }
 
@@ -32,6 +35,14 @@ pub struct Outcome {
     pub self_handoffs: u64,
     /// Commands clients sent to Redis (script-internal calls not counted).
     pub commands: u64,
+    /// Commands the server ran, script-internal calls and PUBLISH included.
+    pub server_commands: u64,
+    /// Each hand-off in stages, where the lock says when its subscriber thread had the
+    /// message and when the waiter ran again: (release sent -> subscriber has the message,
+    /// -> waiter runs, -> lock call returns).
+    pub stages: Vec<(Duration, Duration, Duration)>,
+    /// Each release call, from sending it to its reply.
+    pub releases: Vec<Duration>,
     pub duration: Duration,
 }
 
@@ -63,15 +74,31 @@ pub fn contended(contender: &dyn Contender, s: &Contended, url: &str) -> Outcome
                             continue;
                         }
                         let got = Instant::now();
+                        let probe = handle.last_hand_over();
                         mine.acquisitions += 1;
                         mine.waits.push(got - asked);
                         if let Some((released, who)) = last_release.lock().take() {
                             mine.handoffs.push(got - released);
                             mine.self_handoffs += u64::from(who == me);
+                            if let Some((received, woke)) = probe
+                                && released <= received
+                                && woke <= got
+                            {
+                                mine.stages.push((
+                                    received - released,
+                                    woke - received,
+                                    got - woke,
+                                ));
+                            }
                         }
                         thread::sleep(s.hold);
-                        *last_release.lock() = Some((Instant::now(), me));
+                        let releasing = Instant::now();
+                        *last_release.lock() = Some((releasing, me));
                         handle.unlock();
+                        mine.releases.push(releasing.elapsed());
+                        if !s.pause.is_zero() {
+                            thread::sleep(s.pause);
+                        }
                     }
                     let mut all = results.lock();
                     all.acquisitions += mine.acquisitions;
@@ -79,25 +106,38 @@ pub fn contended(contender: &dyn Contender, s: &Contended, url: &str) -> Outcome
                     all.handoffs.extend(mine.handoffs);
                     all.waits.extend(mine.waits);
                     all.self_handoffs += mine.self_handoffs;
+                    all.stages.extend(mine.stages);
+                    all.releases.extend(mine.releases);
                 });
             }
         }
     });
     let mut outcome = results.into_inner();
     outcome.duration = s.duration;
-    outcome.commands = client_commands(&mut admin, contender, outcome.acquisitions);
+    let calls = command_stats(&mut admin);
+    outcome.server_commands = server_commands(&calls);
+    outcome.commands = client_commands(&calls, contender, outcome.acquisitions);
     outcome
+}
+
+/// Commands the server ran since the last CONFIG RESETSTAT, script-internal ones included,
+/// the admin connection's own INFO and CONFIG left out.
+pub fn server_commands(calls: &HashMap<String, u64>) -> u64 {
+    calls
+        .iter()
+        .filter(|(name, _)| !["info", "config|resetstat"].contains(&name.as_str()))
+        .map(|(_, n)| n)
+        .sum()
 }
 
 /// Commands clients sent since the last CONFIG RESETSTAT: INFO commandstats counts commands
 /// run inside scripts too, so the contender's script-internal commands are taken out (and
 /// the admin connection's own INFO and CONFIG).
 pub fn client_commands(
-    admin: &mut redis::Connection,
+    calls: &HashMap<String, u64>,
     contender: &dyn Contender,
     releases: u64,
 ) -> u64 {
-    let calls = command_stats(admin);
     let total: u64 = calls.values().sum();
     let inner: u64 = contender
         .inner_commands()
@@ -160,6 +200,47 @@ pub fn many_keys(
                     *total.lock() += n;
                 });
             }
+        }
+    });
+    total.into_inner() as f64 / duration.as_secs_f64()
+}
+
+/// The same as [`many_keys`] with the seed articles' HSET lock and unlock scripts, each
+/// thread on its own connection: acquisitions per second.
+pub fn many_keys_seed(url: &str, threads: usize, locks: usize, duration: Duration) -> f64 {
+    let end = Instant::now() + duration;
+    let total = Mutex::new(0u64);
+    let (lock, unlock) = crate::contenders::seed_scripts();
+    thread::scope(|scope| {
+        for t in 0..threads {
+            let (total, lock, unlock) = (&total, &lock, &unlock);
+            scope.spawn(move || {
+                let mut con = connection(url);
+                let owner = format!("seed-owner:{t}");
+                let mut rng =
+                    crate::support::checker::XorShift((t + 1) as u64 * 0x9E37_79B9_7F4A_7C15);
+                let mut n = 0u64;
+                while Instant::now() < end {
+                    let key = format!("seed-many-{}", rng.next() as usize % locks);
+                    let busy: Option<i64> = lock
+                        .key(&key)
+                        .arg(&owner)
+                        .arg(30_000)
+                        .invoke(&mut con)
+                        .unwrap();
+                    if busy.is_none() {
+                        let _: Option<i64> = unlock
+                            .key(&key)
+                            .key(format!("{key}:ch"))
+                            .arg(&owner)
+                            .arg(30_000)
+                            .invoke(&mut con)
+                            .unwrap();
+                        n += 1;
+                    }
+                }
+                *total.lock() += n;
+            });
         }
     });
     total.into_inner() as f64 / duration.as_secs_f64()

@@ -244,7 +244,7 @@ pub(super) fn attempt(
         Acquire::Busy { ttl, fence } => Ok(Err(Busy { ttl, fence, sent })),
         Acquire::Lost => {
             if let Some(hold) = existing {
-                let cause = why_gone(core, keys, LossCause::FoundGone);
+                let cause = why_gone(core, keys, hold.token, LossCause::FoundGone);
                 if hold.mark_lost(cause) {
                     log::warn!("lock {:?} was lost under its holder", keys.name);
                 }
@@ -309,14 +309,21 @@ pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>) -> Result<
     let was_lost = hold.is_lost();
     let keys = kind.keys();
     let freeing = super::freeing(core);
+    let mut attempts = 0;
     let reply = core.backend.run(|con| {
+        attempts += 1;
         let (owner, token, taken_by) = (&hold.owner, hold.token, hold.taken_by);
         kind.release(con, owner, holds, token, freeing, taken_by)
     });
     match reply {
-        Ok(Release::NotOurs) => {
+        // The hold is gone the way an earlier attempt of this call leaves it, and there was
+        // one, whose reply was lost: that attempt released it. It cannot have expired
+        // instead, as its lease had not run out when this call began (release.lua says
+        // what else the script rules out, and what it cannot).
+        Ok(Release::Gone) if attempts > 1 && !was_lost => Ok(()),
+        Ok(Release::NotOurs | Release::Gone) => {
             if !was_lost {
-                hold.mark_lost(why_gone(core, keys, LossCause::FoundGone));
+                hold.mark_lost(why_gone(core, keys, hold.token, LossCause::FoundGone));
             }
             Err(lost(keys))
         }
@@ -371,7 +378,7 @@ pub(crate) fn extend_all(core: &Core, holds: &[&Hold], lease: Duration) -> Resul
         if *ours {
             hold.extend(sent, lease, None);
         } else {
-            hold.mark_lost(why_gone(core, &hold.keys, LossCause::Taken));
+            hold.mark_lost(why_gone(core, &hold.keys, hold.token, LossCause::Taken));
         }
     }
     Ok(ours)
@@ -380,13 +387,18 @@ pub(crate) fn extend_all(core: &Core, holds: &[&Hold], lease: Duration) -> Resul
 /// Why a hold of `keys` that Redis no longer has is gone: a force-unlock, if one left its mark
 /// lately (only a lock can be force-unlocked), else `otherwise`. One command, once per loss;
 /// a failure to ask answers `otherwise`.
-pub(crate) fn why_gone(core: &Core, keys: &LockKeys, otherwise: LossCause) -> LossCause {
+pub(crate) fn why_gone(
+    core: &Core,
+    keys: &LockKeys,
+    token: u64,
+    otherwise: LossCause,
+) -> LossCause {
     if keys.family != Family::Lock {
         return otherwise;
     }
     match core
         .backend
-        .run_once_only(|con| scripts::was_forced(con, keys))
+        .run_once_only(|con| scripts::was_forced(con, keys, token))
     {
         Ok(true) => LossCause::ForceUnlocked,
         _ => otherwise,

@@ -193,10 +193,15 @@ fn run_release(
         .key(keys.release_latch(owner, token))
         .key(&keys.queue)
         .key(&keys.waiters)
+        .key(keys.forced_mark())
         .arg(owner)
         .arg(holds)
         .arg(token)
-        .arg(millis(freeing.latch_ttl))
+        .arg(if freeing.retries_unseen {
+            millis(freeing.latch_ttl)
+        } else {
+            0
+        })
         .arg(freeing.publish)
         .arg(mode)
         .arg(millis(freeing.fence_retention))
@@ -204,6 +209,7 @@ fn run_release(
     Ok(match reply {
         1 => Release::Released,
         2 => Release::StillHeld,
+        3 => Release::Gone,
         _ => Release::NotOurs,
     })
 }
@@ -238,6 +244,7 @@ pub(crate) fn force_unlock(
         .key(&keys.channel)
         .key(keys.force_latch(request))
         .key(keys.forced_mark())
+        .key(&keys.fence)
         .arg(freeing.publish)
         .arg(millis(freeing.latch_ttl))
         .invoke(con)?;
@@ -266,6 +273,11 @@ pub(crate) fn inspect(
 
 /// Whether lock `keys` was force-unlocked lately (its mark is there): why a hold of it is
 /// gone.
-pub(crate) fn was_forced(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResult<bool> {
-    redis::cmd("EXISTS").arg(keys.forced_mark()).query(con)
+pub(crate) fn was_forced(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    token: u64,
+) -> RedisResult<bool> {
+    let freed: Option<String> = redis::cmd("GET").arg(keys.forced_mark()).query(con)?;
+    Ok(freed.is_some_and(|freed| freed == token.to_string()))
 }

@@ -137,6 +137,10 @@ pub(crate) struct Freeing {
     /// How long a fencing counter outlives the lease of its latest token (a hand-over sets
     /// one): [`ClientBuilder::fence_retention`](crate::ClientBuilder::fence_retention).
     pub fence_retention: Duration,
+    /// Whether the connection retries a command out of the caller's sight (a Cluster's
+    /// does, after a transport failure): then a release cannot know whether an earlier
+    /// attempt of its own reached Redis, and leaves a latch for its retry to find.
+    pub retries_unseen: bool,
 }
 
 impl Freeing {
@@ -146,6 +150,7 @@ impl Freeing {
         Freeing {
             fence_retention,
             latch_ttl: backend.latch_ttl(),
+            retries_unseen: backend.is_cluster(),
             publish: if backend.sharded_pubsub() {
                 "SPUBLISH"
             } else {
@@ -289,6 +294,9 @@ pub(crate) enum Release {
     Released,
     StillHeld,
     NotOurs,
+    /// Not in Redis, and nothing says it went otherwise than by an earlier run of this same
+    /// release whose reply was lost (`release.lua`); the caller knows whether there was one.
+    Gone,
 }
 
 /// How a hold was taken, which says what its final release must clean up.

@@ -43,8 +43,8 @@ mod resp;
 mod socket;
 mod waiters;
 
-pub(crate) use waiters::Wake;
 use waiters::{Arriving, Entry};
+pub(crate) use waiters::{Wake, last_hand_over};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);

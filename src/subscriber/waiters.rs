@@ -41,6 +41,20 @@ use crate::scripts::{Grants, Message};
 #[cfg(test)]
 mod tests;
 
+thread_local! {
+    /// The last hand-over this thread was woken by: when the subscriber thread had its message,
+    /// and when this thread ran again. Two clock reads per hand-over, for the benchmark's
+    /// breakdown of a hand-off into its stages.
+    static LAST_HAND_OVER: std::cell::Cell<Option<(Instant, Instant)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// The last hand-over the calling thread was woken by, taken: when the subscriber thread had
+/// its message, and when this thread ran again.
+pub(crate) fn last_hand_over() -> Option<(Instant, Instant)> {
+    LAST_HAND_OVER.take()
+}
+
 /// A thread about to join the waiters of `keys`; `handed` is a hand-over that came early.
 pub(super) struct Arriving {
     keys: Arc<LockKeys>,
@@ -102,7 +116,7 @@ impl Shared {
             for slot in &state.queue {
                 match grants.iter().find(|(_, owner)| *owner == &*slot.owner) {
                     Some((token, owner)) if ours(owner) => {
-                        slot.hand_over(token);
+                        slot.hand_over(token, Some(received));
                         handed.push(owner);
                     }
                     // If the new holder never takes it up, nothing is published when its
@@ -221,6 +235,8 @@ struct SlotState {
     permit: bool,
     /// The lock was handed to this slot's owner, with this token.
     handed: Option<u64>,
+    /// When the subscriber thread had the hand-over's message (for [`last_hand_over`]).
+    handed_at: Option<Instant>,
     /// Wake no later than this to try again: the lock's lease changed hands and ends then.
     wake_by: Option<Instant>,
 }
@@ -252,8 +268,10 @@ impl Slot {
         }
     }
 
-    fn hand_over(&self, token: u64) {
-        self.state.lock().handed = Some(token);
+    fn hand_over(&self, token: u64, received: Option<Instant>) {
+        let mut state = self.state.lock();
+        state.handed = Some(token);
+        state.handed_at = received;
         self.wake.notify_one();
     }
 }
@@ -382,7 +400,7 @@ impl Subscriber {
                     && w.confirmations == state.confirmations
             });
             if let Some(token) = handed {
-                slot.hand_over(token);
+                slot.hand_over(token, None);
             } else if state.confirmed && watching.as_ref().is_none_or(|w| w.wakes != state.wakes) {
                 // Subscribed already, but perhaps not since before the attempt, or a wake-up
                 // came since: the attempt after joining may go at once.
@@ -439,6 +457,9 @@ impl Waiter<'_> {
             let mut state = self.slot.state.lock();
             let wake = loop {
                 if let Some(token) = state.handed.take() {
+                    if let Some(received) = state.handed_at.take() {
+                        LAST_HAND_OVER.set(Some((received, Instant::now())));
+                    }
                     break Wake::HandedOver { token };
                 }
                 if std::mem::replace(&mut state.permit, false) {
