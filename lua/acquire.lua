@@ -163,12 +163,15 @@ if mine == 0 then
     -- The queue and the terms outlive their last valid place, so an abandoned lock leaves
     -- nothing behind. Each key is only ever extended: the terms may hold a hand-over's
     -- "granted" ones, which release.lua made outlive that hand-over's lease (they tell an
-    -- unused hand-over from one taken up), while the queue may be younger or gone.
+    -- unused hand-over from one taken up), while the queue may be younger or gone. An
+    -- extension goes to twice the need, so that the waiters who queue after this one with
+    -- the same wait find it long enough, and spare the PEXPIRE; abandoned, the keys outlive
+    -- their last place by at most that much.
     if redis.call('pttl', queue) < queue_for then
-      redis.call('pexpire', queue, queue_for)
+      redis.call('pexpire', queue, 2 * queue_for)
     end
     if redis.call('pttl', waiters) < queue_for then
-      redis.call('pexpire', waiters, queue_for)
+      redis.call('pexpire', waiters, 2 * queue_for)
     end
   end
   return {0, pttl, tonumber(redis.pcall('get', fence)) or 0}

@@ -163,8 +163,10 @@ for _ = 1, 64 do
     expiry, lease = string.match(terms, '^(%d+) (%d+)$')
   end
   if head ~= owner and expiry and tonumber(expiry) > now then
-    local next_token = redis.call('incr', fence) -- the released hold's token is there
-    redis.call('pexpire', fence, tonumber(lease) + tonumber(ARGV[7]))
+    -- The fence shows the released hold's token (checked above): one SET moves it on and
+    -- sets its life.
+    local next_token = tonumber(token) + 1
+    redis.call('set', fence, string.format('%d', next_token), 'PX', tonumber(lease) + tonumber(ARGV[7]))
     redis.call('hset', lock, head, 1)
     redis.call('pexpire', lock, lease)
     redis.call('hset', waiters, head, string.format('granted %d', next_token))
