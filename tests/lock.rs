@@ -793,3 +793,49 @@ fn a_hold_longer_than_the_retention_keeps_its_fence() {
         .unlock()
         .expect("the fence went before the lease it fences");
 }
+
+#[test]
+fn a_thread_that_queues_again_soon_finds_the_channel_subscribed_and_attempts_once() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let holder = client(&server);
+    let waiting = client(&server);
+    let name = unique("linger");
+    let (to_main, from_waiter) = crossbeam_channel::unbounded();
+    let (to_waiter, from_main) = crossbeam_channel::unbounded::<()>();
+    let held = holder.lock(&name).lock().unwrap();
+    let lock = waiting.lock(&name);
+    let waiter = thread::spawn(move || {
+        let first = lock.try_lock(Duration::from_secs(10), None).unwrap();
+        assert!(first.is_some());
+        drop(first);
+        to_main.send(()).unwrap();
+        from_main.recv().unwrap();
+        lock.try_lock(Duration::from_secs(10), None)
+            .unwrap()
+            .is_some()
+    });
+    support::await_waiting(&mut admin, &name);
+    held.unlock().unwrap();
+    from_waiter
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the first wait ended");
+    let held = holder.lock(&name).lock().unwrap();
+    let before = command_calls(&mut admin, "evalsha");
+    to_waiter.send(()).unwrap();
+    assert!(eventually(Duration::from_secs(5), || queued(
+        &mut admin, &name
+    ) == 1));
+    thread::sleep(Duration::from_millis(200)); // a confirmation would have come by now
+    let attempts = command_calls(&mut admin, "evalsha") - before;
+    assert_eq!(
+        attempts, 1,
+        "the channel was still subscribed: one attempt, no second after a confirmation"
+    );
+    held.unlock().unwrap();
+    assert!(waiter.join().unwrap());
+    // With nobody waiting any more, the subscription goes after the linger.
+    assert!(eventually(Duration::from_secs(5), || {
+        support::pubsub_channels(&mut admin, &support::channel_of(&name)).is_empty()
+    }));
+}

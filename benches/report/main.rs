@@ -103,7 +103,7 @@ fn main() {
     let url = server.url();
     let mut f = Figures::default();
 
-    eprintln!("ping and uncontended cycles, interleaved");
+    eprintln!("ping and uncontended cycles, in alternating blocks");
     let client = redlatch::Client::open(&url).unwrap();
     let lock = client.lock("cycle");
     let cycles = uncontended_cycles(&url, &lock);
@@ -112,7 +112,7 @@ fn main() {
         "ping_us_p50",
         ping_p50.as_secs_f64() * 1e6,
         "(reference)",
-        "PING round trip, µs, interleaved with the cycles below on their connection",
+        "PING round trip, µs, in blocks alternating with the cycles below, on their connection",
     );
 
     // The same PING after sleeping as long as a holder holds (1 ms): on a virtual machine an
@@ -155,7 +155,7 @@ fn main() {
         "cycle_over_seed_hset",
         ratio(cycles.redlatch, cycles.seed_hset),
         "<= 1.10",
-        "uncontended lock + unlock / the seed HSET scripts' cycle, interleaved in one run",
+        "uncontended lock + unlock / the seed HSET scripts' cycle, alternating blocks of one run",
     );
     // Every command the server ran per cycle, inside scripts too (INFO commandstats).
     let mut admin = connection(&url);
@@ -578,8 +578,8 @@ fn latch_figures(f: &mut Figures, url: &str, ping: Duration) {
     );
 }
 
-/// Median round trips and uncontended cycles, measured in turns so that each sees the same
-/// machine: a PING, SET NX PX with a compare-and-delete script, and the seed articles' HSET
+/// Median round trips and uncontended cycles, measured in alternating blocks so that each
+/// sees the same machine: a PING, SET NX PX with a compare-and-delete script, and the seed articles' HSET
 /// lock and unlock scripts, all on one connection; and redlatch's own cycle on `lock`.
 struct Cycles {
     ping: Duration,
@@ -593,47 +593,51 @@ fn uncontended_cycles(url: &str, lock: &redlatch::Lock) -> Cycles {
     let del = redis::Script::new(contenders::COMPARE_AND_DELETE);
     let (seed_lock, seed_unlock) = contenders::seed_scripts();
     let mut samples: [Vec<Duration>; 4] = Default::default();
-    for round in 0..3300 {
-        let timed = [
-            time_one(|| {
-                let _: String = redis::cmd("PING").query(&mut con).unwrap();
-            }),
-            time_one(|| {
-                let ok: Option<String> = redis::cmd("SET")
-                    .arg("cyc-nx")
-                    .arg("token")
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(30_000)
-                    .query(&mut con)
-                    .unwrap();
-                assert!(ok.is_some());
-                let _: i64 = del.key("cyc-nx").arg("token").invoke(&mut con).unwrap();
-            }),
-            time_one(|| {
-                let _: Option<i64> = seed_lock
-                    .key("cyc-h")
-                    .arg("owner:1")
-                    .arg(30_000)
-                    .invoke(&mut con)
-                    .unwrap();
-                let _: Option<i64> = seed_unlock
-                    .key("cyc-h")
-                    .key("cyc-h:ch")
-                    .arg("owner:1")
-                    .arg(30_000)
-                    .invoke(&mut con)
-                    .unwrap();
-            }),
-            time_one(|| {
-                let g = lock.try_lock(Duration::ZERO, None).unwrap().unwrap();
-                g.unlock().unwrap();
-            }),
-        ];
-        if round >= 300 {
-            // The first rounds warm the scripts' cache and the connections.
-            for (all, one) in samples.iter_mut().zip(timed) {
-                all.push(one);
+    // Blocks of 300 of each in turn, ten times: each is measured warm (its script and
+    // connection in use), and a slow spell of the machine falls on all four alike. The
+    // first round only warms up.
+    for round in 0..11 {
+        for (which, all) in samples.iter_mut().enumerate() {
+            for _ in 0..300 {
+                let one = match which {
+                    0 => time_one(|| {
+                        let _: String = redis::cmd("PING").query(&mut con).unwrap();
+                    }),
+                    1 => time_one(|| {
+                        let ok: Option<String> = redis::cmd("SET")
+                            .arg("cyc-nx")
+                            .arg("token")
+                            .arg("NX")
+                            .arg("PX")
+                            .arg(30_000)
+                            .query(&mut con)
+                            .unwrap();
+                        assert!(ok.is_some());
+                        let _: i64 = del.key("cyc-nx").arg("token").invoke(&mut con).unwrap();
+                    }),
+                    2 => time_one(|| {
+                        let _: Option<i64> = seed_lock
+                            .key("cyc-h")
+                            .arg("owner:1")
+                            .arg(30_000)
+                            .invoke(&mut con)
+                            .unwrap();
+                        let _: Option<i64> = seed_unlock
+                            .key("cyc-h")
+                            .key("cyc-h:ch")
+                            .arg("owner:1")
+                            .arg(30_000)
+                            .invoke(&mut con)
+                            .unwrap();
+                    }),
+                    _ => time_one(|| {
+                        let g = lock.try_lock(Duration::ZERO, None).unwrap().unwrap();
+                        g.unlock().unwrap();
+                    }),
+                };
+                if round > 0 {
+                    all.push(one);
+                }
             }
         }
     }

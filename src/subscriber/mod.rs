@@ -13,6 +13,9 @@
 //!
 //! A waiter records what it wants in the entry map and *rings* the thread (in process,
 //! through the poll's waker: no round trip), which reconciles its subscriptions with the map.
+//! An entry whose last waiter left lingers ([`LINGER`]) before the thread drops it and
+//! unsubscribes, so that threads that queue for the same lock again and again do not
+//! subscribe each time.
 //!
 //! # Failure
 //! When a connection fails the thread reconnects with backoff, resubscribes every channel
@@ -51,6 +54,14 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// A pub/sub connection with no traffic for this long is given up (and made anew if threads
 /// still wait, which wakes each of them once).
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A lock's channel stays subscribed this long after its last waiter in this client left. A
+/// thread that queues again meanwhile (the holder of a busy lock hands it round) finds it
+/// subscribed since before its attempt, so it needs no SUBSCRIBE, no ring of the thread and
+/// no second attempt after the confirmation; the cost is a subscription kept a moment longer,
+/// and a look at the entries every `LINGER` while threads wait (a few µs each). Short, so that
+/// a client whose waiters are gone is off the channel within two of it.
+pub(crate) const LINGER: Duration = Duration::from_millis(100);
 
 /// Work the subscriber hands to the renewal thread, so that neither it nor a waiter spends
 /// a round trip on it.

@@ -41,7 +41,7 @@ use mio::{Events, Poll, Token, Waker};
 use super::resp::{self, Frame};
 use super::socket::Dial;
 use super::waiters::Entry;
-use super::{BACKOFF_MAX, BACKOFF_MIN, IDLE_TIMEOUT, Shared};
+use super::{BACKOFF_MAX, BACKOFF_MIN, IDLE_TIMEOUT, LINGER, Shared};
 use crate::backend::Backend;
 use crate::keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
 use routes::Routes;
@@ -91,6 +91,8 @@ pub(super) struct PolledTask {
     /// After a failure, no new connection, subscription or slot map before this.
     paused_until: Option<Instant>,
     backoff: Duration,
+    /// When to look at the entries again: one that lingers without waiters may be due to go.
+    linger_ends: Option<Instant>,
 }
 
 impl PolledTask {
@@ -105,6 +107,7 @@ impl PolledTask {
             next_token: 1,
             paused_until: None,
             backoff: BACKOFF_MIN,
+            linger_ends: None,
         }
     }
 
@@ -143,6 +146,7 @@ impl PolledTask {
     /// confirms entries whose channel was subscribed all along. Also sends heartbeats, drops
     /// connections that did not answer in time, and closes idle ones.
     fn reconcile(&mut self, now: Instant) {
+        self.linger_ends = self.shared.drop_idle_entries(now, LINGER);
         let entries: Vec<(String, Arc<Entry>)> = self
             .shared
             .entries
@@ -296,6 +300,9 @@ impl PolledTask {
     fn next_timer(&self) -> Option<Instant> {
         let mut next = self.paused_until;
         let mut consider = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
+        if let Some(ends) = self.linger_ends {
+            consider(ends);
+        }
         for shard in &self.shards {
             if let Some(by) = shard.connect_deadline() {
                 consider(by);

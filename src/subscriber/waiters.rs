@@ -184,6 +184,9 @@ pub(super) struct EntryState {
     handovers: u64,
     handover_ends: Option<Instant>,
     queue: VecDeque<Arc<Slot>>,
+    /// Since when the queue has been empty: the subscriber thread drops the entry once it
+    /// lingered [`LINGER`](super::LINGER).
+    idle_since: Option<Instant>,
 }
 
 /// Proof that a lock's channel was subscribed at some moment (see [`Subscriber::expect`]).
@@ -387,6 +390,7 @@ impl Subscriber {
                             handovers: 0,
                             handover_ends: None,
                             queue: VecDeque::new(),
+                            idle_since: None,
                         }),
                     });
                     entries.insert(keys.channel.clone(), entry.clone());
@@ -413,6 +417,7 @@ impl Subscriber {
                 slot.state.lock().wake_by = state.handover_ends;
             }
             state.queue.push_back(slot.clone());
+            state.idle_since = None;
             drop(state);
             drop(entries);
             drop(arriving);
@@ -508,17 +513,39 @@ impl Drop for Waiter<'_> {
             // the lock): nobody will use this hold.
             shared.give_back(self.entry.keys.clone(), self.slot.owner.clone(), token);
         }
-        let last = state.queue.is_empty();
-        drop(state);
-        if last {
-            if entries
-                .get(&self.entry.keys.channel)
-                .is_some_and(|e| Arc::ptr_eq(e, &self.entry))
-            {
-                entries.remove(&self.entry.keys.channel);
-            }
-            drop(entries);
-            self.subscriber.ring();
+        if state.queue.is_empty() {
+            // No ring, which would wake the thread just as the lock changes hands: the entry
+            // lingers, and the thread, which looks at least every LINGER while an entry has
+            // waiters, drops it later (`Shared::drop_idle_entries`).
+            state.idle_since = Some(Instant::now());
         }
+        drop(state);
+        drop(entries);
+    }
+}
+
+impl Shared {
+    /// Drops the entries that lingered `linger` without waiters, and says when to look
+    /// again: when the first that still lingers is due, or in `linger` if some entry has
+    /// waiters (it may lose them without a ring). The thread unsubscribes the channels of
+    /// dropped entries as it reconciles.
+    pub(super) fn drop_idle_entries(&self, now: Instant, linger: Duration) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let mut consider = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
+        self.entries.lock().retain(|_, entry| {
+            let state = entry.state.lock();
+            match state.idle_since.filter(|_| state.queue.is_empty()) {
+                Some(since) if now >= since + linger => false,
+                Some(since) => {
+                    consider(since + linger);
+                    true
+                }
+                None => {
+                    consider(now + linger);
+                    true
+                }
+            }
+        });
+        next
     }
 }

@@ -296,13 +296,39 @@ fn messages_for_other_channels_wake_nobody() {
 }
 
 #[test]
-fn the_entry_goes_when_its_last_waiter_leaves() {
+fn the_entry_lingers_after_its_last_waiter_leaves_then_goes() {
     let (sub, _, keys) = subscriber();
+    let linger = Duration::from_secs(1);
     let a = sub.join(sub.expect(&keys, &owner(1)));
     let b = sub.join(sub.expect(&keys, &owner(2)));
     drop(a);
-    assert!(sub.shared.entries.lock().contains_key(&keys.channel));
+    let now = Instant::now();
+    // Still waited on: look again in a while, in case the waiters leave.
+    assert_eq!(
+        sub.shared.drop_idle_entries(now, linger),
+        Some(now + linger)
+    );
     drop(b);
+    let left = Instant::now();
+    let ends = sub.shared.drop_idle_entries(left, linger).expect("lingers");
+    assert!(ends > left && ends <= left + linger);
+    assert!(sub.shared.entries.lock().contains_key(&keys.channel));
+    // A thread that comes back meanwhile keeps it.
+    let c = sub.join(sub.expect(&keys, &owner(3)));
+    let later = left + 2 * linger;
+    assert_eq!(
+        sub.shared.drop_idle_entries(later, linger),
+        Some(later + linger)
+    );
+    assert!(sub.shared.entries.lock().contains_key(&keys.channel));
+    drop(c);
+    assert!(
+        sub.shared
+            .drop_idle_entries(Instant::now(), linger)
+            .is_some()
+    );
+    sub.shared
+        .drop_idle_entries(Instant::now() + 2 * linger, linger);
     assert!(!sub.shared.entries.lock().contains_key(&keys.channel));
 }
 
