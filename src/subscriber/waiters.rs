@@ -495,7 +495,8 @@ impl Waiter<'_> {
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
         let shared = &self.subscriber.shared;
-        let mut entries = shared.entries.lock();
+        // The entry stays in the map (see below), so the map's lock is not needed: an entry
+        // is only dropped from it with no waiter queued, under its state's lock.
         let mut state = self.entry.state.lock();
         state.queue.retain(|s| !Arc::ptr_eq(s, &self.slot));
         let (unused_permit, unused_hand_over) = {
@@ -519,8 +520,6 @@ impl Drop for Waiter<'_> {
             // waiters, drops it later (`Shared::drop_idle_entries`).
             state.idle_since = Some(Instant::now());
         }
-        drop(state);
-        drop(entries);
     }
 }
 
