@@ -13,9 +13,9 @@
 //!
 //! A waiter records what it wants in the entry map and *rings* the thread (in process,
 //! through the poll's waker: no round trip), which reconciles its subscriptions with the map.
-//! An entry whose last waiter left lingers ([`LINGER`]) before the thread drops it and
-//! unsubscribes, so that threads that queue for the same lock again and again do not
-//! subscribe each time.
+//! An entry whose last waiter left lingers ([`LINGER`]) before the thread
+//! drops it and unsubscribes, so that threads that queue for the same lock again and again do
+//! not subscribe each time.
 //!
 //! # Failure
 //! When a connection fails the thread reconnects with backoff, resubscribes every channel
@@ -55,12 +55,12 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// still wait, which wakes each of them once).
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A lock's channel stays subscribed this long after its last waiter in this client left. A
-/// thread that queues again meanwhile (the holder of a busy lock hands it round) finds it
-/// subscribed since before its attempt, so it needs no SUBSCRIBE, no ring of the thread and
-/// no second attempt after the confirmation; the cost is a subscription kept a moment longer,
-/// and a look at the entries every `LINGER` while threads wait (a few µs each). Short, so that
-/// a client whose waiters are gone is off the channel within two of it.
+/// A lock's channel stays subscribed this long after its last waiter in this client left. A thread that queues again meanwhile (a busy lock handed round) finds it
+/// subscribed since before its attempt, so it needs no SUBSCRIBE and no second attempt after
+/// the confirmation; and the waiter that leaves with the lock does not ring the thread just as
+/// the lock changes hands: the thread, which handed it over, looks again once this has
+/// passed. A waiter that leaves otherwise (its time ran out, an error, an attempt of its own)
+/// rings it, so that it looks then too. The cost is a subscription kept a moment longer.
 pub(crate) const LINGER: Duration = Duration::from_millis(100);
 
 /// Work the subscriber hands to the renewal thread, so that neither it nor a waiter spends
@@ -99,6 +99,9 @@ struct Shared {
     /// hand-over that arrives before the owner's thread has joined the entry waits here for
     /// it.
     arriving: Mutex<HashMap<Arc<str>, Arriving>>,
+    /// The thread handed something over since it last looked at the entries: a waiter is
+    /// about to leave, perhaps the entry's last, without a ring (see [`LINGER`]).
+    handed_over: AtomicBool,
 }
 
 impl Subscriber {
@@ -121,6 +124,7 @@ impl Subscriber {
             errands,
             counters,
             arriving: Mutex::new(HashMap::new()),
+            handed_over: AtomicBool::new(false),
         });
         let task = SubscriberTask(polled::PolledTask::new(shared.clone(), backend, poll));
         Ok((Subscriber { shared }, task))

@@ -28,8 +28,10 @@
 //!   waiter's attempt and its sleep is not lost;
 //! - a waiter that leaves with a permit it never used passes it to the next one.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -117,6 +119,7 @@ impl Shared {
                 match grants.iter().find(|(_, owner)| *owner == &*slot.owner) {
                     Some((token, owner)) if ours(owner) => {
                         slot.hand_over(token, Some(received));
+                        self.handed_over.store(true, Ordering::Relaxed);
                         handed.push(owner);
                     }
                     // If the new holder never takes it up, nothing is published when its
@@ -431,6 +434,7 @@ impl Subscriber {
             entry,
             slot,
             used: false,
+            handed_over: Cell::new(false),
         }
     }
 
@@ -448,6 +452,9 @@ pub(crate) struct Waiter<'a> {
     slot: Arc<Slot>,
     /// The waiter acquired the lock, so a permit it still holds has served its purpose.
     used: bool,
+    /// The last wait ended with a hand-over from the subscriber thread, which then looks at
+    /// the entries again (see [`LINGER`](super::LINGER)).
+    handed_over: Cell<bool>,
 }
 
 impl Waiter<'_> {
@@ -483,6 +490,8 @@ impl Waiter<'_> {
         if wake == Wake::Timeout && !self.entry.state.lock().confirmed {
             self.subscriber.ring();
         }
+        self.handed_over
+            .set(matches!(wake, Wake::HandedOver { .. }));
         wake
     }
 
@@ -515,22 +524,31 @@ impl Drop for Waiter<'_> {
             shared.give_back(self.entry.keys.clone(), self.slot.owner.clone(), token);
         }
         if state.queue.is_empty() {
-            // No ring, which would wake the thread just as the lock changes hands: the entry
-            // lingers, and the thread, which looks at least every LINGER while an entry has
-            // waiters, drops it later (`Shared::drop_idle_entries`).
             state.idle_since = Some(Instant::now());
+            drop(state);
+            // The entry lingers, and the thread must look again when that is over: it will
+            // after a hand-over it made (`Shared::drop_idle_entries`), so a waiter leaving
+            // with one does not ring it just as the lock changes hands; any other rings.
+            if !(self.used && self.handed_over.get()) {
+                self.subscriber.ring();
+            }
         }
     }
 }
 
 impl Shared {
     /// Drops the entries that lingered `linger` without waiters, and says when to look
-    /// again: when the first that still lingers is due, or in `linger` if some entry has
-    /// waiters (it may lose them without a ring). The thread unsubscribes the channels of
-    /// dropped entries as it reconciles.
+    /// again: when the first that still lingers is due; or, if the thread handed something
+    /// over since it last looked, once a waiter that leaves with it now would be due (it
+    /// does not ring). The thread unsubscribes the channels of dropped entries as it
+    /// reconciles.
     pub(super) fn drop_idle_entries(&self, now: Instant, linger: Duration) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         let mut consider = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
+        if self.handed_over.swap(false, Ordering::Relaxed) {
+            // The waiter leaves a moment after its wake-up; allow for that moment.
+            consider(now + linger + linger / 10);
+        }
         self.entries.lock().retain(|_, entry| {
             let state = entry.state.lock();
             match state.idle_since.filter(|_| state.queue.is_empty()) {
@@ -539,10 +557,7 @@ impl Shared {
                     consider(since + linger);
                     true
                 }
-                None => {
-                    consider(now + linger);
-                    true
-                }
+                None => true,
             }
         });
         next

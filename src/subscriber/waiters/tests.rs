@@ -302,12 +302,8 @@ fn the_entry_lingers_after_its_last_waiter_leaves_then_goes() {
     let a = sub.join(sub.expect(&keys, &owner(1)));
     let b = sub.join(sub.expect(&keys, &owner(2)));
     drop(a);
-    let now = Instant::now();
-    // Still waited on: look again in a while, in case the waiters leave.
-    assert_eq!(
-        sub.shared.drop_idle_entries(now, linger),
-        Some(now + linger)
-    );
+    // Still waited on, and nothing handed over: no need to look again.
+    assert_eq!(sub.shared.drop_idle_entries(Instant::now(), linger), None);
     drop(b);
     let left = Instant::now();
     let ends = sub.shared.drop_idle_entries(left, linger).expect("lingers");
@@ -315,18 +311,20 @@ fn the_entry_lingers_after_its_last_waiter_leaves_then_goes() {
     assert!(sub.shared.entries.lock().contains_key(&keys.channel));
     // A thread that comes back meanwhile keeps it.
     let c = sub.join(sub.expect(&keys, &owner(3)));
-    let later = left + 2 * linger;
     assert_eq!(
-        sub.shared.drop_idle_entries(later, linger),
-        Some(later + linger)
+        sub.shared.drop_idle_entries(left + 2 * linger, linger),
+        None
     );
     assert!(sub.shared.entries.lock().contains_key(&keys.channel));
+    // A hand-over: its waiter leaves without a ring, so the thread looks again later.
+    sub.deliver(CH, &grant(7, 1000, &owner(3)));
+    let now = Instant::now();
+    let next = sub
+        .shared
+        .drop_idle_entries(now, linger)
+        .expect("looks again");
+    assert!(next > now + linger && next < now + 2 * linger);
     drop(c);
-    assert!(
-        sub.shared
-            .drop_idle_entries(Instant::now(), linger)
-            .is_some()
-    );
     sub.shared
         .drop_idle_entries(Instant::now() + 2 * linger, linger);
     assert!(!sub.shared.entries.lock().contains_key(&keys.channel));
