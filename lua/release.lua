@@ -24,10 +24,14 @@
 --              and never gives it back);
 --          "2" from a hand-over's message, without a round trip: the terms are still there.
 -- ARGV[7]  fence retention   ms the fencing counter outlives a hand-over's lease
+-- ARGV[8]  held lease        ms: the longest lease the hold ever set, so no more of it was
+--                          left (which waiters may be sleeping towards; see "Whom a
+--                          hand-over wakes" below)
 --
 -- Replies:
 --   1  released: the lock went to the next waiter ("grant <token> <lease ms> <owner>"
---      published on the channel), or was deleted ("unlock" published if anyone was queued)
+--      published on its client's grant channel, or on the channel: below), or was deleted
+--      ("unlock" published on the channel if anyone was queued)
 --   2  still held: the caller's hold count is now holds - 1
 --   3  gone, and nothing says it went otherwise than by an earlier run of this release:
 --      the lock has no field of the owner's, no force-unlock freed this token, and the
@@ -45,6 +49,16 @@
 -- Its terms become "granted <token>", so that its own later calls know the hold for a
 -- hand-over (acquire.lua, withdraw.lua). A waiter whose message is lost still finds the lock
 -- is its own at its next attempt.
+--
+-- Whom a hand-over wakes: only the new holder's client, on its grant channel
+-- "<channel>:<client id>" (the owner id up to its first ':'), which that client's subscriber
+-- listens to beside the channel. Waiters of other clients sleep on; each sleeps no later than
+-- the lease it last heard of, which ended no later than the released hold's (ARGV[8] from
+-- now), and the new hold lasts at least as long when its lease is no shorter: should the new
+-- holder have died in the queue, they still wake by the time its lease runs out. A shorter
+-- lease is published on the channel instead, and every waiter learns it. Publishing to one
+-- client costs Redis one socket write and one woken thread per hand-off, however many clients
+-- wait.
 --
 -- Idempotent, so a retry after a lost reply tells the owner the truth (Redisson issues #4871
 -- and #6651). An intermediate release *sets* the count to holds - 1. A retry of the final
@@ -121,16 +135,17 @@ if redis.pcall('hdel', lock, owner) ~= 1 then
   return gone(fenced)
 end
 
--- The oldest queued owner, if any.
-local function queue_head()
-  local head = redis.pcall('zrange', queue, 0, 0)
-  if type(head) == 'table' and not head.err then
-    return head[1]
+-- The oldest queued owner, if any, taken out of the queue: whether it is handed the lock or
+-- dropped as stale below, its place is gone either way.
+local function pop_head()
+  local popped = redis.pcall('zpopmin', queue)
+  if type(popped) == 'table' and not popped.err then
+    return popped[1]
   end
   return nil
 end
 
-local head = queue_head()
+local head = pop_head()
 -- The owner's terms go: a hand-over's "granted" ones, and, when others queue, a place of its
 -- own left from an earlier wait that failed without withdrawing (its uncontended attempt did
 -- not leave the queue). Behind an older waiter, such a place would outlive this release, and
@@ -156,7 +171,6 @@ for _ = 1, 64 do
   if not head then
     break
   end
-  redis.call('zrem', queue, head)
   local terms = redis.pcall('hget', waiters, head)
   local expiry, lease
   if type(terms) == 'string' then
@@ -175,11 +189,15 @@ for _ = 1, 64 do
     if redis.call('pttl', waiters) < tonumber(lease) then
       redis.call('pexpire', waiters, lease)
     end
-    redis.call(publish, channel, string.format('grant %d %s %s', next_token, lease, head))
+    local to = channel
+    if tonumber(lease) >= tonumber(ARGV[8]) then
+      to = channel .. ':' .. string.match(head, '^[^:]*')
+    end
+    redis.call(publish, to, string.format('grant %d %s %s', next_token, lease, head))
     return 1
   end
   redis.pcall('hdel', waiters, head)
-  head = queue_head()
+  head = pop_head()
 end
 
 redis.call(publish, channel, 'unlock')

@@ -6,6 +6,9 @@
 //!   its latest token; a new one starts from the server's clock in µs, so tokens keep
 //!   increasing across its expiry and across a restart that lost it
 //! - `p:{name}:unlocked`   the channel a release publishes on
+//! - `p:{name}:unlocked:<client id>`  where a release hands the lock to a waiter of that
+//!   client, so that only its subscriber wakes (unless the hand-over's lease is shorter than
+//!   the one released: then on `p:{name}:unlocked`, which every waiter hears)
 //! - `p:{name}:queue`      the waiters, oldest first (zset: owner id -> arrival, µs)
 //! - `p:{name}:waiters`    their terms (hash: owner id -> `"<expiry ms> <lease ms>"` while it
 //!   waits, `"granted <token>"` once the lock was handed to it)
@@ -165,6 +168,17 @@ impl LockKeys {
             let name = tagged.strip_suffix(family.suffix())?.strip_suffix('}')?;
             Some(LockKeys::of(family, prefix, name))
         })
+    }
+
+    /// The channel on which a release hands this object to a waiter of client `client_id`,
+    /// if its family hands over that way: a lock does (one owner, so one client, per
+    /// hand-over); a kind with shares grants on [`channel`](LockKeys::channel), since one
+    /// grant often admits several clients' waiters, and a latch grants nothing.
+    ///
+    /// Waiters of one client subscribe it with the object's channel, in one command.
+    /// `release.lua` names it from the head waiter's owner id, `<client id>:<n>`.
+    pub fn grant_channel(&self, client_id: &str) -> Option<String> {
+        (self.family == Family::Lock).then(|| format!("{}:{client_id}", self.channel))
     }
 
     /// The Redis Cluster slot of every key of this lock: CRC16 (XMODEM) of the hash tag, mod

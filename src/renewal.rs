@@ -65,7 +65,9 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
         select! {
             recv(stop) -> _ => return,
             recv(errands) -> errand => match errand {
-                Ok(Errand::GiveBack { keys, owner, token }) => engine::give_back(&core, &keys, &owner, token),
+                Ok(Errand::GiveBack { keys, owner, token, lease }) => {
+                    engine::give_back(&core, &keys, &owner, token, lease)
+                }
                 Err(_) => {}
             },
             recv(notices) -> notice => match notice {

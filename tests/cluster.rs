@@ -274,10 +274,12 @@ fn an_unlock_message_reaches_only_the_shard_that_owns_the_lock() {
         assert_eq!(sharded, expected, "sharded subscriptions on {port}");
     }
 
-    // Listeners: SSUBSCRIBE on the owner, classic SUBSCRIBE on every other node.
+    // Listeners, on the lock's channel and on the waiter's grant channel (where the hand-over
+    // goes): SSUBSCRIBE on the owner, classic SUBSCRIBE on every other node.
+    let channels = [channel.clone(), format!("{channel}:{}", waiter_client.id())];
     let mut on_owner = connect(owner, None).unwrap();
     redis::cmd("SSUBSCRIBE")
-        .arg(&channel)
+        .arg(&channels)
         .exec(&mut on_owner)
         .unwrap();
     let mut elsewhere: Vec<(u16, redis::Connection)> = c
@@ -287,7 +289,7 @@ fn an_unlock_message_reaches_only_the_shard_that_owns_the_lock() {
         .map(|n| {
             let mut con = connect(n.port, None).unwrap();
             redis::cmd("SUBSCRIBE")
-                .arg(&channel)
+                .arg(&channels)
                 .exec(&mut con)
                 .unwrap();
             (n.port, con)

@@ -42,12 +42,16 @@ fn child_waits_for_a_lock_until_killed() {
     else {
         return;
     };
+    let lease = std::env::var("REDLATCH_CHILD_LEASE_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or(500);
     let client = Client::open(&url).unwrap();
     println!("WAITING");
     // Queues with a short lease, and is killed while it waits.
     let _ = client
         .lock(&name)
-        .try_lock(Duration::from_secs(60), Some(Duration::from_millis(500)));
+        .try_lock(Duration::from_secs(60), Some(Duration::from_millis(lease)));
 }
 
 fn spawn_holder(server: &RedisServer, name: &str, watchdog: Duration) -> Child {
@@ -611,8 +615,32 @@ fn a_least_privilege_acl_user_can_do_everything() {
     let waiter_lock = b.lock(&name);
     let waiter = spawn_waiter(waiter_lock, Duration::from_secs(10));
     await_waiting(&mut admin, &name);
+    // A watch sees the hand-over, although the ACL refuses it the pattern of every grant
+    // channel: it follows the queued clients' grant channels instead.
+    let watcher = {
+        let (a, name) = (a.clone(), name.clone());
+        thread::spawn(move || {
+            let mut seen = Vec::new();
+            a.watch(
+                redlatch::ObjectKind::Lock,
+                &name,
+                Some(Duration::from_secs(10)),
+                |_, payload| {
+                    seen.push(payload.to_string());
+                    !payload.starts_with("grant ")
+                },
+            )
+            .map(|()| seen)
+        })
+    };
+    thread::sleep(Duration::from_millis(300)); // the watch subscribed
     guard.unlock().unwrap();
     assert!(waiter.join().unwrap());
+    let seen = watcher.join().unwrap().unwrap();
+    assert!(
+        seen.iter().any(|m| m.starts_with("grant ")),
+        "the watch saw {seen:?}"
+    );
     let _guard = lock.lock_with_lease(Duration::from_secs(5)).unwrap();
     assert!(b.lock(&name).force_unlock().unwrap());
 
@@ -875,6 +903,53 @@ fn a_waiter_killed_in_the_queue_delays_the_next_by_its_lease_only() {
     assert!(waiter.join().unwrap());
     let took = released.elapsed();
     assert!(took < Duration::from_secs(3), "took {took:?}");
+}
+
+/// A hand-over for no shorter a lease than the released hold's is published to the new
+/// holder's client alone: a waiter of another client is not told of it. When the new holder
+/// died in the queue, that waiter still wakes by the time its lease runs out (it sleeps no
+/// longer than the old hold's lease, then sees the new one) and takes the lock.
+#[test]
+fn a_waiter_not_told_of_a_hand_over_to_a_dead_waiter_still_has_the_lock_after_its_lease() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("dead-grantee");
+    let queued = |admin: &mut redis::Connection| -> usize {
+        redis::cmd("ZCARD")
+            .arg(format!("redlatch:{{{name}}}:queue"))
+            .query(admin)
+            .unwrap()
+    };
+    // The holder's watchdog sets 2 s leases; the child asks for as much.
+    let holder = Client::builder(&server.url())
+        .watchdog_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let held = holder.lock(&name).lock().unwrap();
+    let mut child = support::spawn_child_test(
+        "child_waits_for_a_lock_until_killed",
+        &[
+            ("REDLATCH_CHILD_URL", server.url()),
+            ("REDLATCH_CHILD_LOCK", name.clone()),
+            ("REDLATCH_CHILD_LEASE_MS", "2000".to_string()),
+        ],
+    );
+    support::read_reported(&mut child, "WAITING", Duration::from_secs(30));
+    assert!(eventually(Duration::from_secs(10), || queued(&mut admin) == 1));
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let waiter_client = Client::open(&server.url()).unwrap();
+    let waiter = spawn_waiter(waiter_client.lock(&name), Duration::from_secs(20));
+    assert!(eventually(Duration::from_secs(5), || queued(&mut admin) == 2));
+    await_waiting(&mut admin, &name);
+    let released = Instant::now();
+    held.unlock().unwrap();
+    assert!(waiter.join().unwrap());
+    let took = released.elapsed();
+    // The dead child held it for its 2 s; the waiter was told nothing, yet woke by then.
+    assert!(took >= Duration::from_millis(1500), "took {took:?}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
 }
 
 #[test]

@@ -839,3 +839,79 @@ fn a_thread_that_queues_again_soon_finds_the_channel_subscribed_and_attempts_onc
         support::pubsub_channels(&mut admin, &support::channel_of(&name)).is_empty()
     }));
 }
+
+/// Grants (channel, payload) seen by `pubsub`, subscribed to lock `name`'s channels, until
+/// `n` came or 5 s passed.
+fn grants_seen(pubsub: &mut redis::PubSub<'_>, n: usize) -> Vec<(String, String)> {
+    let mut grants = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while grants.len() < n && Instant::now() < deadline {
+        match pubsub.get_message() {
+            Ok(message) => {
+                let payload: String = message.get_payload().unwrap();
+                if payload.starts_with("grant ") {
+                    grants.push((message.get_channel_name().to_string(), payload));
+                }
+            }
+            Err(e) if e.is_timeout() => {}
+            Err(e) => panic!("watching the channels: {e}"),
+        }
+    }
+    grants
+}
+
+/// A hand-over is published to the new holder's client alone, on its grant channel
+/// (`<channel>:<client id>`), so that no other client's subscriber wakes for it. One for a
+/// shorter lease than the released hold's goes on the lock's channel instead, so that every
+/// waiter learns when it ends.
+#[test]
+fn a_hand_over_is_published_to_the_new_holders_client_alone_unless_its_lease_is_shorter() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("grant-channel");
+    let channel = support::channel_of(&name);
+    let mut watcher = server.admin();
+    let mut pubsub = watcher.as_pubsub();
+    pubsub.psubscribe(format!("{channel}*")).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+
+    let holder = client(&server);
+    let held = holder
+        .lock(&name)
+        .lock_with_lease(Duration::from_secs(10))
+        .unwrap();
+    // `a` asks for the holder's lease, `b` for a shorter one, and queues second.
+    let (a, b) = (client(&server), client(&server));
+    let mut waiters = Vec::new();
+    for (i, (waiter, lease)) in [(&a, 10), (&b, 1)].into_iter().enumerate() {
+        let lock = waiter.lock(&name);
+        waiters.push(thread::spawn(move || {
+            let guard = lock
+                .try_lock(Duration::from_secs(20), Some(Duration::from_secs(lease)))
+                .unwrap()
+                .expect("handed over");
+            thread::sleep(Duration::from_millis(20));
+            guard.unlock().unwrap();
+        }));
+        assert!(eventually(Duration::from_secs(5), || queued(
+            &mut admin, &name
+        ) == i + 1));
+    }
+    support::await_waiting(&mut admin, &name);
+    held.unlock().unwrap();
+    support::join_all(waiters, Duration::from_secs(20), "a waiter");
+
+    let grants = grants_seen(&mut pubsub, 2);
+    assert_eq!(grants.len(), 2, "{grants:?}");
+    let owner = |payload: &str| payload.split(' ').nth(3).unwrap().to_string();
+    let client_of = |owner: &str| owner.split(':').next().unwrap().to_string();
+    // The holder's 10 s to `a`'s 10 s: to `a`'s client alone.
+    let (to_a, grant_a) = &grants[0];
+    assert_eq!(*to_a, format!("{channel}:{}", client_of(&owner(grant_a))));
+    // `a`'s 10 s to `b`'s 1 s: to everyone.
+    let (to_b, grant_b) = &grants[1];
+    assert_eq!(*to_b, channel, "{grant_b}");
+    assert_ne!(client_of(&owner(grant_a)), client_of(&owner(grant_b)));
+}

@@ -12,7 +12,7 @@ use crate::core::{Core, Replicas};
 use crate::error::{Error, Result};
 use crate::keys::{Family, LockKeys};
 use crate::lost::LossCause;
-use crate::scripts::{self, Acquire, Queueing, Release, TakenBy};
+use crate::scripts::{self, Acquire, Queueing, Release, Releasing, TakenBy};
 use crate::stats::Outcome;
 use crate::subscriber::Wake;
 
@@ -312,8 +312,12 @@ pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>) -> Result<
     let mut attempts = 0;
     let reply = core.backend.run(|con| {
         attempts += 1;
-        let (owner, token, taken_by) = (&hold.owner, hold.token, hold.taken_by);
-        kind.release(con, owner, holds, token, freeing, taken_by)
+        let how = Releasing {
+            holds,
+            taken_by: Some(hold.taken_by),
+            lease: hold.longest_lease(),
+        };
+        kind.release(con, &hold.owner, hold.token, how, freeing)
     });
     match reply {
         // The hold is gone the way an earlier attempt of this call leaves it, and there was
@@ -337,7 +341,7 @@ pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>) -> Result<
 /// Gives back a lock that a release handed to an owner of ours that had stopped waiting.
 /// Only a hand-over nobody took up is given back: the owner may have taken it up with an
 /// attempt of its own (same token) and be using it now.
-pub(crate) fn give_back(core: &Core, keys: &LockKeys, owner: &str, token: u64) {
+pub(crate) fn give_back(core: &Core, keys: &LockKeys, owner: &str, token: u64, lease: Duration) {
     // An owner that took the hand-over from its message holds it without Redis knowing yet:
     // the registry of holds does know.
     if core
@@ -351,7 +355,7 @@ pub(crate) fn give_back(core: &Core, keys: &LockKeys, owner: &str, token: u64) {
     // One attempt: the renewal thread must not stall on an errand.
     match core
         .backend
-        .run_once_only(|con| scripts::give_back(con, keys, owner, token, freeing))
+        .run_once_only(|con| scripts::give_back(con, keys, owner, token, lease, freeing))
     {
         Ok(Release::Released) => {
             log::debug!(

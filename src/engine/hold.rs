@@ -41,6 +41,10 @@ pub(crate) struct Hold {
     /// Microseconds after the client's epoch until which Redis is known to keep the lock:
     /// the time the acquisition or last renewal was *sent*, plus the lease it set.
     lease_deadline: AtomicU64,
+    /// The longest lease any acquisition or renewal of this hold set, in ms: no more than
+    /// this is left of it in Redis at any moment. A release that hands the lock over for a
+    /// shorter lease must tell every waiter (release.lua).
+    longest_lease: AtomicU64,
     /// When the watchdog should next renew this hold (microseconds after the epoch).
     renew_at: AtomicU64,
     epoch: Instant,
@@ -65,6 +69,7 @@ impl Hold {
             lost: AtomicBool::new(false),
             to_renewal,
             lease_deadline: AtomicU64::new(0),
+            longest_lease: AtomicU64::new(0),
             renew_at: AtomicU64::new(u64::MAX),
             epoch,
         }
@@ -92,6 +97,7 @@ impl Hold {
     pub fn extend(&self, sent: Instant, lease: Duration, renew_every: Option<Duration>) {
         self.lease_deadline
             .fetch_max(self.micros(sent + lease), Ordering::AcqRel);
+        self.set_lease(lease);
         match renew_every {
             Some(every) => {
                 self.renew_at
@@ -106,12 +112,27 @@ impl Hold {
     pub fn renewed(&self, sent: Instant, lease: Duration, renew_every: Duration) {
         self.lease_deadline
             .fetch_max(self.micros(sent + lease), Ordering::AcqRel);
+        self.set_lease(lease);
         self.renew_at
             .store(self.micros(sent + renew_every), Ordering::Release);
     }
 
     pub fn renew_at(&self) -> Instant {
         self.instant(self.renew_at.load(Ordering::Acquire))
+    }
+
+    fn set_lease(&self, lease: Duration) {
+        let ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        self.longest_lease.fetch_max(ms, Ordering::AcqRel);
+    }
+
+    /// The longest lease this hold ever set: more is never left of it in Redis. Unknown (a
+    /// hold registered before its lease was recorded) reads as the longest possible.
+    pub fn longest_lease(&self) -> Duration {
+        match self.longest_lease.load(Ordering::Acquire) {
+            0 => Duration::MAX,
+            ms => Duration::from_millis(ms),
+        }
     }
 
     /// How much of the lease Redis last confirmed is left, by this client's clock (zero once

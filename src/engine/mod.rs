@@ -36,7 +36,7 @@ use redis::{ConnectionLike, RedisResult};
 use crate::core::Core;
 use crate::error::Result;
 use crate::keys::LockKeys;
-use crate::scripts::{self, Acquire, Freeing, Queueing, Release, TakenBy};
+use crate::scripts::{self, Acquire, Freeing, Queueing, Release, Releasing};
 
 pub(crate) use acquire::{
     Acquired, acquire, acquisition, extend_all, forced, give_back, register, release, why_gone,
@@ -74,16 +74,15 @@ pub(crate) trait Kind {
         lease: Duration,
     ) -> RedisResult<Option<u64>>;
 
-    /// Releases one of `owner`'s `holds` guards of the hold taken with `token`; the last one
-    /// frees the object and grants it as the kind grants (see the module docs).
+    /// Releases one of `owner`'s guards of the hold taken with `token`, as `how` says; the
+    /// last one frees the object and grants it as the kind grants (see the module docs).
     fn release(
         &self,
         con: &mut dyn ConnectionLike,
         owner: &str,
-        holds: u32,
         token: u64,
+        how: Releasing,
         freeing: Freeing,
-        taken_by: TakenBy,
     ) -> RedisResult<Release>;
 }
 

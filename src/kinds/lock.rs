@@ -10,7 +10,7 @@ use crate::core::{Core, Runtime};
 use crate::engine::{self, Acquired, Hold, Kind, Terms, validate_duration, validate_lease};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
-use crate::scripts::{self, Acquire, Freeing, Queueing, Release, TakenBy};
+use crate::scripts::{self, Acquire, Freeing, Queueing, Release, Releasing};
 
 /// A handle on the lock called [`name`](Lock::name), made by [`Client::lock`](crate::Client::lock).
 ///
@@ -238,12 +238,11 @@ impl Kind for Lock {
         &self,
         con: &mut dyn ConnectionLike,
         owner: &str,
-        holds: u32,
         token: u64,
+        how: Releasing,
         freeing: Freeing,
-        taken_by: TakenBy,
     ) -> RedisResult<Release> {
-        scripts::release(con, &self.keys, owner, holds, token, freeing, taken_by)
+        scripts::release(con, &self.keys, owner, token, how, freeing)
     }
 }
 

@@ -15,7 +15,7 @@ use crate::engine::{self, Acquired, Hold, Kind, Terms};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::scripts::shares::{self, Need};
-use crate::scripts::{Acquire, Freeing, Queueing, Release, TakenBy};
+use crate::scripts::{Acquire, Freeing, Queueing, Release, Releasing};
 
 /// What one acquisition of a share asks for.
 #[derive(Debug, Clone)]
@@ -118,12 +118,11 @@ impl Kind for Share {
         &self,
         con: &mut dyn ConnectionLike,
         owner: &str,
-        holds: u32,
         token: u64,
+        how: Releasing,
         freeing: Freeing,
-        taken_by: TakenBy,
     ) -> RedisResult<Release> {
-        shares::release(con, &self.keys, owner, holds, token, freeing, taken_by)
+        shares::release(con, &self.keys, owner, token, how, freeing)
     }
 }
 

@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
-use super::{
-    Acquire, Freeing, GIVE_BACK, Invocation, Lua, Queueing, Release, Renewal, TakenBy, millis,
-};
+use super::{Acquire, Freeing, Invocation, Lua, Queueing, Release, Releasing, Renewal, millis};
 use crate::keys::LockKeys;
 
 static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/acquire.lua")));
@@ -145,46 +143,14 @@ pub(crate) fn withdraw(
     Ok((granted == 1).then_some(token as u64))
 }
 
+/// Releases one of `owner`'s holds of the lock taken with `token`, as `how` says.
 pub(crate) fn release(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     owner: &str,
-    holds: u32,
     token: u64,
+    how: Releasing,
     freeing: Freeing,
-    taken_by: TakenBy,
-) -> RedisResult<Release> {
-    run_release(
-        con,
-        keys,
-        owner,
-        holds,
-        token,
-        freeing,
-        taken_by.release_mode(),
-    )
-}
-
-/// Gives back a hand-over to `owner` with `token` that nobody took up; changes nothing if it
-/// was taken up (by an attempt, a withdrawal, or from the message).
-pub(super) fn give_back(
-    con: &mut dyn ConnectionLike,
-    keys: &LockKeys,
-    owner: &str,
-    token: u64,
-    freeing: Freeing,
-) -> RedisResult<Release> {
-    run_release(con, keys, owner, 1, token, freeing, GIVE_BACK)
-}
-
-fn run_release(
-    con: &mut dyn ConnectionLike,
-    keys: &LockKeys,
-    owner: &str,
-    holds: u32,
-    token: u64,
-    freeing: Freeing,
-    mode: &str,
 ) -> RedisResult<Release> {
     let reply: i64 = RELEASE
         .key(&keys.lock)
@@ -195,7 +161,7 @@ fn run_release(
         .key(&keys.waiters)
         .key(keys.forced_mark())
         .arg(owner)
-        .arg(holds)
+        .arg(how.holds)
         .arg(token)
         .arg(if freeing.retries_unseen {
             millis(freeing.latch_ttl)
@@ -203,8 +169,9 @@ fn run_release(
             0
         })
         .arg(freeing.publish)
-        .arg(mode)
+        .arg(how.mode())
         .arg(millis(freeing.fence_retention))
+        .arg(millis(how.lease))
         .invoke(con)?;
     Ok(match reply {
         1 => Release::Released,

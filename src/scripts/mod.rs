@@ -310,34 +310,52 @@ pub(crate) enum TakenBy {
     Message,
 }
 
-impl TakenBy {
+/// What a release script is told of the hold it frees, besides its owner and token.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Releasing {
+    /// The owner's holds before this release (at least 1): the last one frees the object.
+    pub holds: u32,
+    /// How the hold was taken; `None` for a hand-over nobody took up, being given back,
+    /// which acts only while the owner's terms still say "granted <token>".
+    pub taken_by: Option<TakenBy>,
+    /// The longest lease the hold ever set: no more than this is left of it. A lock's
+    /// release that hands the lock over for a shorter lease tells every waiter
+    /// (`release.lua`).
+    pub lease: Duration,
+}
+
+impl Releasing {
     /// How a release script is told the hold was taken (`release.lua`'s ARGV[6]): "0" by
-    /// an attempt, "2" from a message. ([`GIVE_BACK`] is the third way: not taken up.)
-    fn release_mode(self) -> &'static str {
-        match self {
-            TakenBy::Attempt => "0",
-            TakenBy::Message => "2",
+    /// an attempt, "2" from a message, "1" not taken up.
+    fn mode(&self) -> &'static str {
+        match self.taken_by {
+            Some(TakenBy::Attempt) => "0",
+            Some(TakenBy::Message) => "2",
+            None => "1",
         }
     }
 }
 
-/// The release mode of a hand-over nobody took up, given back: act only while the owner's
-/// terms still say "granted <token>".
-const GIVE_BACK: &str = "1";
-
-/// Gives back a hand-over to `owner` with `token` that nobody took up (its thread no longer
-/// waited), with the release script of `keys`'s family; changes nothing if it was taken up.
+/// Gives back a hand-over to `owner` with `token` for `lease` that nobody took up (its thread
+/// no longer waited), with the release script of `keys`'s family; changes nothing if it was
+/// taken up.
 pub(crate) fn give_back(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     owner: &str,
     token: u64,
+    lease: Duration,
     freeing: Freeing,
 ) -> RedisResult<Release> {
+    let how = Releasing {
+        holds: 1,
+        taken_by: None,
+        lease,
+    };
     match keys.family {
-        Family::Lock => lock::give_back(con, keys, owner, token, freeing),
+        Family::Lock => lock::release(con, keys, owner, token, how, freeing),
         Family::ReadWrite | Family::Semaphore => {
-            shares::give_back(con, keys, owner, token, freeing)
+            shares::release(con, keys, owner, token, how, freeing)
         }
         // A latch grants nothing, so nothing is handed to an owner that no longer waits.
         Family::Latch => Ok(Release::NotOurs),
@@ -407,7 +425,7 @@ fn renewal<'a>(
 
 /// Milliseconds for Redis; callers validated that the value fits.
 fn millis(d: Duration) -> u64 {
-    d.as_millis() as u64
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
-use super::{
-    Acquire, Freeing, GIVE_BACK, Invocation, Lua, Queueing, Release, Renewal, TakenBy, millis,
-};
+use super::{Acquire, Freeing, Invocation, Lua, Queueing, Release, Releasing, Renewal, millis};
 use crate::keys::{Family, LockKeys};
 
 macro_rules! with_prelude {
@@ -117,54 +115,23 @@ pub(crate) fn withdraw(
     Ok((granted == 1).then_some(token as u64))
 }
 
-/// Releases one of `owner`'s `holds` holds of the share taken with `token`.
+/// Releases one of `owner`'s holds of the share taken with `token`, as `how` says (a share
+/// hands over on the object's channel whatever the lease: see `lua/shares.lua`).
 pub(crate) fn release(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     owner: &str,
-    holds: u32,
     token: u64,
+    how: Releasing,
     freeing: Freeing,
-    taken_by: TakenBy,
-) -> RedisResult<Release> {
-    run_release(
-        con,
-        keys,
-        owner,
-        holds,
-        token,
-        freeing,
-        taken_by.release_mode(),
-    )
-}
-
-/// Gives back a grant to `owner` with `token` that nobody took up.
-pub(super) fn give_back(
-    con: &mut dyn ConnectionLike,
-    keys: &LockKeys,
-    owner: &str,
-    token: u64,
-    freeing: Freeing,
-) -> RedisResult<Release> {
-    run_release(con, keys, owner, 1, token, freeing, GIVE_BACK)
-}
-
-fn run_release(
-    con: &mut dyn ConnectionLike,
-    keys: &LockKeys,
-    owner: &str,
-    holds: u32,
-    token: u64,
-    freeing: Freeing,
-    mode: &str,
 ) -> RedisResult<Release> {
     let reply: i64 = prelude(&RELEASE, keys, freeing)
         .key(keys.release_latch(owner, token))
         .arg(owner)
-        .arg(holds)
+        .arg(how.holds)
         .arg(token)
         .arg(millis(freeing.latch_ttl))
-        .arg(mode)
+        .arg(how.mode())
         .invoke(con)?;
     Ok(match reply {
         1 => Release::Released,

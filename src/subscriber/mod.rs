@@ -11,6 +11,11 @@
 //! sharded pub/sub, one connection per shard that has waiters, so a release's SPUBLISH
 //! reaches only the shard that owns the lock; elsewhere one connection with SUBSCRIBE.
 //!
+//! Each lock with waiters here is subscribed with two channels in one command: the lock's
+//! own, and its grant channel for this client, on which a release hands the lock to one of
+//! our waiters ([`LockKeys::grant_channel`](crate::keys::LockKeys::grant_channel)), so that a
+//! hand-off wakes one client's subscriber however many clients wait.
+//!
 //! A waiter records what it wants in the entry map and *rings* the thread (in process,
 //! through the poll's waker: no round trip), which reconciles its subscriptions with the map.
 //! An entry whose last waiter left lingers ([`LINGER`]) before the thread
@@ -73,6 +78,8 @@ pub(crate) enum Errand {
         keys: Arc<LockKeys>,
         owner: Arc<str>,
         token: u64,
+        /// The hand-over's lease.
+        lease: Duration,
     },
 }
 
@@ -86,6 +93,8 @@ struct Shared {
     entries: Mutex<HashMap<String, Arc<Entry>>>,
     /// `<client id>:`, the start of every owner id of this client.
     owner_prefix: String,
+    /// The client's id, which names its grant channels ([`LockKeys::grant_channel`]).
+    client_id: String,
     /// The key prefix, to name a lock from its channel.
     key_prefix: String,
     stop: AtomicBool,
@@ -118,6 +127,7 @@ impl Subscriber {
         let shared = Arc::new(Shared {
             entries: Mutex::new(HashMap::new()),
             owner_prefix: format!("{client_id}:"),
+            client_id: client_id.to_string(),
             key_prefix: key_prefix.to_string(),
             stop: AtomicBool::new(false),
             waker: poll.waker().map_err(crate::error::Error::Thread)?,

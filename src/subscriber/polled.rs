@@ -54,8 +54,9 @@ mod shard;
 const MAX_CHANNEL: usize = resp::MAX_BULK;
 
 // The name and prefix limits exist so that every lock's channel can be read back.
+// A grant channel adds `:<client id>`, a UUID.
 const _: () =
-    assert!(MAX_PREFIX_LEN + ":{".len() + MAX_NAME_LEN + "}:unlocked".len() <= MAX_CHANNEL);
+    assert!(MAX_PREFIX_LEN + ":{".len() + MAX_NAME_LEN + "}:unlocked:".len() + 36 <= MAX_CHANNEL);
 
 /// A connection with subscriptions and nothing to say for this long sends a PING.
 pub(super) const HEARTBEAT: Duration = Duration::from_secs(5);
@@ -208,17 +209,17 @@ impl PolledTask {
                     if let Some((_, entry)) = entries.iter().find(|(c, _)| c == channel) {
                         unconfirm(entry);
                     }
-                    leaving.push(channel.clone());
+                    leaving.push(state.with_grant(channel));
                 }
                 // Keep a channel whose subscription is unanswered: its answer must not
                 // confirm a later subscription.
                 state.wanted || state.pending > 0
             });
-            for channel in leaving {
+            for channels in leaving {
                 let command = redis::cmd(verbs.unsubscribe)
-                    .arg(&channel)
+                    .arg(Vec::from(channels.clone()))
                     .get_packed_command();
-                shard.send(&command, Sent::Unsubscribe(channel), now);
+                shard.send(&command, Sent::Unsubscribe(channels), now);
             }
         }
         for (channel, (node, entry)) in wanted {
@@ -246,10 +247,12 @@ impl PolledTask {
                 }
                 state.wanted = true;
                 state.pending += 1;
+                state.grant = entry.keys.grant_channel(&self.shared.client_id);
+                let channels = state.with_grant(channel);
                 let command = redis::cmd(verbs.subscribe)
-                    .arg(channel)
+                    .arg(Vec::from(channels.clone()))
                     .get_packed_command();
-                shard.send(&command, Sent::Subscribe(channel.to_string()), now);
+                shard.send(&command, Sent::Subscribe(channels), now);
             } else if state.pending == 0 {
                 entry.confirm(); // subscribed all along
             }
@@ -393,8 +396,8 @@ impl PolledTask {
         let verbs = self.routes.verbs();
         match kind.as_slice() {
             k if k == verbs.unsubscribed
-                && !matches!(shard.sent.front(), Some((Sent::Unsubscribe(c), _))
-                    if c.as_bytes() == channel) =>
+                && !matches!(shard.sent.front(), Some((Sent::Unsubscribe(cs), _))
+                    if cs.front().is_some_and(|c| c.as_bytes() == channel)) =>
             {
                 // Not our request: the slot left this node, and its subscriptions with it.
                 let channel = String::from_utf8_lossy(&channel).into_owned();
@@ -412,16 +415,37 @@ impl PolledTask {
             }
             _ => {}
         }
-        let Some((sent, _)) = shard.sent.pop_front() else {
+        let Some((mut sent, by)) = shard.sent.pop_front() else {
             log::debug!("redlatch subscriber: unexpected frame from {}", shard.node);
             return Ok(());
         };
+        // One answer per channel of a command that named several: the earlier ones (a grant
+        // channel's) only need to name their channel; the command's last answer is handled
+        // below, with the channel that `channels` tracks.
+        let expected = match sent {
+            Sent::Subscribe(_) => verbs.subscribed,
+            _ => verbs.unsubscribed,
+        };
+        if let Some(channels) = sent.channels_mut().filter(|c| c.len() > 1)
+            && !matches!(frame, Frame::Error(_))
+        {
+            if kind != expected || channels.front().map(String::as_bytes) != Some(&channel[..]) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("answer {frame:?} to {sent:?} from {}", shard.node),
+                ));
+            }
+            channels.pop_front();
+            shard.sent.push_front((sent, by));
+            return Ok(());
+        }
         match (sent, frame) {
             (Sent::Auth, Frame::Error(e)) => Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 format!("AUTH refused: {e}"),
             )),
-            (Sent::Subscribe(channel), Frame::Error(e)) => {
+            (Sent::Subscribe(mut channels), Frame::Error(e)) => {
+                let channel = channels.pop_back().unwrap_or_default();
                 if let Some(state) = shard.channels.get_mut(&channel) {
                     state.pending = state.pending.saturating_sub(1);
                     if state.pending == 0 {
@@ -448,10 +472,11 @@ impl PolledTask {
             // answer, and then answer MOVED, which we take for the next command's: every
             // later answer would be filed one command early. Any other answer is out of step:
             // the last arm fails the connection, and the next one starts in step.
-            (Sent::Subscribe(ours), _)
-                if kind == verbs.subscribed && ours.as_bytes() == channel =>
+            (Sent::Subscribe(mut ours), _)
+                if kind == verbs.subscribed
+                    && ours.back().is_some_and(|c| c.as_bytes() == channel) =>
             {
-                let channel = ours;
+                let channel = ours.pop_back().unwrap_or_default();
                 let Some(state) = shard.channels.get_mut(&channel) else {
                     return Ok(());
                 };

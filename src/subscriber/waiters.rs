@@ -6,9 +6,11 @@
 //! # Hand-overs
 //! A thread whose attempt finds a lock busy is queued in Redis, and the release that frees
 //! the lock hands it to the oldest waiter still waiting, anywhere in the fleet, publishing
-//! `grant <token> <lease> <owner>` on the lock's channel. The subscriber of the owner's client
-//! gives the token to that thread, which returns holding the lock without a round trip of its
-//! own. No other thread is woken. A hand-over that overtakes the reply to the thread's own
+//! `grant <token> <lease> <owner>` on the owner's client's grant channel
+//! ([`LockKeys::grant_channel`]; on the lock's channel when the new lease is shorter than the
+//! old, see `release.lua`). The subscriber of that client gives the token to that thread,
+//! which returns holding the lock without a round trip of its own. No other thread is woken,
+//! and no other client's subscriber. A hand-over that overtakes the reply to the thread's own
 //! attempt waits for it ([`Subscriber::expect`]); one that comes for a thread that no longer
 //! waits is given back through the renewal thread ([`Errand::GiveBack`]). Every waiter
 //! learns the new holder's lease from the message and sleeps no longer than that: a holder
@@ -60,7 +62,15 @@ pub(crate) fn last_hand_over() -> Option<(Instant, Instant)> {
 /// A thread about to join the waiters of `keys`; `handed` is a hand-over that came early.
 pub(super) struct Arriving {
     keys: Arc<LockKeys>,
-    handed: Option<u64>,
+    handed: Option<HandOver>,
+}
+
+/// The object handed to an owner of ours: its token, and the lease it was handed for (to give
+/// it back with, should nobody take it up).
+#[derive(Debug, Clone, Copy)]
+struct HandOver {
+    token: u64,
+    lease: Duration,
 }
 
 impl Shared {
@@ -68,9 +78,12 @@ impl Shared {
     /// one of ours); a release that found only stale places queued wakes one waiter; a
     /// force-unlock, or a latch that opened, all.
     pub(super) fn deliver(&self, channel: &[u8], payload: &[u8]) {
-        let entry = std::str::from_utf8(channel)
-            .ok()
-            .and_then(|ch| self.entries.lock().get(ch).cloned());
+        // Not UTF-8: not a channel of ours.
+        let Ok(channel) = std::str::from_utf8(channel) else {
+            return;
+        };
+        let channel = self.object_channel(channel);
+        let entry = self.entries.lock().get(channel).cloned();
         match Message::parse(payload) {
             Some(Message::Grant { lease, grants }) => {
                 self.deliver_grants(channel, entry, lease, grants)
@@ -96,10 +109,11 @@ impl Shared {
     /// The object now belongs to the owners in `grants`, for `lease` unless renewed. Every
     /// other waiter here learns that the object's lease changed: if a new holder never takes
     /// it up (it died while it waited), nothing will be published when that lease runs out,
-    /// so no waiter may sleep past it.
+    /// so no waiter may sleep past it. (Waiters of other clients hear of a lock's hand-over
+    /// only when its lease is shorter than the one they sleep towards: `release.lua`.)
     fn deliver_grants(
         &self,
-        channel: &[u8],
+        channel: &str,
         entry: Option<Arc<Entry>>,
         lease: Duration,
         grants: Grants<'_>,
@@ -118,7 +132,7 @@ impl Shared {
             for slot in &state.queue {
                 match grants.iter().find(|(_, owner)| *owner == &*slot.owner) {
                     Some((token, owner)) if ours(owner) => {
-                        slot.hand_over(token, Some(received));
+                        slot.hand_over(HandOver { token, lease }, Some(received));
                         self.handed_over.store(true, Ordering::Relaxed);
                         handed.push(owner);
                     }
@@ -135,7 +149,7 @@ impl Shared {
             }
             match arriving.get_mut(owner) {
                 // Its attempt's reply and this message crossed: the thread joins in a moment.
-                Some(a) if a.keys.channel.as_bytes() == channel => a.handed = Some(token),
+                Some(a) if a.keys.channel == channel => a.handed = Some(HandOver { token, lease }),
                 // Its thread no longer waits: it gave up, or took the object up with an
                 // attempt of its own, or the message came very late. Give it back if nobody
                 // took it up (the give-back checks that, see `Errand::GiveBack`).
@@ -151,19 +165,32 @@ impl Shared {
             .or_else(|| self.keys_of(channel));
         if let Some(keys) = keys {
             for (token, owner) in unclaimed {
-                self.give_back(keys.clone(), owner, token);
+                self.give_back(keys.clone(), owner, token, lease);
             }
         }
     }
 
     /// The object whose channel is `channel`, under this client's prefix.
-    fn keys_of(&self, channel: &[u8]) -> Option<Arc<LockKeys>> {
-        let channel = std::str::from_utf8(channel).ok()?;
+    fn keys_of(&self, channel: &str) -> Option<Arc<LockKeys>> {
         LockKeys::from_channel(&self.key_prefix, channel).map(Arc::new)
     }
 
-    fn give_back(&self, keys: Arc<LockKeys>, owner: Arc<str>, token: u64) {
-        let _ = self.errands.send(Errand::GiveBack { keys, owner, token });
+    /// The object's channel `channel` is, or whose grant channel for this client it is
+    /// ([`LockKeys::grant_channel`]): where its entry is kept.
+    pub(super) fn object_channel<'c>(&self, channel: &'c str) -> &'c str {
+        channel
+            .strip_suffix(self.client_id.as_str())
+            .and_then(|c| c.strip_suffix(':'))
+            .unwrap_or(channel)
+    }
+
+    fn give_back(&self, keys: Arc<LockKeys>, owner: Arc<str>, token: u64, lease: Duration) {
+        let _ = self.errands.send(Errand::GiveBack {
+            keys,
+            owner,
+            token,
+            lease,
+        });
     }
 }
 
@@ -218,12 +245,12 @@ impl Drop for Expecting<'_> {
         let arriving = shared.arriving.lock().remove(&self.owner);
         if let Some(Arriving {
             keys,
-            handed: Some(token),
+            handed: Some(handed),
         }) = arriving
         {
             // Handed over to a thread that then did not wait (its attempt got the lock by
             // itself, or its time was up): give it back.
-            shared.give_back(keys, self.owner.clone(), token);
+            shared.give_back(keys, self.owner.clone(), handed.token, handed.lease);
         }
     }
 }
@@ -239,8 +266,8 @@ struct Slot {
 struct SlotState {
     /// A wake-up to use: try again.
     permit: bool,
-    /// The lock was handed to this slot's owner, with this token.
-    handed: Option<u64>,
+    /// The lock was handed to this slot's owner.
+    handed: Option<HandOver>,
     /// When the subscriber thread had the hand-over's message (for [`last_hand_over`]).
     handed_at: Option<Instant>,
     /// Wake no later than this to try again: the lock's lease changed hands and ends then.
@@ -274,9 +301,9 @@ impl Slot {
         }
     }
 
-    fn hand_over(&self, token: u64, received: Option<Instant>) {
+    fn hand_over(&self, handed: HandOver, received: Option<Instant>) {
         let mut state = self.state.lock();
-        state.handed = Some(token);
+        state.handed = Some(handed);
         state.handed_at = received;
         self.wake.notify_one();
     }
@@ -406,8 +433,8 @@ impl Subscriber {
                     && state.confirmed
                     && w.confirmations == state.confirmations
             });
-            if let Some(token) = handed {
-                slot.hand_over(token, None);
+            if let Some(handed) = handed {
+                slot.hand_over(handed, None);
             } else if state.confirmed && watching.as_ref().is_none_or(|w| w.wakes != state.wakes) {
                 // Subscribed already, but perhaps not since before the attempt, or a wake-up
                 // came since: the attempt after joining may go at once.
@@ -468,11 +495,13 @@ impl Waiter<'_> {
         let wake = {
             let mut state = self.slot.state.lock();
             let wake = loop {
-                if let Some(token) = state.handed.take() {
+                if let Some(handed) = state.handed.take() {
                     if let Some(received) = state.handed_at.take() {
                         LAST_HAND_OVER.set(Some((received, Instant::now())));
                     }
-                    break Wake::HandedOver { token };
+                    break Wake::HandedOver {
+                        token: handed.token,
+                    };
                 }
                 if std::mem::replace(&mut state.permit, false) {
                     break Wake::Permit;
@@ -518,10 +547,11 @@ impl Drop for Waiter<'_> {
         if unused_permit && !self.used {
             Entry::wake_one(&state);
         }
-        if let Some(token) = unused_hand_over {
+        if let Some(handed) = unused_hand_over {
             // Handed over while the thread was leaving (an error, or an attempt of its own got
             // the lock): nobody will use this hold.
-            shared.give_back(self.entry.keys.clone(), self.slot.owner.clone(), token);
+            let (keys, owner) = (self.entry.keys.clone(), self.slot.owner.clone());
+            shared.give_back(keys, owner, handed.token, handed.lease);
         }
         if state.queue.is_empty() {
             state.idle_since = Some(Instant::now());

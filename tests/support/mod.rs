@@ -291,13 +291,13 @@ pub fn pubsub_clients(admin: &mut redis::Connection) -> Vec<(u64, u64)> {
 }
 
 /// The one pub/sub connection of the server, its client id; waits up to 5 s for there to be
-/// exactly one, with exactly one subscription (the lock's channel: nothing else, such as a
-/// channel of the client's own).
+/// exactly one, with exactly two subscriptions (the lock's channel and the client's grant
+/// channel of that lock: nothing else, such as a control channel of the client's own).
 pub fn the_one_pubsub_client(admin: &mut redis::Connection) -> u64 {
     let mut seen = Vec::new();
     let one = eventually(Duration::from_secs(5), || {
         seen = pubsub_clients(admin);
-        seen.len() == 1 && seen[0].1 == 1
+        seen.len() == 1 && seen[0].1 == 2
     });
     assert!(one, "pub/sub connections (id, subscriptions): {seen:?}");
     seen[0].0
@@ -385,7 +385,7 @@ pub fn heartbeat_notices_a_stopped_server(
     let mut seen = Vec::new();
     let replaced = eventually(Duration::from_secs(10), || {
         seen = pubsub_clients(admin);
-        seen.len() == 1 && seen[0].0 != before && seen[0].1 == 1
+        seen.len() == 1 && seen[0].0 != before && seen[0].1 == 2
     });
     assert!(
         replaced,

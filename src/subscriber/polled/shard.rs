@@ -20,12 +20,25 @@ const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
 pub(super) enum Sent {
     /// The first command, when there are credentials.
     Auth,
-    /// SUBSCRIBE or SSUBSCRIBE of this channel.
-    Subscribe(String),
-    /// UNSUBSCRIBE or SUNSUBSCRIBE of this channel.
-    Unsubscribe(String),
+    /// SUBSCRIBE or SSUBSCRIBE of these channels, in one command: an object's grant channel,
+    /// if it has one, then its channel, which [`Shard::channels`] tracks. The server answers
+    /// each in order, or refuses them all with one error; a channel leaves the list as its
+    /// answer comes.
+    Subscribe(VecDeque<String>),
+    /// UNSUBSCRIBE or SUNSUBSCRIBE of these channels, in one command, as above.
+    Unsubscribe(VecDeque<String>),
     /// The first command without credentials, or a heartbeat.
     Ping,
+}
+
+impl Sent {
+    /// The channels whose answers are still due, for a command that names channels.
+    pub(super) fn channels_mut(&mut self) -> Option<&mut VecDeque<String>> {
+        match self {
+            Sent::Subscribe(channels) | Sent::Unsubscribe(channels) => Some(channels),
+            Sent::Auth | Sent::Ping => None,
+        }
+    }
 }
 
 /// What the thread knows about one channel of its connection.
@@ -35,6 +48,20 @@ pub(super) struct ChannelState {
     pub(super) pending: u32,
     /// We want it subscribed (the last command sent for it was a subscription).
     pub(super) wanted: bool,
+    /// The object's grant channel, subscribed and unsubscribed with it.
+    pub(super) grant: Option<String>,
+}
+
+impl ChannelState {
+    /// `channel`, this state's, with its grant channel before it: what one (S)SUBSCRIBE or
+    /// (S)UNSUBSCRIBE names.
+    pub(super) fn with_grant(&self, channel: &str) -> VecDeque<String> {
+        self.grant
+            .iter()
+            .cloned()
+            .chain([channel.to_string()])
+            .collect()
+    }
 }
 
 /// One connection, to one server (a Cluster: the master of one shard).

@@ -55,6 +55,22 @@ fn push(kind: &str, channel: &str) -> Frame {
     Frame::Array(Some(vec![bulk(kind), bulk(channel), Frame::Integer(1)]))
 }
 
+/// The answers a node gives to one (S)SUBSCRIBE or (S)UNSUBSCRIBE of a lock: its grant
+/// channel's, then its channel's.
+fn answers(kind: &str, keys: &LockKeys) -> [Frame; 2] {
+    [push(kind, &grant(keys)), push(kind, &keys.channel)]
+}
+
+/// Lock `keys`'s grant channel for this test's client.
+fn grant(keys: &LockKeys) -> String {
+    keys.grant_channel("c0ffee").unwrap()
+}
+
+/// What a subscription of lock `keys` names: its grant channel, then its channel.
+fn both(keys: &LockKeys) -> VecDeque<String> {
+    VecDeque::from([grant(keys), keys.channel.clone()])
+}
+
 fn confirmed(sub: &Subscriber, keys: &LockKeys) -> bool {
     sub.shared.entries.lock()[&keys.channel]
         .state
@@ -85,17 +101,18 @@ fn a_message_too_big_to_keep_is_skipped_and_the_grant_behind_it_delivered() {
     task.reconcile(Instant::now());
     let (mut node, _) = listener.accept().unwrap();
     let mut bytes = b"+PONG\r\n".to_vec();
-    bytes.extend(
-        format!(
-            "*3\r\n$10\r\nssubscribe\r\n${}\r\n{}\r\n:1\r\n",
-            keys.channel.len(),
-            keys.channel
-        )
-        .as_bytes(),
-    );
-    bytes.extend(message_bytes(&keys.channel, &vec![b'x'; 3 << 20]));
+    for channel in both(&keys) {
+        bytes.extend(
+            format!(
+                "*3\r\n$10\r\nssubscribe\r\n${}\r\n{channel}\r\n:1\r\n",
+                channel.len(),
+            )
+            .as_bytes(),
+        );
+    }
+    bytes.extend(message_bytes(&grant(&keys), &vec![b'x'; 3 << 20]));
     bytes.extend(message_bytes(
-        &keys.channel,
+        &grant(&keys),
         &crate::scripts::Message::grant(Duration::from_secs(30), &[(9, "c0ffee:1")]),
     ));
     let writer = std::thread::spawn(move || node.write_all(&bytes).map(|_| node));
@@ -191,7 +208,7 @@ fn a_channel_too_long_to_read_back_is_not_subscribed_and_costs_the_others_nothin
         .filter(|sent| matches!(sent, Sent::Subscribe(_)))
         .collect();
     assert!(
-        subscribed == [&Sent::Subscribe(keys.channel.clone())],
+        subscribed == [&Sent::Subscribe(both(&keys))],
         "{} subscriptions sent, the long channel's among them",
         subscribed.len()
     );
@@ -206,7 +223,9 @@ fn a_channel_dropped_because_the_map_lists_no_master_for_its_slot_is_unconfirmed
     let _waiter = sub.join(sub.expect(&keys, &owner(1)));
     task.reconcile(Instant::now());
     task.handle(0, Frame::Simple(b"PONG".to_vec())).unwrap();
-    task.handle(0, push("ssubscribe", &keys.channel)).unwrap();
+    for answer in answers("ssubscribe", &keys) {
+        task.handle(0, answer).unwrap();
+    }
     assert!(confirmed(&sub, &keys));
 
     // The map is read again mid-failover and lists no master for the lock's slot: the
@@ -218,7 +237,7 @@ fn a_channel_dropped_because_the_map_lists_no_master_for_its_slot_is_unconfirmed
     ])));
     task.reconcile(Instant::now());
     assert!(
-        matches!(task.shards[0].sent.back(), Some((Sent::Unsubscribe(c), _)) if *c == keys.channel)
+        matches!(task.shards[0].sent.back(), Some((Sent::Unsubscribe(c), _)) if *c == both(&keys))
     );
     assert!(
         !confirmed(&sub, &keys),
@@ -241,7 +260,13 @@ fn on_one_server_the_subscription_is_confirmed() {
     let waiter = sub.join(sub.expect(&keys, &owner(1)));
     task.reconcile(Instant::now());
     task.handle(0, Frame::Simple(b"PONG".to_vec())).unwrap();
-    task.handle(0, push("subscribe", &keys.channel)).unwrap();
+    let [grant_answer, answer] = answers("subscribe", &keys);
+    task.handle(0, grant_answer).unwrap();
+    assert!(
+        !confirmed(&sub, &keys),
+        "confirmed before the channel's own answer"
+    );
+    task.handle(0, answer).unwrap();
     assert!(confirmed(&sub, &keys));
     assert_eq!(waiter.wait(Duration::ZERO), Wake::Permit);
 }
@@ -253,7 +278,9 @@ fn a_subscription_is_confirmed_only_by_the_answer_that_names_its_channel() {
     let leaving = sub.join(sub.expect(&x, &owner(1)));
     task.reconcile(Instant::now());
     task.handle(0, Frame::Simple(b"PONG".to_vec())).unwrap();
-    task.handle(0, push("ssubscribe", &x.channel)).unwrap();
+    for answer in answers("ssubscribe", &x) {
+        task.handle(0, answer).unwrap();
+    }
 
     // x's last waiter leaves as waiters for z and w arrive: one reconcile sends
     // SUNSUBSCRIBE x, SSUBSCRIBE z, SSUBSCRIBE w (in the map's order).
@@ -265,7 +292,7 @@ fn a_subscription_is_confirmed_only_by_the_answer_that_names_its_channel() {
         .sent
         .iter()
         .filter_map(|(sent, _)| match sent {
-            Sent::Subscribe(c) => Some(c.clone()),
+            Sent::Subscribe(c) => c.back().cloned(),
             _ => None,
         })
         .collect();
@@ -275,9 +302,12 @@ fn a_subscription_is_confirmed_only_by_the_answer_that_names_its_channel() {
     // them: it pushes sunsubscribe x, then answers MOVED (a Redis 7.0 node answers
     // SUNSUBSCRIBE of a slot it does not serve with MOVED), the subscription, MOVED.
     // Redis 7.0.15 was seen sending exactly these four frames.
+    // Each subscription names the lock's grant channel first, which is answered first.
     let frames = [
+        push("sunsubscribe", &grant(&x)),
         push("sunsubscribe", &x.channel),
         Frame::Error("MOVED 1 127.0.0.1:1".into()),
+        push("ssubscribe", &format!("{stays}:c0ffee")),
         push("ssubscribe", stays),
         Frame::Error("MOVED 1 127.0.0.1:1".into()),
     ];
