@@ -19,6 +19,64 @@ pub trait Contender: Sync {
     }
 }
 
+/// Every command redlatch's scripts run, read from their text (`redis.call('<name>'` and
+/// `redis.pcall('<name>'`), so that a script that starts using a new command is counted
+/// right without anyone updating a list. The PUBLISH a release makes (its name is an
+/// argument) is counted by `inner_publishes_per_release` instead; `and_publish` adds it.
+fn redlatch_script_commands(and_publish: bool) -> &'static [&'static str] {
+    use std::sync::OnceLock;
+    static PLAIN: OnceLock<Vec<&'static str>> = OnceLock::new();
+    static WITH_PUBLISH: OnceLock<Vec<&'static str>> = OnceLock::new();
+    let plain = PLAIN.get_or_init(|| {
+        const SCRIPTS: &[&str] = &[
+            include_str!("../../lua/acquire.lua"),
+            include_str!("../../lua/acquire_many.lua"),
+            include_str!("../../lua/force_unlock.lua"),
+            include_str!("../../lua/inspect.lua"),
+            include_str!("../../lua/latch_count.lua"),
+            include_str!("../../lua/latch_count_down.lua"),
+            include_str!("../../lua/latch_set.lua"),
+            include_str!("../../lua/release.lua"),
+            include_str!("../../lua/renew.lua"),
+            include_str!("../../lua/semaphore_available.lua"),
+            include_str!("../../lua/semaphore_set.lua"),
+            include_str!("../../lua/shares.lua"),
+            include_str!("../../lua/shares_acquire.lua"),
+            include_str!("../../lua/shares_release.lua"),
+            include_str!("../../lua/shares_renew.lua"),
+            include_str!("../../lua/shares_withdraw.lua"),
+            include_str!("../../lua/withdraw.lua"),
+        ];
+        let mut names: Vec<&'static str> = SCRIPTS
+            .iter()
+            .flat_map(|text| {
+                ["redis.call('", "redis.pcall('"]
+                    .into_iter()
+                    .flat_map(move |call| {
+                        text.match_indices(call).filter_map(move |(at, _)| {
+                            let rest = &text[at + call.len()..];
+                            rest.find('\'').map(|end| &rest[..end])
+                        })
+                    })
+            })
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        assert!(
+            names
+                .iter()
+                .all(|n| n.chars().all(|c| c.is_ascii_lowercase())),
+            "commands the report cannot match with INFO commandstats: {names:?}"
+        );
+        names
+    });
+    if and_publish {
+        WITH_PUBLISH.get_or_init(|| plain.iter().copied().chain(["publish"]).collect())
+    } else {
+        plain
+    }
+}
+
 /// One thread's use of one lock.
 pub trait Handle {
     /// Waits at most `wait`; `true` if acquired.
@@ -84,10 +142,7 @@ impl Contender for Redlatch {
         })
     }
     fn inner_commands(&self) -> &'static [&'static str] {
-        &[
-            "pttl", "incr", "hset", "pexpire", "hexists", "del", "set", "exists", "get", "type",
-            "hget", "hdel", "time", "zadd", "zrem", "zrange",
-        ]
+        redlatch_script_commands(false)
     }
     fn inner_publishes_per_release(&self) -> u64 {
         1
@@ -261,30 +316,6 @@ impl Handle for RedlockHandle {
 
 // ---------------------------------------------------------------------------------------------
 
-/// What the family's kinds run inside their scripts (`lua/shares*.lua`), PUBLISH included
-/// (clients never publish themselves, so every PUBLISH is a script's).
-const SHARES_INNER: &[&str] = &[
-    "type",
-    "exists",
-    "pttl",
-    "get",
-    "set",
-    "hget",
-    "hset",
-    "hdel",
-    "hlen",
-    "del",
-    "pexpire",
-    "time",
-    "zadd",
-    "zrem",
-    "zrange",
-    "zrangebyscore",
-    "zremrangebyscore",
-    "zscore",
-    "publish",
-];
-
 /// A redlatch semaphore of one permit, used as a lock: its hand-off against the lock's.
 pub struct RedlatchSemaphore {
     clients: Vec<redlatch::Client>,
@@ -313,7 +344,7 @@ impl Contender for RedlatchSemaphore {
         })
     }
     fn inner_commands(&self) -> &'static [&'static str] {
-        SHARES_INNER
+        redlatch_script_commands(true)
     }
 }
 
@@ -358,7 +389,7 @@ impl Contender for RedlatchReaders {
         })
     }
     fn inner_commands(&self) -> &'static [&'static str] {
-        SHARES_INNER
+        redlatch_script_commands(true)
     }
 }
 
@@ -403,10 +434,7 @@ impl Contender for RedlatchSpin {
         })
     }
     fn inner_commands(&self) -> &'static [&'static str] {
-        &[
-            "pttl", "incr", "hset", "pexpire", "hexists", "del", "set", "exists", "get", "type",
-            "hget", "hdel", "time", "zadd", "zrem", "zrange", "publish",
-        ]
+        redlatch_script_commands(true)
     }
 }
 
