@@ -318,6 +318,25 @@ fn main() {
     );
     drop(redlatch1);
 
+    // A release hands the lock to one client's subscriber (its grant channel), so a hand-off
+    // should cost no more with 16 clients waiting than with 4. When every grant went to every
+    // waiting client, 1.4-1.5 (the commit before grant channels, in a separate harness).
+    eprintln!("redlatch: 16 threads in 16 clients on one lock");
+    let spread = Contended {
+        clients: 16,
+        threads_per_client: 1,
+        ..four_by_four
+    };
+    let redlatch16 = Redlatch::new(&url, 16);
+    let mut o = scenario::contended(&redlatch16, &spread, &url);
+    f.put(
+        "sixteen_clients_handoff_p50_over_four",
+        ratio(percentile(&mut o.handoffs, 0.5), lock_handoff_p50),
+        "~ 1",
+        "hand-off p50 with 16 threads in 16 clients / in 4 clients: one client woken per hand-off",
+    );
+    drop(redlatch16);
+
     eprintln!("polling lock (SET NX PX, retry every 1 ms)");
     let polling = Polling::new(&url);
     let mut o = scenario::contended(&polling, &four_by_four, &url);
