@@ -866,9 +866,14 @@ fn a_release_that_reaches_redis_late_leaves_a_newer_hold_alone() {
     again.unlock().unwrap();
 }
 
-#[test]
-fn a_waiter_killed_in_the_queue_delays_the_next_by_its_lease_only() {
-    let server = RedisServer::start();
+/// `holder` holds a lock; a child process queues for it asking for `child_lease` and is
+/// killed in the queue; a waiter of another client queues behind it. How long after the
+/// holder's release that waiter had the lock (the dead child was handed it first).
+fn release_past_a_waiter_killed_in_the_queue(
+    server: &RedisServer,
+    holder: &Client,
+    child_lease: Duration,
+) -> Duration {
     let mut admin = server.admin();
     let name = unique("dead-waiter");
     let queued = |admin: &mut redis::Connection| -> usize {
@@ -877,14 +882,16 @@ fn a_waiter_killed_in_the_queue_delays_the_next_by_its_lease_only() {
             .query(admin)
             .unwrap()
     };
-    let holder = Client::open(&server.url()).unwrap();
-    let held = holder.lock(&name).lock().unwrap(); // 30 s lease
-
+    let held = holder.lock(&name).lock().unwrap();
     let mut child = support::spawn_child_test(
         "child_waits_for_a_lock_until_killed",
         &[
             ("REDLATCH_CHILD_URL", server.url()),
             ("REDLATCH_CHILD_LOCK", name.clone()),
+            (
+                "REDLATCH_CHILD_LEASE_MS",
+                child_lease.as_millis().to_string(),
+            ),
         ],
     );
     support::read_reported(&mut child, "WAITING", Duration::from_secs(30));
@@ -898,10 +905,18 @@ fn a_waiter_killed_in_the_queue_delays_the_next_by_its_lease_only() {
     await_waiting(&mut admin, &name);
     let released = Instant::now();
     held.unlock().unwrap();
+    assert!(waiter.join().unwrap());
+    released.elapsed()
+}
+
+#[test]
+fn a_waiter_killed_in_the_queue_delays_the_next_by_its_lease_only() {
+    let server = RedisServer::start();
+    let holder = Client::open(&server.url()).unwrap(); // 30 s leases
     // The dead child was first in line and got the lock with its 500 ms lease; the next
     // waiter has it once that runs out, not after the holder's 30 s.
-    assert!(waiter.join().unwrap());
-    let took = released.elapsed();
+    let took =
+        release_past_a_waiter_killed_in_the_queue(&server, &holder, Duration::from_millis(500));
     assert!(took < Duration::from_secs(3), "took {took:?}");
 }
 
@@ -912,41 +927,12 @@ fn a_waiter_killed_in_the_queue_delays_the_next_by_its_lease_only() {
 #[test]
 fn a_waiter_not_told_of_a_hand_over_to_a_dead_waiter_still_has_the_lock_after_its_lease() {
     let server = RedisServer::start();
-    let mut admin = server.admin();
-    let name = unique("dead-grantee");
-    let queued = |admin: &mut redis::Connection| -> usize {
-        redis::cmd("ZCARD")
-            .arg(format!("redlatch:{{{name}}}:queue"))
-            .query(admin)
-            .unwrap()
-    };
     // The holder's watchdog sets 2 s leases; the child asks for as much.
     let holder = Client::builder(&server.url())
         .watchdog_timeout(Duration::from_secs(2))
         .build()
         .unwrap();
-    let held = holder.lock(&name).lock().unwrap();
-    let mut child = support::spawn_child_test(
-        "child_waits_for_a_lock_until_killed",
-        &[
-            ("REDLATCH_CHILD_URL", server.url()),
-            ("REDLATCH_CHILD_LOCK", name.clone()),
-            ("REDLATCH_CHILD_LEASE_MS", "2000".to_string()),
-        ],
-    );
-    support::read_reported(&mut child, "WAITING", Duration::from_secs(30));
-    assert!(eventually(Duration::from_secs(10), || queued(&mut admin) == 1));
-    child.kill().unwrap();
-    child.wait().unwrap();
-
-    let waiter_client = Client::open(&server.url()).unwrap();
-    let waiter = spawn_waiter(waiter_client.lock(&name), Duration::from_secs(20));
-    assert!(eventually(Duration::from_secs(5), || queued(&mut admin) == 2));
-    await_waiting(&mut admin, &name);
-    let released = Instant::now();
-    held.unlock().unwrap();
-    assert!(waiter.join().unwrap());
-    let took = released.elapsed();
+    let took = release_past_a_waiter_killed_in_the_queue(&server, &holder, Duration::from_secs(2));
     // The dead child held it for its 2 s; the waiter was told nothing, yet woke by then.
     assert!(took >= Duration::from_millis(1500), "took {took:?}");
     assert!(took < Duration::from_secs(5), "took {took:?}");
