@@ -36,8 +36,8 @@
 -- queue for nothing; it keeps its place for then. Admitting takes place when something is
 -- released, when a waiter leaves, when the total changes, and when an attempt finds live
 -- waiters that fit (an object freed by a lease running out, with nobody to publish).
--- Every admission of one call goes out in one message:
--- "grant <token> <lease ms> <owner>[ <token> <owner>]...".
+-- The admissions of one call go out in one message, or in one per client when a release
+-- made them (see `grant_waiters`): "grant <token> <lease ms> <owner>[ <token> <owner>]...".
 --
 -- Tokens: a write and an acquisition of permits take the next fencing token (above every
 -- earlier one of the object, and at least the server's clock in µs: see acquire.lua's
@@ -195,11 +195,22 @@ local function fix_expiry()
 end
 
 -- Admits live waiters from the head of the queue while each fits (the grant rule above),
--- dropping stale places on the way, and publishes every admission in one message. Returns
--- the first live waiter left that did not fit, if any.
-local function grant_waiters()
-  local granted, first_lease = {}, nil
+-- dropping stale places on the way, and publishes the admissions. Returns the first live
+-- waiter left that did not fit, if any.
+--
+-- Whom a grant wakes: `released_end` is the lease end (ms) of a hold this call released,
+-- if it released one. When every admission's lease ends no earlier, each client's
+-- admissions go in one message on that client's grant channel "<channel>:<client id>" (the
+-- owner id up to its first ':'), and no other client is woken. That is safe: a waiter sleeps
+-- no later than the lease end it last heard of, the earliest holder's when it attempted, and
+-- every holder since then ends no earlier than that (a lease is never shortened, and a hold
+-- granted out of its sight ends no earlier than the one released for it). Otherwise (no
+-- hold released: a waiter left, the total changed, a lease ran out) all admissions go in one
+-- message on the channel, and every waiter learns the new lease ends.
+local function grant_waiters(released_end)
+  local granted = {}
   local aside, blocked = 0, nil
+  local to_clients = released_end ~= nil
   for _ = 1, 1000 do
     local head = redis.call('zrange', queue, aside, aside)[1]
     if not head then
@@ -228,16 +239,40 @@ local function grant_waiters()
         if redis.call('pttl', waiters) < tonumber(lease) then
           redis.call('pexpire', waiters, lease)
         end
-        first_lease = first_lease or lease
-        table.insert(granted, token .. ' ' .. head)
+        if to_clients and now + tonumber(lease) < released_end then
+          to_clients = false
+        end
+        table.insert(granted, {token = token, lease = lease, owner = head})
       end
     end
   end
-  if #granted > 0 then
-    local first = granted[1]
-    local token, owner = string.match(first, '^(%d+) (.+)$')
-    granted[1] = owner
-    redis.call(publish, channel, 'grant ' .. token .. ' ' .. first_lease .. ' ' .. table.concat(granted, ' '))
+  -- "grant <token> <lease ms> <owner>[ <token> <owner>]..." for `list`, on `to`.
+  local function announce(to, list)
+    local words = {'grant', list[1].token, list[1].lease, list[1].owner}
+    for i = 2, #list do
+      table.insert(words, list[i].token)
+      table.insert(words, list[i].owner)
+    end
+    redis.call(publish, to, table.concat(words, ' '))
+  end
+  if #granted == 0 then
+    return blocked
+  end
+  if not to_clients then
+    announce(channel, granted)
+    return blocked
+  end
+  local by_client, clients = {}, {}
+  for _, grant in ipairs(granted) do
+    local client = string.match(grant.owner, '^[^:]*')
+    if not by_client[client] then
+      by_client[client] = {}
+      table.insert(clients, client)
+    end
+    table.insert(by_client[client], grant)
+  end
+  for _, client in ipairs(clients) do
+    announce(channel .. ':' .. client, by_client[client])
   end
   return blocked
 end

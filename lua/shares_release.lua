@@ -11,7 +11,8 @@
 --          "1" not at all (an unused grant, given back: act only while the owner's terms
 --          still say "granted <token>"), "2" from a grant's message (terms still there)
 --
--- Replies: 1 released (the waiters that now fit were granted, in one message), 2 still held
+-- Replies: 1 released (the waiters that now fit were granted: one message per client, or
+-- one on the channel; see grant_waiters), 2 still held
 -- (the count is now holds - 1), 0 not ours (nothing changed).
 --
 -- The hold is ours only if the owner's field carries the hold's token and its lease has not
@@ -58,6 +59,6 @@ if granted then
 end
 redis.pcall('set', latch, '1', 'px', latch_ttl)
 purge()
-grant_waiters()
+grant_waiters(lease_end)
 fix_expiry()
 return 1

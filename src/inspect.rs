@@ -220,8 +220,8 @@ impl Client {
     /// fails ends the watch with [`Error::Redis`]. On a Cluster it subscribes on the shard that
     /// owns the object, with `SSUBSCRIBE` where the cluster publishes that way.
     ///
-    /// A lock is handed over on the new holder's client's grant channel (see the README's
-    /// data layout). Where pattern subscriptions are allowed (one server or Sentinel, and an
+    /// A release hands an object over on the new holders' clients' grant channels (see the
+    /// README's data layout). Where pattern subscriptions are allowed (one server or Sentinel, and an
     /// ACL that permits the pattern), the watch takes every grant channel with one
     /// `PSUBSCRIBE`. Elsewhere (sharded pub/sub, or an ACL that allows channels but not that
     /// pattern) it subscribes the grant channel of each client it finds queued, when it starts
@@ -252,7 +252,7 @@ impl Client {
         };
         // Grant channels: all of them by pattern where that is allowed, else client by client.
         let mut following = None;
-        if keys.family == Family::Lock {
+        if keys.grant_channel("").is_some() {
             let by_pattern = !sharded && {
                 let pattern = format!("{}:*", glob_escape(&keys.channel));
                 link.send(&redis::cmd("PSUBSCRIBE").arg(pattern).get_packed_command())?;

@@ -21,8 +21,9 @@
 //! A read-write lock (`p:{name}:rwlock`) and a semaphore (`p:{name}:semaphore`) keep their
 //! holders in that main key (hash: owner id -> `"<count> <token>"`; a read-write lock also
 //! `writer` -> the write owner) with one lease per holder in `<main>:leases` (zset: owner
-//! id -> lease end, ms), and the same `:fence`, `:unlocked`, `:queue`, `:waiters` and
-//! `:released:...` after the main key; a semaphore's total is `<main>:permits`.
+//! id -> lease end, ms), and the same `:fence`, `:unlocked`, `:unlocked:<client id>`,
+//! `:queue`, `:waiters` and `:released:...` after the main key; a semaphore's total is
+//! `<main>:permits`.
 //!
 //! A count-down latch is `p:{name}:latch` (string: the count), its channel
 //! `p:{name}:latch:unlocked`, and `p:{name}:latch:req:<request id>` (the reply to one call,
@@ -170,15 +171,15 @@ impl LockKeys {
         })
     }
 
-    /// The channel on which a release hands this object to a waiter of client `client_id`,
-    /// if its family hands over that way: a lock does (one owner, so one client, per
-    /// hand-over); a kind with shares grants on [`channel`](LockKeys::channel), since one
-    /// grant often admits several clients' waiters, and a latch grants nothing.
+    /// The channel on which a release hands this object to waiters of client `client_id`:
+    /// `<channel>:<client id>`, for every family but a latch, which grants nothing.
     ///
-    /// Waiters of one client subscribe it with the object's channel, in one command.
-    /// `release.lua` names it from the head waiter's owner id, `<client id>:<n>`.
+    /// Waiters of one client subscribe it with the object's channel, in one command. The
+    /// release scripts name it from the owner ids they grant to (`<client id>:...`), and use
+    /// it when the new leases end no earlier than the released hold's (`release.lua`,
+    /// `shares.lua`); otherwise, and for grants no release made, the object's channel.
     pub fn grant_channel(&self, client_id: &str) -> Option<String> {
-        (self.family == Family::Lock).then(|| format!("{}:{client_id}", self.channel))
+        (self.family != Family::Latch).then(|| format!("{}:{client_id}", self.channel))
     }
 
     /// The Redis Cluster slot of every key of this lock: CRC16 (XMODEM) of the hash tag, mod

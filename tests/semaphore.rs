@@ -472,3 +472,79 @@ fn nothing_is_left_behind_after_use() {
         );
     }
 }
+
+/// Grants (channel, payload) seen by `pubsub` until `n` came or 5 s passed.
+fn grants_seen(pubsub: &mut redis::PubSub<'_>, n: usize) -> Vec<(String, String)> {
+    let mut grants = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while grants.len() < n && Instant::now() < deadline {
+        match pubsub.get_message() {
+            Ok(message) => {
+                let payload: String = message.get_payload().unwrap();
+                if payload.starts_with("grant ") {
+                    grants.push((message.get_channel_name().to_string(), payload));
+                }
+            }
+            Err(e) if e.is_timeout() => {}
+            Err(e) => panic!("watching the channels: {e}"),
+        }
+    }
+    grants
+}
+
+/// A release grants the waiters of each client in one message on that client's grant
+/// channel, so that no other client wakes; when a new lease would end before the released
+/// one, every grant goes in one message on the semaphore's channel, which every waiter hears.
+#[test]
+fn a_release_grants_each_client_on_its_own_channel_unless_a_lease_ends_sooner() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("sem-grant-channels");
+    let channel = format!("redlatch:{{{name}}}:semaphore:unlocked");
+    let mut watcher = server.admin();
+    let mut pubsub = watcher.as_pubsub();
+    pubsub.psubscribe(format!("{channel}*")).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let (a, b, c) = (client(&server), client(&server), client(&server));
+    let sem = a.semaphore(&name);
+    sem.set_permits(2).unwrap();
+
+    for (held_lease, waiter_lease) in [(None, None), (Some(10), Some(1))] {
+        let held = sem
+            .try_acquire(2, ZERO, held_lease.map(Duration::from_secs))
+            .unwrap()
+            .expect("free");
+        let mut waiters = Vec::new();
+        for (i, waiter) in [&b, &c].into_iter().enumerate() {
+            let sem = waiter.semaphore(&name);
+            waiters.push(thread::spawn(move || {
+                let lease = waiter_lease.map(Duration::from_secs);
+                let permits = sem.try_acquire(1, LONG, lease).unwrap().expect("granted");
+                permits.release().unwrap();
+            }));
+            await_queued(&mut admin, &name, i + 1);
+        }
+        held.release().unwrap();
+        join_all(waiters, Duration::from_secs(10), "waiters");
+        let grants = grants_seen(&mut pubsub, 2);
+        let client_of = |payload: &str| {
+            let owner = payload.split(' ').nth(3).unwrap();
+            owner.split(':').next().unwrap().to_string()
+        };
+        if held_lease.is_none() {
+            // 30 s leases all round: one message to each client, on its own channel.
+            assert_eq!(grants.len(), 2, "{grants:?}");
+            for (to, payload) in &grants {
+                assert_eq!(*to, format!("{channel}:{}", client_of(payload)));
+            }
+            assert_ne!(client_of(&grants[0].1), client_of(&grants[1].1));
+        } else {
+            // 1 s leases after a 10 s one: one message, to everyone.
+            assert_eq!(grants.len(), 1, "{grants:?}");
+            assert_eq!(grants[0].0, channel);
+            assert_eq!(grants[0].1.split(' ').count(), 6, "{grants:?}");
+        }
+    }
+}

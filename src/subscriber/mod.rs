@@ -11,10 +11,11 @@
 //! sharded pub/sub, one connection per shard that has waiters, so a release's SPUBLISH
 //! reaches only the shard that owns the lock; elsewhere one connection with SUBSCRIBE.
 //!
-//! Each lock with waiters here is subscribed with two channels in one command: the lock's
-//! own, and its grant channel for this client, on which a release hands the lock to one of
-//! our waiters ([`LockKeys::grant_channel`](crate::keys::LockKeys::grant_channel)), so that a
-//! hand-off wakes one client's subscriber however many clients wait.
+//! Each lock (or read-write lock, or semaphore) with waiters here is subscribed with two
+//! channels in one command: the object's own, and its grant channel for this client, on
+//! which a release hands the object to our waiters
+//! ([`LockKeys::grant_channel`](crate::keys::LockKeys::grant_channel)), so that a hand-off
+//! wakes one client's subscriber however many clients wait. A latch has only its channel.
 //!
 //! A waiter records what it wants in the entry map and *rings* the thread (in process,
 //! through the poll's waker: no round trip), which reconciles its subscriptions with the map.

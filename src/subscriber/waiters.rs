@@ -8,7 +8,7 @@
 //! the lock hands it to the oldest waiter still waiting, anywhere in the fleet, publishing
 //! `grant <token> <lease> <owner>` on the owner's client's grant channel
 //! ([`LockKeys::grant_channel`]; on the lock's channel when the new lease is shorter than the
-//! old, see `release.lua`). The subscriber of that client gives the token to that thread,
+//! old, see `release.lua`; a kind with shares likewise, see `shares.lua`). The subscriber of that client gives the token to that thread,
 //! which returns holding the lock without a round trip of its own. No other thread is woken,
 //! and no other client's subscriber. A hand-over that overtakes the reply to the thread's own
 //! attempt waits for it ([`Subscriber::expect`]); one that comes for a thread that no longer
@@ -109,8 +109,8 @@ impl Shared {
     /// The object now belongs to the owners in `grants`, for `lease` unless renewed. Every
     /// other waiter here learns that the object's lease changed: if a new holder never takes
     /// it up (it died while it waited), nothing will be published when that lease runs out,
-    /// so no waiter may sleep past it. (Waiters of other clients hear of a lock's hand-over
-    /// only when its lease is shorter than the one they sleep towards: `release.lua`.)
+    /// so no waiter may sleep past it. (Waiters of other clients hear of a release's grants
+    /// only when a new lease ends before the released one: `release.lua`, `shares.lua`.)
     fn deliver_grants(
         &self,
         channel: &str,
