@@ -160,18 +160,21 @@ if mine == 0 then
       end
       return failed(refused(terms_ok, 'waiters'))
     end
-    -- The queue and the terms outlive their last valid place, so an abandoned lock leaves
-    -- nothing behind. Each key is only ever extended: the terms may hold a hand-over's
-    -- "granted" ones, which release.lua made outlive that hand-over's lease (they tell an
-    -- unused hand-over from one taken up), while the queue may be younger or gone. An
-    -- extension goes to twice the need, so that the waiters who queue after this one with
-    -- the same wait find it long enough, and spare the PEXPIRE; abandoned, the keys outlive
-    -- their last place by at most that much.
+    -- The queue outlives its last valid place, and the terms that place's hand-over too, so
+    -- an abandoned lock leaves nothing behind. The terms' key lives at least the wait plus
+    -- the hand-over's lease: a release that hands the lock over (any time before the terms
+    -- run out) makes them "granted", and those must outlive the hand-over's lease (they tell
+    -- an unused hand-over from one taken up). Set here, that spares every hand-over a PTTL.
+    -- Each key is only ever extended, never shortened, by any script. An extension goes to
+    -- twice the need, so that the waiters who queue after this one with the same wait find
+    -- it long enough, and spare the PEXPIRE; abandoned, the keys outlive their last place by
+    -- at most that much.
     if redis.call('pttl', queue) < queue_for then
       redis.call('pexpire', queue, 2 * queue_for)
     end
-    if redis.call('pttl', waiters) < queue_for then
-      redis.call('pexpire', waiters, 2 * queue_for)
+    local terms_for = queue_for + tonumber(handover_lease)
+    if redis.call('pttl', waiters) < terms_for then
+      redis.call('pexpire', waiters, queue_for + terms_for)
     end
   end
   return {0, pttl, tonumber(redis.pcall('get', fence)) or 0}

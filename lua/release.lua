@@ -183,12 +183,10 @@ for _ = 1, 64 do
     redis.call('set', fence, string.format('%d', next_token), 'PX', tonumber(lease) + tonumber(ARGV[7]))
     redis.call('hset', lock, head, 1)
     redis.call('pexpire', lock, lease)
+    -- The "granted" terms must outlive the hand-over's lease: they are what tells an unused
+    -- hand-over from one taken up. They do without a PEXPIRE: the head queued with this
+    -- lease, and acquire.lua made the key outlive its terms' expiry (still ahead) by it.
     redis.call('hset', waiters, head, string.format('granted %d', next_token))
-    -- The "granted" terms must outlive the hand-over's lease: they are what tells an
-    -- unused hand-over from one taken up.
-    if redis.call('pttl', waiters) < tonumber(lease) then
-      redis.call('pexpire', waiters, lease)
-    end
     local to = channel
     if tonumber(lease) >= tonumber(ARGV[8]) then
       to = channel .. ':' .. string.match(head, '^[^:]*')

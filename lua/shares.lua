@@ -233,12 +233,10 @@ local function grant_waiters(released_end)
       else
         local token = take(head, need, lease)
         redis.call('zrem', queue, head)
-        redis.call('hset', waiters, head, 'granted ' .. token)
         -- The "granted" terms must outlive the lease: they tell an unused grant from one
-        -- taken up.
-        if redis.call('pttl', waiters) < tonumber(lease) then
-          redis.call('pexpire', waiters, lease)
-        end
+        -- taken up. They do without a PEXPIRE: the head queued with this lease, and
+        -- shares_acquire.lua made the key outlive its terms' expiry (still ahead) by it.
+        redis.call('hset', waiters, head, 'granted ' .. token)
         if to_clients and now + tonumber(lease) < released_end then
           to_clients = false
         end

@@ -103,8 +103,11 @@ if queue_for > 0 then
   if redis.call('pttl', queue) < queue_for then
     redis.call('pexpire', queue, queue_for)
   end
-  if redis.call('pttl', waiters) < queue_for then
-    redis.call('pexpire', waiters, queue_for)
+  -- The terms' key outlives the wait by the hand-over's lease: a grant made before the
+  -- terms run out makes them "granted", which must outlive the grant's lease (shares.lua).
+  local terms_for = queue_for + tonumber(handover_lease)
+  if redis.call('pttl', waiters) < terms_for then
+    redis.call('pexpire', waiters, terms_for)
   end
 end
 fix_expiry()

@@ -436,9 +436,11 @@ fn a_hand_over_costs_the_new_holder_no_command() {
     assert_eq!(terms, 0, "a hand-over's terms outlived its hold");
 }
 
-/// A release hands the lock over with "granted" terms made to outlive the hand-over's lease:
-/// they are what tells a hand-over nobody took up (given back) from one taken up. A waiter
-/// queueing afterwards with a shorter wait must not cut them short.
+/// A release hands the lock over with "granted" terms that outlive the hand-over's lease:
+/// they are what tells a hand-over nobody took up (given back) from one taken up. The waiter
+/// queued for a short wait, far shorter than the lease, so its queueing must have made the
+/// terms' key outlive its wait by the lease. A waiter queueing afterwards with a shorter wait
+/// must not cut them short.
 #[test]
 fn a_hand_overs_grant_outlives_a_later_waiter_with_a_shorter_wait() {
     let server = RedisServer::start();
@@ -450,15 +452,21 @@ fn a_hand_overs_grant_outlives_a_later_waiter_with_a_shorter_wait() {
     let (token_tx, token_rx) = crossbeam_channel::bounded(1);
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let handed = thread::spawn(move || {
-        // Handed over with the watchdog's 30 s lease.
+        // A place valid about 3.5 s (the wait plus the slack), handed over with the
+        // watchdog's 30 s lease.
         let guard = lock
-            .try_lock(Duration::from_secs(20), None)
+            .try_lock(Duration::from_millis(1500), None)
             .unwrap()
             .expect("handed over");
         token_tx.send(guard.fencing_token()).unwrap();
         let _ = done_rx.recv_timeout(Duration::from_secs(30));
     });
-    support::await_waiting(&mut admin, &name);
+    let queue_key = format!("redlatch:{{{name}}}:queue");
+    assert!(eventually(Duration::from_secs(5), || redis::cmd("ZCARD")
+        .arg(&queue_key)
+        .query::<usize>(&mut admin)
+        .unwrap()
+        == 1));
     held.unlock().unwrap();
     let token = token_rx.recv_timeout(Duration::from_secs(10)).unwrap();
     let granted = format!("granted {token}");

@@ -548,3 +548,44 @@ fn a_release_grants_each_client_on_its_own_channel_unless_a_lease_ends_sooner() 
         }
     }
 }
+
+/// A grant's "granted" terms outlive the grant's lease, though the waiter queued for a wait
+/// far shorter than it: they are what tells a grant nobody took up from one taken up, so the
+/// waiter's queueing made the terms' key outlive its wait by the lease.
+#[test]
+fn a_grants_terms_outlive_its_lease_after_a_short_wait() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("sem-grant-outlives");
+    let waiters_key = format!("redlatch:{{{name}}}:semaphore:waiters");
+    let sem = client(&server).semaphore(&name);
+    sem.set_permits(1).unwrap();
+    let held = sem.acquire(1).unwrap();
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+    let other = client(&server).semaphore(&name);
+    let waiter = thread::spawn(move || {
+        // A place valid about 3.5 s (the wait plus the slack); the watchdog's 30 s lease.
+        let permits = other
+            .try_acquire(1, Duration::from_millis(1500), None)
+            .unwrap()
+            .expect("granted");
+        let _ = done_rx.recv_timeout(Duration::from_secs(30));
+        drop(permits);
+    });
+    await_queued(&mut admin, &name, 1);
+    held.release().unwrap();
+    assert!(eventually(Duration::from_secs(5), || {
+        let terms: Vec<String> = redis::cmd("HVALS")
+            .arg(&waiters_key)
+            .query(&mut admin)
+            .unwrap();
+        terms.len() == 1 && terms[0].starts_with("granted ")
+    }));
+    let left: i64 = redis::cmd("PTTL")
+        .arg(&waiters_key)
+        .query(&mut admin)
+        .unwrap();
+    assert!(left > 25_000, "the grant's terms expire in {left} ms");
+    done_tx.send(()).unwrap();
+    waiter.join().unwrap();
+}
