@@ -38,3 +38,32 @@ pub fn cpu_time(tid: u32) -> Duration {
 pub fn cpu_of(tids: &HashSet<u32>) -> Duration {
     tids.iter().map(|&t| cpu_time(t)).sum()
 }
+
+/// CPU time of this whole process so far, exited threads included (user + system clock
+/// ticks, 10 ms each: meant for spans of seconds).
+pub fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after_name = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let ticks: u64 = after_name
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse::<u64>().ok())
+        .sum();
+    Duration::from_millis(ticks * 10)
+}
+
+/// CPU time the Redis server has used so far (INFO cpu: user + system).
+pub fn server_cpu(admin: &mut redis::Connection) -> Duration {
+    let info: String = redis::cmd("INFO").arg("cpu").query(admin).unwrap();
+    let seconds: f64 = info
+        .lines()
+        .filter_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            ["used_cpu_sys", "used_cpu_user"]
+                .contains(&key)
+                .then(|| value.trim().parse::<f64>().ok())?
+        })
+        .sum();
+    Duration::from_secs_f64(seconds)
+}

@@ -387,14 +387,63 @@ fn main() {
     latch_figures(&mut f, &url, ping_p50);
 
     eprintln!("16 threads over 1000 locks, no hold");
-    let acq_per_s = scenario::many_keys(&url, 4, 4, 1000, secs);
-    let seed_per_s = scenario::many_keys_seed(&url, 16, 1000, secs);
+    // CPU per acquisition, this process's and the server's: the scenario keeps both cores
+    // busy, so the two together bound it.
+    let mut admin = connection(&url);
+    let cpu_per_acquisition = |admin: &mut redis::Connection, run: &dyn Fn() -> f64| {
+        let (ours, server) = (cpu::process_cpu(), cpu::server_cpu(admin));
+        let per_s = run();
+        let acquisitions = per_s * secs.as_secs_f64();
+        let micros = |d: Duration| d.as_secs_f64() * 1e6 / acquisitions.max(1.0);
+        let client = micros(cpu::process_cpu() - ours);
+        (per_s, client, micros(cpu::server_cpu(admin) - server))
+    };
+    let (acq_per_s, client_cpu, server_cpu) = cpu_per_acquisition(&mut admin, &|| {
+        scenario::many_keys(&url, 4, 4, 1000, scenario::MAX_WAIT, secs)
+    });
+    let (seed_per_s, seed_client_cpu, seed_server_cpu) = cpu_per_acquisition(&mut admin, &|| {
+        scenario::many_keys_seed(&url, 16, 1000, secs)
+    });
     let raw_per_s = scenario::raw_evalsha(&url, 16, secs);
+    let try_per_s = scenario::many_keys(&url, 4, 4, 1000, Duration::ZERO, secs);
     f.put(
         "many_keys_over_seed_hset",
         acq_per_s / seed_per_s,
         ">= 0.85",
         "acquisitions/s over the seed HSET scripts', 16 threads, 1,000 locks, hold 0",
+    );
+    f.put(
+        "many_keys_cpu_us_per_acq",
+        client_cpu + server_cpu,
+        "(reference)",
+        "CPU per acquisition, µs, client process + Redis (1,000 locks, 16 threads)",
+    );
+    f.put(
+        "many_keys_server_cpu_us_per_acq",
+        server_cpu,
+        "(reference)",
+        "of which Redis's",
+    );
+    f.put(
+        "many_keys_seed_cpu_us_per_acq",
+        seed_client_cpu + seed_server_cpu,
+        "(reference)",
+        "the same for the seed scripts",
+    );
+    f.put(
+        "many_keys_seed_server_cpu_us_per_acq",
+        seed_server_cpu,
+        "(reference)",
+        "of which Redis's",
+    );
+    // The seed scripts' threads move on from a held lock; these wait for it (queue,
+    // subscribe, hand-over). The same scenario with try_lock(ZERO) tells that cost apart from
+    // the weight of the scripts and the client.
+    f.put(
+        "many_keys_try_over_seed_hset",
+        try_per_s / seed_per_s,
+        "",
+        "the same with try_lock(ZERO): a held lock is skipped, as the seed scripts' threads do",
     );
     f.put(
         "many_keys_acq_per_s_over_raw",

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use crate::contenders::{Contender, connection};
 
 /// How long one acquisition may wait before it counts as a timeout.
-const MAX_WAIT: Duration = Duration::from_secs(10);
+pub const MAX_WAIT: Duration = Duration::from_secs(10);
 
 /// Many threads in a few clients on one lock.
 pub struct Contended {
@@ -168,12 +168,14 @@ pub fn command_stats(admin: &mut redis::Connection) -> HashMap<String, u64> {
         .collect()
 }
 
-/// Many threads over many locks, no hold: acquisitions per second.
+/// Many threads over many locks, no hold: acquisitions per second. Each thread waits up to
+/// `wait` for a lock it finds held (the seed scripts' threads never wait: they move on).
 pub fn many_keys(
     url: &str,
     clients: usize,
     threads_per_client: usize,
     locks: usize,
+    wait: Duration,
     duration: Duration,
 ) -> f64 {
     let clients: Vec<redlatch::Client> = (0..clients)
@@ -192,7 +194,7 @@ pub fn many_keys(
                     let mut n = 0u64;
                     while Instant::now() < end {
                         let lock = client.lock(&format!("many-{}", rng.next() as usize % locks));
-                        if let Some(guard) = lock.try_lock(MAX_WAIT, None).unwrap() {
+                        if let Some(guard) = lock.try_lock(wait, None).unwrap() {
                             guard.unlock().unwrap();
                             n += 1;
                         }
