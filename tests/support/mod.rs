@@ -129,12 +129,25 @@ impl Drop for RedisServer {
     }
 }
 
+/// A port free now and never handed out before in this process. The OS may give a port
+/// again as soon as its listener closes; tests run in parallel threads, and a server started
+/// on another test's port would answer that test's readiness check before failing to bind
+/// (a cluster's `redis-cli --cluster create` then met a plain server).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..1000 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !handed_out.contains(&port) {
+            handed_out.push(port);
+            return port;
+        }
+    }
+    panic!("no port free that this process has not used");
 }
 
 /// A thread that waits up to `within` for `lock` through a fault: a call that meets a stopped
