@@ -2,56 +2,83 @@
 --
 -- KEYS[1]  the lock hash        <prefix>:{<name>}          field = owner, value = hold count
 -- KEYS[2]  the fencing counter  <prefix>:{<name>}:fence    lives the hold's lease plus ARGV[8]
--- KEYS[3]  the wait queue       <prefix>:{<name>}:queue    zset: owner -> arrival (µs)
--- KEYS[4]  the waiters' terms   <prefix>:{<name>}:waiters  hash: owner -> terms (below)
+-- KEYS[3]  the wait queue       <prefix>:{<name>}:queue    zset, below
+-- KEYS[4]  the hand-over mark   <prefix>:{<name>}:granted  "<owner> <token>" (release.lua)
 -- ARGV[1]  owner id             "<client uuid>:<thread number>"
 -- ARGV[2]  holds                how many holds the caller has (0 = a first acquisition)
 -- ARGV[3]  lease                milliseconds
 -- ARGV[4]  token                the fencing token of the caller's hold (when holds > 0)
 -- ARGV[5]  queue for            ms the caller will wait if the lock is busy (0: don't queue)
--- ARGV[6]  queued               "1" if an earlier attempt of this wait may have queued it
+-- ARGV[6]  place                "" on a wait's first attempt; after that, the place the last
+--                               reply of this wait named: "<arrival µs> <valid ms>" (below)
 -- ARGV[7]  hand-over lease      ms the lock is handed over for, if handed to the caller
 -- ARGV[8]  fence retention      ms the fencing counter outlives the hold's lease; after that
 --                               it expires and tokens restart from the server's clock
+-- ARGV[9]  leftovers            places earlier waits of the caller left when they failed (they
+--                               could not withdraw): "<arrival µs> <hand-over lease> <valid>"
+--                               each, space-separated (arrival 0: not known), or "". Voided
+--                               on the way out, so that no release hands the lock to them
 --
--- A waiter's terms are "<valid until, ms> <hand-over lease, ms>" while it waits, and
--- "granted <token>" once a release handed the lock to it (release.lua).
+-- The queue holds each waiter's terms in its member, so that the release that hands the
+-- lock over reads them with the ZPOPMIN that takes the waiter out of the line:
+--   member "<owner> <hand-over lease, ms> <valid, ms>", score = arrival (µs, server clock);
+--   the place is valid until arrival + <valid> ms.
+-- The arrival names a place: it never changes while the place lasts. A wait's later attempts
+-- name the member they last heard of; an attempt that finds its place about to run out
+-- moves its validity on (a new member, the same arrival), and a retry of that attempt after
+-- a lost reply, which names the old member, finds the new one by its arrival (by score, then
+-- by owner), so a place is never taken twice.
 --
 -- Replies (an array):
 --   { 1, token }          acquired; token is the fencing token (a re-entry keeps the first
 --                         one's; taking up a hand-over keeps the hand-over's)
---   { 0, pttl, fence }    held by another owner; pttl bounds how long the caller should sleep,
+--   { 0, pttl, fence, arrival, valid }
+--                         held by another owner; pttl bounds how long the caller should sleep,
 --                         fence is the fencing counter now (a hand-over that comes later has a
---                         larger token). With ARGV[5] > 0 the caller is now in the queue.
+--                         larger token); with ARGV[5] > 0 the caller is now in the queue, at
+--                         the place its next attempt passes as ARGV[6] (else 0, 0)
 --   {-1, 0 }              the caller believed it held the lock (holds > 0) but its hold is gone
--- Errors: "WRONGTYPE lock" / "WRONGTYPE fence" / "WRONGTYPE queue" / "WRONGTYPE waiters" when
--- that key holds data that is not ours; Redis's own error when it refuses a write (READONLY,
--- OOM, ...).
+-- Errors: "WRONGTYPE lock" / "WRONGTYPE fence" / "WRONGTYPE queue" when that key holds data
+-- that is not ours; Redis's own error when it refuses a write (READONLY, OOM, ...).
 --
 -- Idempotent: the hold count is *set* to holds + 1, never incremented, so a retry after a
 -- lost reply changes nothing it should not. A first acquisition that finds the caller's
 -- field already there takes that hold up: a hand-over made during the caller's current wait
--- (ARGV[6]) whose message was lost keeps the hand-over's token; anything else (its own
--- earlier attempt whose reply was lost, a release that never reached Redis, a hand-over from
--- an earlier wait) gets a *new* token, so tokens are never handed out twice. Neither ever
--- shortens the lease.
--- Queueing never shortens the expiry of the queue or of the terms, only extends it.
+-- (ARGV[6] names a place, and the mark names the caller and the current token) whose message was lost
+-- keeps the hand-over's token; anything else (its own earlier attempt whose reply was lost,
+-- a release that never reached Redis, a hand-over from an earlier wait) gets a *new* token,
+-- so tokens are never handed out twice. Neither ever shortens the lease. Taking a hand-over
+-- up deletes its mark, so that a give-back (release.lua) no longer frees it.
+-- A wait's first attempt (re)queues at the back: a place of the same member left by an
+-- earlier wait that ended without leaving the queue gets this wait's arrival and validity.
+-- A retry of that first attempt after a lost reply does the same; it costs the caller the
+-- few places that queued in between, never a place twice. A later attempt keeps its place
+-- or moves the same place's validity on (above), whatever runs of it came before.
+-- Queueing never shortens the expiry of the queue, only extends it.
 -- Nothing is written before every check has passed, so an error leaves no partial change,
--- with one exception: an error ends the caller's wait, so a caller that may be queued
--- (ARGV[6]) leaves the queue with it. Otherwise a release would hand the lock to a thread
+-- with two exceptions, both removals: leftovers are voided whatever the reply, and an error
+-- ends the caller's wait, so a caller that may be queued (ARGV[6] names a place) leaves the
+-- queue with it. Otherwise a release would hand the lock to a thread
 -- that no longer waits, and the lock would stay held, by nobody, for the hand-over's lease.
 --
 -- At maxmemory: Redis refuses a script's first write that may need memory (SET, HSET, ZADD)
--- unless something was written before it; ZREM and HDEL need none and are not refused (seen
--- on redis-server 7.0.15, see release.lua). So taking or queueing for a lock is refused,
--- as it should be, but leaving the queue is not: a refused waiter leaves it, and a waiter
--- taking up a hand-over leaves it *before* it sets its hold, which then is not refused
--- either (the hold was the releaser's, memory it just gave back).
--- Each redis.call costs about as much as the script's dispatch: the free path makes five.
+-- unless something was written before it; ZREM, HDEL and DEL need none and are not refused
+-- (seen on redis-server 7.0.15, see release.lua). So taking or queueing for a lock is
+-- refused, as it should be, but leaving the queue is not: a refused waiter leaves it, and a
+-- waiter taking up a hand-over deletes its mark and leaves the queue *before* it sets its
+-- hold, which then is not refused either (the hold was the releaser's, memory it just gave
+-- back). Leftovers are voided last, after any write that may need memory: a removal before
+-- it would let that write through.
+-- Each redis.call costs about as much as the script's dispatch: the free path makes five,
+-- a first queueing attempt six (PTTL, HEXISTS, TIME, ZADD, the queue's PTTL, GET), a later
+-- one five (ZSCORE for ZADD and PTTL) while its place is valid long enough, eight when it
+-- moves the place's validity on (ZSCORE, ZREM, ZADD, PTTL).
 
-local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lock, fence, queue, granted = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, holds, lease, held_token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local queue_for, queued, handover_lease = tonumber(ARGV[5]), ARGV[6] == '1', ARGV[7]
+local queue_for, handover_lease = tonumber(ARGV[5]), ARGV[7]
+local arrival_was, valid_was = string.match(ARGV[6], '^(%d+) (%d+)$')
+local queued = arrival_was ~= nil
 -- The fence lives as long as the lease it fences, plus the retention: a holder's token stays
 -- checkable while it holds, and an abandoned name leaves nothing behind.
 local fence_ttl = lease + tonumber(ARGV[8])
@@ -98,18 +125,62 @@ local function next_token()
   return last + 1
 end
 
+-- The member of a place of the caller's, valid for `valid` ms after its arrival.
+local function member(lease_ms, valid)
+  return string.format('%s %s %s', owner, lease_ms, valid)
+end
+
+-- The member of the caller's place that arrived at `arrival` (µs), or nil.
+local function find(arrival)
+  local members = redis.pcall('zrangebyscore', queue, arrival, arrival)
+  if type(members) == 'table' and not members.err then
+    for _, m in ipairs(members) do
+      if string.sub(m, 1, #owner + 1) == owner .. ' ' then
+        return m
+      end
+    end
+  end
+  return nil
+end
+
+-- Takes out the caller's place last known as member `name`, which arrived at `arrival` (µs;
+-- 0 if not known): by its arrival, should a run whose reply was lost have renamed it.
+local function remove(name, arrival)
+  if redis.pcall('zrem', queue, name) == 0 and tonumber(arrival) > 0 then
+    local renamed = find(arrival)
+    if renamed then
+      redis.pcall('zrem', queue, renamed)
+    end
+  end
+end
+
 -- The caller got the lock, or its wait ends with an error: it no longer waits.
 local function leave_queue()
   if queued then
-    redis.pcall('zrem', queue, owner)
-    redis.pcall('hdel', waiters, owner)
+    remove(member(handover_lease, valid_was), arrival_was)
   end
+end
+
+-- The member of the place this attempt keeps or takes, if it queues.
+local current
+
+-- Every reply goes out through here: the leftovers go last (see "At maxmemory"), except the
+-- one this attempt's place may be: a first attempt of the same terms (a wait without end
+-- queues for as long each time) took it over with its ZADD, and it is the caller's place now.
+local function done(reply)
+  for arrival, lease_ms, valid in string.gmatch(ARGV[9], '(%d+) (%d+) (%d+)') do
+    local name = member(lease_ms, valid)
+    if name ~= current then
+      remove(name, arrival)
+    end
+  end
+  return reply
 end
 
 -- The reply to an error that ends the caller's wait: out of the queue first.
 local function failed(failure)
   leave_queue()
-  return failure
+  return done(failure)
 end
 
 -- PTTL answers for a key of any type: -2 absent, -1 no expiry.
@@ -117,7 +188,7 @@ local pttl = redis.call('pttl', lock)
 
 if pttl == -2 then
   if holds > 0 then
-    return {-1, 0}
+    return done({-1, 0})
   end
   local token, failure = next_token()
   if not token then
@@ -126,7 +197,7 @@ if pttl == -2 then
   redis.call('hset', lock, owner, 1)
   redis.call('pexpire', lock, lease)
   leave_queue()
-  return {1, token}
+  return done({1, token})
 end
 
 if pttl == -1 then
@@ -141,43 +212,59 @@ end
 
 if mine == 0 then
   if holds > 0 then
-    return {-1, 0}
+    return done({-1, 0})
   end
+  local arrival, valid = 0, 0
   if queue_for > 0 then
-    -- Keep the place of an owner already queued (NX); refresh how long it stays valid.
     local now = redis.call('time')
-    local queued_ok = redis.pcall('zadd', queue, 'NX', now[1] * 1000000 + now[2], owner)
-    if type(queued_ok) == 'table' then
-      return failed(refused(queued_ok, 'queue'))
-    end
-    local expiry = now[1] * 1000 + math.floor(now[2] / 1000) + queue_for
-    local terms_ok = redis.pcall('hset', waiters, owner, string.format('%d %s', expiry, handover_lease))
-    if type(terms_ok) == 'table' then
-      -- Give the place just taken back: a refused attempt leaves nothing behind (a queue
-      -- without its terms would also never expire).
-      if queued_ok == 1 then
-        redis.call('zrem', queue, owner)
+    local now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
+    -- The place must stay valid until this wait's next attempt (the caller's queue_for
+    -- includes slack for that attempt's round trip).
+    local needed = now_ms + queue_for
+    local name
+    if queued then
+      name = member(handover_lease, valid_was)
+      local score = redis.pcall('zscore', queue, name)
+      if type(score) == 'table' then
+        return failed(refused(score, 'queue'))
       end
-      return failed(refused(terms_ok, 'waiters'))
+      if score then
+        arrival, valid = tonumber(score), tonumber(valid_was)
+      else
+        -- Renamed by a run of this attempt whose reply was lost, or gone (dropped as stale).
+        name = find(arrival_was)
+        if name then
+          arrival, valid = tonumber(arrival_was), tonumber(string.match(name, ' (%d+)$'))
+        end
+      end
     end
-    -- The queue outlives its last valid place, and the terms that place's hand-over too, so
-    -- an abandoned lock leaves nothing behind. The terms' key lives at least the wait plus
-    -- the hand-over's lease: a release that hands the lock over (any time before the terms
-    -- run out) makes them "granted", and those must outlive the hand-over's lease (they tell
-    -- an unused hand-over from one taken up). Set here, that spares every hand-over a PTTL.
-    -- Each key is only ever extended, never shortened, by any script. An extension goes to
-    -- twice the need, so that the waiters who queue after this one with the same wait find
-    -- it long enough, and spare the PEXPIRE; abandoned, the keys outlive their last place by
-    -- at most that much.
-    if redis.call('pttl', queue) < queue_for then
+    local written
+    if arrival > 0 and math.floor(arrival / 1000) + valid >= needed - 1000 then
+      -- Valid long enough: nothing to write.
+    elseif arrival > 0 then
+      -- About to run out: the same arrival (the same place in line), valid for longer.
+      valid = needed - math.floor(arrival / 1000)
+      redis.pcall('zrem', queue, name)
+      written = redis.pcall('zadd', queue, arrival, member(handover_lease, valid))
+    else
+      -- A first attempt, or a place that is gone: at the back.
+      arrival, valid = now[1] * 1000000 + now[2], queue_for
+      written = redis.pcall('zadd', queue, arrival, member(handover_lease, valid))
+    end
+    if type(written) == 'table' then
+      return failed(refused(written, 'queue'))
+    end
+    current = member(handover_lease, valid)
+    -- The queue outlives its last valid place, so an abandoned lock leaves nothing behind.
+    -- It is only ever extended, never shortened, by any script. An extension goes to twice
+    -- the need, so that the waiters who queue after this one with the same wait find it long
+    -- enough, and spare the PEXPIRE; abandoned, the queue outlives its last place by at
+    -- most that much.
+    if written and redis.call('pttl', queue) < queue_for then
       redis.call('pexpire', queue, 2 * queue_for)
     end
-    local terms_for = queue_for + tonumber(handover_lease)
-    if redis.call('pttl', waiters) < terms_for then
-      redis.call('pexpire', waiters, queue_for + terms_for)
-    end
   end
-  return {0, pttl, tonumber(redis.pcall('get', fence)) or 0}
+  return done({0, pttl, tonumber(redis.pcall('get', fence)) or 0, arrival, valid})
 end
 
 if holds == 0 then
@@ -187,10 +274,12 @@ if holds == 0 then
     return failed(redis.error_reply('WRONGTYPE fence'))
   end
   local token
-  if queued and current and redis.pcall('hget', waiters, owner) == 'granted ' .. current then
+  if queued and current and redis.pcall('get', granted) == owner .. ' ' .. current then
     -- Handed over during this wait (its first attempt found the field absent), and nobody
-    -- acquired since: the hand-over's token is fresh.
+    -- acquired since: the hand-over's token is fresh. Taken up, it is no longer the
+    -- hand-over a give-back may free (release.lua).
     token = tonumber(current)
+    redis.call('del', granted)
   else
     local failure
     token, failure = next_token()
@@ -200,23 +289,22 @@ if holds == 0 then
   end
   -- Out of the queue before the HSET: at maxmemory, a first write that frees is what lets
   -- the HSET through (the field is there already; it takes no memory to speak of).
-  redis.pcall('zrem', queue, owner)
-  redis.pcall('hdel', waiters, owner)
+  leave_queue()
   redis.call('hset', lock, owner, 1)
   if lease > pttl then
     redis.call('pexpire', lock, lease)
     redis.call('pexpire', fence, fence_ttl)
   end
-  return {1, token}
+  return done({1, token})
 end
 
 -- A re-entry: the field must belong to the caller's current hold.
 local current = redis.pcall('get', fence)
 if type(current) == 'table' or not tonumber(current) then
-  return redis.error_reply('WRONGTYPE fence')
+  return done(redis.error_reply('WRONGTYPE fence'))
 end
 if current ~= held_token then
-  return {-1, 0}
+  return done({-1, 0})
 end
 redis.call('hset', lock, owner, holds + 1)
 -- A re-entry never shortens the lease the outer holds rely on; a longer one takes the fence
@@ -225,4 +313,4 @@ if lease > pttl then
   redis.call('pexpire', lock, lease)
   redis.call('pexpire', fence, fence_ttl)
 end
-return {1, tonumber(current)}
+return done({1, tonumber(current)})

@@ -7,22 +7,21 @@
 -- KEYS[4]  the release latch <prefix>:{<name>}:released:<owner>:<token>   (used only when
 --                          ARGV[4] > 0, below)
 -- KEYS[5]  the wait queue    <prefix>:{<name>}:queue
--- KEYS[6]  waiters' terms    <prefix>:{<name>}:waiters
+-- KEYS[6]  hand-over mark    <prefix>:{<name>}:granted   "<owner> <token>" of the latest
+--                          hand-over, living its lease
 -- KEYS[7]  the forced mark   <prefix>:{<name>}:forced    (force_unlock.lua: the token it freed)
 -- ARGV[1]  owner id
 -- ARGV[2]  holds             how many holds the caller has before this release (>= 1)
 -- ARGV[3]  token             the fencing token of the hold being released
 -- ARGV[4]  latch ttl         ms a latch records a final release; 0 = write none (below)
 -- ARGV[5]  publish command   PUBLISH (or SPUBLISH on a sharded cluster)
--- ARGV[6]  how the hold was taken, which says whether the owner's "granted <token>" terms
---          are still in the waiters' hash:
---          "0" by an attempt of its own (which removed any "granted" terms; a place left
---              from an earlier wait that failed may remain, removed when others queue);
---          "1" it was not: a hand-over nobody took up, given back. Act only while the
---              owner's terms still say "granted <token>" (taking it up, by an attempt or a
---              withdrawal, removes them; a thread that took it from the message holds it
---              and never gives it back);
---          "2" from a hand-over's message, without a round trip: the terms are still there.
+-- ARGV[6]  how the hold was taken:
+--          "0" by an attempt of its own;
+--          "1" it was not: a hand-over nobody took up, given back. Act only while the mark
+--              still says "<owner> <token>" (taking it up, by an attempt or a withdrawal,
+--              deletes it; a thread that took it from the message holds it and never gives
+--              it back);
+--          "2" from a hand-over's message, without a round trip.
 -- ARGV[7]  fence retention   ms the fencing counter outlives a hand-over's lease
 -- ARGV[8]  held lease        ms: the longest lease the hold ever set, so no more of it was
 --                          left (which waiters may be sleeping towards; see "Whom a
@@ -46,9 +45,12 @@
 -- Handing over inside the release is what makes a hand-off cheap and fair: the next holder
 -- is the oldest waiter still waiting (its terms say until when), anywhere in the fleet; it
 -- needs no attempt of its own, only the message; and nobody else is woken to race for it.
--- Its terms become "granted <token>", so that its own later calls know the hold for a
--- hand-over (acquire.lua, withdraw.lua). A waiter whose message is lost still finds the lock
--- is its own at its next attempt.
+-- The waiter's terms come with its place in the queue (acquire.lua), so the ZPOPMIN that takes
+-- it out of the line also says until when it waits and for what lease. The mark
+-- "<owner> <token>" records the hand-over for as long as its lease, so that the new holder's
+-- own later calls know the hold for a hand-over (acquire.lua, withdraw.lua); one key serves
+-- every hand-over, since only the latest one's hold can still be there. A waiter whose
+-- message is lost still finds the lock is its own at its next attempt.
 --
 -- Whom a hand-over wakes: only the new holder's client, on its grant channel
 -- "<channel>:<client id>" (the owner id up to its first ':'), which that client's subscriber
@@ -86,14 +88,16 @@
 -- HDEL), the release goes on, wakes or hands over as usual and answers 1.
 -- The intermediate release (holds > 1) frees nothing and is refused at maxmemory like any
 -- write; the count left in Redis is then one too high, which the final release ignores.
--- Each redis.call costs about as much as the script's dispatch: the free path makes three.
+-- Each redis.call costs about as much as the script's dispatch: the free path makes three,
+-- a hand-over nine (GET, HDEL, ZPOPMIN, TIME, the mark's SET, the fence's SET, HSET, PEXPIRE,
+-- PUBLISH).
 
-local lock, fence, channel, latch, queue, waiters, forced =
+local lock, fence, channel, latch, queue, granted, forced =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local owner, holds, token = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local latch_ttl, publish, unused_only, granted = ARGV[4], ARGV[5], ARGV[6] == '1', ARGV[6] ~= '0'
+local latch_ttl, publish, unused_only = ARGV[4], ARGV[5], ARGV[6] == '1'
 
-if unused_only and redis.pcall('hget', waiters, owner) ~= 'granted ' .. token then
+if unused_only and redis.pcall('get', granted) ~= owner .. ' ' .. token then
   return 0
 end
 
@@ -135,24 +139,17 @@ if redis.pcall('hdel', lock, owner) ~= 1 then
   return gone(fenced)
 end
 
--- The oldest queued owner, if any, taken out of the queue: whether it is handed the lock or
--- dropped as stale below, its place is gone either way.
+-- The oldest place in the queue, if any, taken out of it: whether its owner is handed the
+-- lock or the place is dropped as stale below, it is gone either way. { member, arrival }.
 local function pop_head()
   local popped = redis.pcall('zpopmin', queue)
-  if type(popped) == 'table' and not popped.err then
-    return popped[1]
+  if type(popped) == 'table' and not popped.err and popped[1] then
+    return popped
   end
   return nil
 end
 
 local head = pop_head()
--- The owner's terms go: a hand-over's "granted" ones, and, when others queue, a place of its
--- own left from an earlier wait that failed without withdrawing (its uncontended attempt did
--- not leave the queue). Behind an older waiter, such a place would outlive this release, and
--- a later one would hand the lock to a thread that no longer waits.
-if granted or head then
-  redis.pcall('hdel', waiters, owner)
-end
 if latch_ttl ~= '0' then
   -- A pcall: the lock is already free, and a refused latch must not stop the wake-up below.
   redis.pcall('set', latch, '1', 'px', latch_ttl)
@@ -162,39 +159,46 @@ if not head then
   return 1
 end
 
--- The oldest waiter whose terms have not run out gets the lock. Stale entries (a waiter that
--- gave up without withdrawing, or died, or the releasing owner's own leftover place) are
--- dropped on the way; a bounded number per release.
+-- The oldest waiter whose place has not run out gets the lock. Stale places (a waiter that
+-- gave up without withdrawing, or died, or the releasing owner's own place left from an
+-- earlier wait that failed) are dropped on the way; a bounded number per release.
 local t = redis.call('time')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 for _ = 1, 64 do
   if not head then
     break
   end
-  local terms = redis.pcall('hget', waiters, head)
-  local expiry, lease
-  if type(terms) == 'string' then
-    expiry, lease = string.match(terms, '^(%d+) (%d+)$')
-  end
-  if head ~= owner and expiry and tonumber(expiry) > now then
+  local who, lease, valid_for = string.match(head[1], '^(.+) (%d+) (%d+)$')
+  if who and who ~= owner and math.floor(tonumber(head[2]) / 1000) + tonumber(valid_for) > now then
+    local next_token = tonumber(token) + 1
+    -- The mark first: it is the one write that can meet data not ours (SET ... GET refuses
+    -- another type without writing; a foreign string is put back). Then nobody is handed
+    -- the lock, the waiter keeps its place, and a wake-up lets the waiters take it.
+    local old = redis.pcall('set', granted, string.format('%s %d', who, next_token), 'PX', lease, 'GET')
+    if type(old) == 'table' or (old and not string.match(old, '^[^ ]+ %d+$')) then
+      if type(old) == 'string' then
+        redis.call('set', granted, old)
+      end
+      -- Back in its place; the ZPOPMIN may have deleted the queue (and its expiry) with it.
+      redis.pcall('zadd', queue, head[2], head[1])
+      local left = math.floor(tonumber(head[2]) / 1000) + tonumber(valid_for) - now
+      if redis.call('pttl', queue) < left then
+        redis.call('pexpire', queue, left)
+      end
+      break
+    end
     -- The fence shows the released hold's token (checked above): one SET moves it on and
     -- sets its life.
-    local next_token = tonumber(token) + 1
     redis.call('set', fence, string.format('%d', next_token), 'PX', tonumber(lease) + tonumber(ARGV[7]))
-    redis.call('hset', lock, head, 1)
+    redis.call('hset', lock, who, 1)
     redis.call('pexpire', lock, lease)
-    -- The "granted" terms must outlive the hand-over's lease: they are what tells an unused
-    -- hand-over from one taken up. They do without a PEXPIRE: the head queued with this
-    -- lease, and acquire.lua made the key outlive its terms' expiry (still ahead) by it.
-    redis.call('hset', waiters, head, string.format('granted %d', next_token))
     local to = channel
     if tonumber(lease) >= tonumber(ARGV[8]) then
-      to = channel .. ':' .. string.match(head, '^[^:]*')
+      to = channel .. ':' .. string.match(who, '^[^:]*')
     end
-    redis.call(publish, to, string.format('grant %d %s %s', next_token, lease, head))
+    redis.call(publish, to, string.format('grant %d %s %s', next_token, lease, who))
     return 1
   end
-  redis.pcall('hdel', waiters, head)
   head = pop_head()
 end
 

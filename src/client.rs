@@ -521,6 +521,7 @@ impl ClientBuilder {
             fence_retention: self.fence_retention,
             backend,
             holds: Holds::default(),
+            leftovers: Default::default(),
             subscriber,
             epoch,
             replicas: self.replicas,

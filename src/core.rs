@@ -14,6 +14,7 @@ use crossbeam_channel::Sender;
 
 use crate::backend::Backend;
 use crate::engine::hold::Holds;
+use crate::engine::leftover::Leftovers;
 use crate::lost::ToRenewal;
 use crate::stats::{Counters, Stats};
 use crate::subscriber::Subscriber;
@@ -28,6 +29,8 @@ pub(crate) struct Core {
     pub fence_retention: Duration,
     pub backend: Arc<Backend>,
     pub holds: Holds,
+    /// Places in queues that failed waits left, voided by their owner's next attempt.
+    pub leftovers: Leftovers,
     pub subscriber: Subscriber,
     /// Origin of the holds' compact timestamps.
     pub epoch: Instant,

@@ -20,6 +20,7 @@ use crate::core::Core;
 use crate::engine;
 use crate::error::{Error, Result};
 use crate::keys::{Family, LockKeys};
+use crate::scripts;
 
 /// The kinds of object [`Client::inspect`] can look at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -139,8 +140,10 @@ pub struct Holder {
 pub struct Waiter {
     /// Its owner id.
     pub owner: String,
-    /// Its terms as Redis keeps them: `"<valid until, ms> <hand-over lease, ms>[ <need>]"`,
-    /// or `"granted <token>"` when it was handed the object and has not taken it up yet.
+    /// Its terms: `"<valid until, ms> <hand-over lease, ms>[ <need>]"` (valid until: the
+    /// server's clock, after which a release passes it over as gone); for a read-write lock
+    /// or a semaphore, `"granted <token>"` when it was handed the object and has not taken it
+    /// up yet (a lock's waiter leaves the queue when it is handed the lock).
     pub terms: String,
 }
 
@@ -336,10 +339,29 @@ fn follow_queued(
     subscribe: &str,
     followed: &mut HashSet<String>,
 ) -> Result<()> {
-    let owners: Vec<String> = core
-        .backend
-        .run(|con| redis::cmd("HKEYS").arg(&keys.waiters).query(con))
-        .map_err(Error::Redis)?;
+    let owners: Vec<String> = if keys.family == Family::Lock {
+        // A lock's waiters are named in their places (`acquire.lua`).
+        let places: Vec<(String, u64)> = core
+            .backend
+            .run(|con| {
+                redis::cmd("ZRANGE")
+                    .arg(&keys.queue)
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES")
+                    .query(con)
+            })
+            .map_err(Error::Redis)?;
+        places
+            .iter()
+            .filter_map(|(member, arrival)| scripts::Place::parse(member, *arrival))
+            .map(|place| place.owner.to_string())
+            .collect()
+    } else {
+        core.backend
+            .run(|con| redis::cmd("HKEYS").arg(&keys.waiters).query(con))
+            .map_err(Error::Redis)?
+    };
     for owner in owners {
         let client = owner.split(':').next().unwrap_or_default();
         if let Some(channel) = keys.grant_channel(client)
@@ -476,6 +498,31 @@ fn read_report(
                 report.count = Some(total.and_then(|t| t.parse().ok()).unwrap_or(0));
             }
         }
+    }
+    if kind == ObjectKind::Lock {
+        // A lock's waiters keep their terms in their places (`acquire.lua`).
+        let places: Vec<(String, u64)> = redis::cmd("ZRANGE")
+            .arg(&keys.queue)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(con)?;
+        report.queue = places
+            .iter()
+            .map(
+                |(member, arrival)| match scripts::Place::parse(member, *arrival) {
+                    Some(place) => Waiter {
+                        owner: place.owner.to_string(),
+                        terms: format!("{} {}", place.valid_until_ms, place.handover_lease_ms),
+                    },
+                    None => Waiter {
+                        owner: member.clone(),
+                        terms: String::new(),
+                    },
+                },
+            )
+            .collect();
+        return Ok(report);
     }
     let queued: Vec<String> = redis::cmd("ZRANGE")
         .arg(&keys.queue)

@@ -9,9 +9,11 @@
 //! - `p:{name}:unlocked:<client id>`  where a release hands the lock to a waiter of that
 //!   client, so that only its subscriber wakes (unless the hand-over's lease is shorter than
 //!   the one released: then on `p:{name}:unlocked`, which every waiter hears)
-//! - `p:{name}:queue`      the waiters, oldest first (zset: owner id -> arrival, µs)
-//! - `p:{name}:waiters`    their terms (hash: owner id -> `"<expiry ms> <lease ms>"` while it
-//!   waits, `"granted <token>"` once the lock was handed to it)
+//! - `p:{name}:queue`      the waiters, oldest first, each with its terms (zset: member
+//!   `"<owner id> <hand-over lease ms> <valid ms>"` -> arrival, µs; the place is valid until
+//!   arrival + valid ms)
+//! - `p:{name}:granted`    the latest hand-over (string `"<owner id> <token>"`, living the
+//!   hand-over's lease): tells a hand-over not yet taken up from a hold of the owner's own
 //! - `p:{name}:released:<owner>:<token>`  a latch that makes a retried release idempotent
 //!   where the connection retries out of sight (a Cluster's); lives a few seconds
 //! - `p:{name}:forced:<request id>`  the same for a force-unlock
@@ -134,7 +136,10 @@ pub(crate) struct LockKeys {
     pub fence: String,
     pub channel: String,
     pub queue: String,
+    /// The waiters' terms of a kind with shares (hash: owner id -> terms).
     pub waiters: String,
+    /// A lock's hand-over mark: `"<owner> <token>"` of its latest hand-over (`release.lua`).
+    pub granted: String,
 }
 
 impl LockKeys {
@@ -153,6 +158,7 @@ impl LockKeys {
             channel: format!("{lock}:unlocked"),
             queue: format!("{lock}:queue"),
             waiters: format!("{lock}:waiters"),
+            granted: format!("{lock}:granted"),
             lock,
         }
     }
@@ -277,7 +283,13 @@ mod tests {
         }
         assert!(LockKeys::from_channel("q", &keys.channel).is_none());
         assert!(LockKeys::from_channel("p", "p:{foo}:other").is_none());
-        for key in [&keys.fence, &keys.queue, &keys.waiters, &keys.channel] {
+        for key in [
+            &keys.fence,
+            &keys.queue,
+            &keys.waiters,
+            &keys.granted,
+            &keys.channel,
+        ] {
             assert_eq!(key_slot(key.as_bytes()), keys.slot());
         }
         assert_eq!(

@@ -375,26 +375,20 @@ fn foreign_data_under_our_keys_is_reported_and_left_alone() {
 }
 
 #[test]
-fn foreign_data_under_the_queue_and_waiters_keys_is_reported_and_left_alone() {
+fn foreign_data_under_the_queue_key_is_reported_and_left_alone() {
     let server = RedisServer::start();
     let mut admin = server.admin();
     let client = Client::open(&server.url()).unwrap();
     let holder = Client::open(&server.url()).unwrap();
 
     for (suffix, foreign) in [
-        (":waiters", &["SET", "precious"][..]),
-        (":waiters", &["RPUSH", "a", "b", "c"]),
-        (":queue", &["SET", "precious"]),
+        (":queue", &["SET", "precious"][..]),
         (":queue", &["HSET", "field", "value"]),
+        (":queue", &["RPUSH", "a", "b", "c"]),
     ] {
         let name = unique("foreign-queue");
         let lock_key = format!("redlatch:{{{name}}}");
         let key = format!("{lock_key}{suffix}");
-        let other = if suffix == ":queue" {
-            format!("{lock_key}:waiters")
-        } else {
-            format!("{lock_key}:queue")
-        };
         let _: () = redis::cmd(foreign[0])
             .arg(&key)
             .arg(&foreign[1..])
@@ -427,16 +421,61 @@ fn foreign_data_under_the_queue_and_waiters_keys_is_reported_and_left_alone() {
                 "refused after {:?}, not at the first attempt",
                 start.elapsed()
             );
-            assert!(
-                !exists(&mut admin, &other),
-                "a refused attempt left {other} behind"
-            );
         }
 
         // The holder's release is not disturbed by the foreign key either.
         held.unlock().unwrap();
         assert!(!lock.is_locked().unwrap());
         assert!(lock.force_unlock().is_ok_and(|was_locked| !was_locked));
+        assert_eq!(dump(&mut admin, &key), before, "{key} was changed");
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut admin).unwrap();
+        assert_eq!(ttl, -1, "{key} was given an expiry");
+    }
+}
+
+/// Foreign data under a lock's hand-over mark (`:granted`) is left as it was: a release that
+/// would hand the lock over finds it, hands nothing over and wakes the waiters instead, which
+/// then take the free lock with an attempt of their own.
+#[test]
+fn foreign_data_under_the_hand_over_mark_is_left_alone_and_waiters_still_get_the_lock() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = Client::open(&server.url()).unwrap();
+    let holder = Client::open(&server.url()).unwrap();
+
+    for foreign in [
+        &["SET", "precious"][..],
+        &["RPUSH", "a", "b", "c"],
+        &["HSET", "field", "value"],
+    ] {
+        let name = unique("foreign-mark");
+        let key = format!("redlatch:{{{name}}}:granted");
+        let _: () = redis::cmd(foreign[0])
+            .arg(&key)
+            .arg(&foreign[1..])
+            .query(&mut admin)
+            .unwrap();
+        let before = dump(&mut admin, &key);
+        let held = holder.lock(&name).lock().unwrap();
+        let lock = client.lock(&name);
+        let waiting = std::thread::spawn(move || {
+            lock.try_lock(Duration::from_secs(10), None)
+                .unwrap()
+                .map(|g| g.fencing_token())
+        });
+        support::await_waiting(&mut admin, &name);
+        let released = Instant::now();
+        held.unlock().unwrap();
+        let token = waiting.join().unwrap();
+        assert!(
+            token.is_some(),
+            "{foreign:?}: the waiter never got the lock"
+        );
+        assert!(
+            released.elapsed() < Duration::from_secs(2),
+            "{foreign:?}: the waiter got the lock {:?} after the release",
+            released.elapsed()
+        );
         assert_eq!(dump(&mut admin, &key), before, "{key} was changed");
         let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut admin).unwrap();
         assert_eq!(ttl, -1, "{key} was given an expiry");
@@ -997,4 +1036,50 @@ fn a_client_dropped_while_a_thread_waits_answers_the_waiter_then_goes_away() {
         Duration::from_secs(40),
         CHILD_DONE,
     );
+}
+
+/// When foreign data under the hand-over mark stops a hand-over, the waiter goes back to its
+/// place, and the queue, which the release's ZPOPMIN may have emptied and deleted, still
+/// expires: a waiter that never comes back leaves nothing behind for good.
+#[test]
+fn a_hand_over_stopped_by_a_foreign_mark_leaves_a_queue_that_expires() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let holder = Client::open(&server.url()).unwrap();
+    let name = unique("foreign-mark-queue");
+    let lock = format!("redlatch:{{{name}}}");
+    let (queue, mark) = (format!("{lock}:queue"), format!("{lock}:granted"));
+    let _: () = redis::cmd("SET")
+        .arg(&mark)
+        .arg("precious")
+        .query(&mut admin)
+        .unwrap();
+    let held = holder.lock(&name).lock().unwrap();
+    // A waiter, queued by the real script for 3 s, that never attempts again.
+    let gone = "00000000-0000-4000-8000-000000000000:7";
+    let busy: Vec<i64> = redis::cmd("EVAL")
+        .arg(include_str!("../lua/acquire.lua"))
+        .arg(4)
+        .arg(&[&lock, &format!("{lock}:fence"), &queue, &mark])
+        .arg(&[gone, "0", "30000", "0", "3000", "", "30000", "3600000", ""])
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(busy[0], 0, "{busy:?}");
+    held.unlock().unwrap();
+
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&queue)
+        .arg(0)
+        .arg(-1)
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(
+        members,
+        [format!("{gone} 30000 3000")],
+        "the waiter kept its place"
+    );
+    let ttl: i64 = redis::cmd("PTTL").arg(&queue).query(&mut admin).unwrap();
+    assert!((1..=3000).contains(&ttl), "the queue expires in {ttl} ms");
+    let kept: String = redis::cmd("GET").arg(&mark).query(&mut admin).unwrap();
+    assert_eq!(kept, "precious");
 }

@@ -1013,17 +1013,29 @@ fn subscribers(admin: &mut redis::Connection, name: &str) -> i64 {
 }
 
 /// A thread whose wait failed keeps its place in the queue (nothing withdrew it). If that
-/// thread then takes the lock by an attempt of its own while an older waiter is held up, its
-/// release hands the lock to that waiter and must leave its own place void: otherwise a later
-/// release hands the lock to a thread that no longer waits, and the waiters behind it sleep
-/// through that hand-over's lease.
+/// thread then takes the lock by an attempt of its own while an older waiter is held up, that
+/// attempt must leave its old place void: otherwise a later release hands the lock to a thread
+/// that no longer waits, and the waiters behind it sleep through that hand-over's lease.
 #[test]
-fn a_release_voids_its_owners_leftover_place_in_the_queue() {
+fn a_failed_waits_place_is_voided_by_its_owners_next_attempt() {
     let server = RedisServer::start();
     let mut admin = server.admin();
     let name = unique("leftover-place");
     let lock_key = format!("redlatch:{{{name}}}");
-    let waiters_key = format!("redlatch:{{{name}}}:waiters");
+    let queue_key = format!("redlatch:{{{name}}}:queue");
+    // The owner ids in the queue (members "<owner> <hand-over lease> <valid ms>").
+    let queued = |admin: &mut redis::Connection| -> Vec<String> {
+        let members: Vec<String> = redis::cmd("ZRANGE")
+            .arg(&queue_key)
+            .arg(0)
+            .arg(-1)
+            .query(admin)
+            .unwrap();
+        members
+            .iter()
+            .map(|m| m.rsplitn(3, ' ').nth(2).unwrap().to_string())
+            .collect()
+    };
     let holder = Client::open(&server.url()).unwrap();
     let held = holder
         .lock(&name)
@@ -1089,19 +1101,19 @@ fn a_release_voids_its_owners_leftover_place_in_the_queue() {
         .query(&mut admin)
         .unwrap();
     let t_owner = owners[0].clone();
+    assert!(
+        !queued(&mut admin).contains(&t_owner),
+        "T's attempt left its failed wait's place in the queue"
+    );
 
-    // A's attempt arrives, finds T holding the lock, and keeps A's place, ahead of T's.
-    let terms = |admin: &mut redis::Connection| -> Vec<(String, String)> {
-        redis::cmd("HGETALL")
-            .arg(&waiters_key)
-            .query(admin)
-            .unwrap()
-    };
-    let before = terms(&mut admin);
+    // A's attempt arrives, finds T holding the lock, and keeps A's place.
+    let before = support::command_calls(&mut admin, "evalsha");
     proxy_a.pass_new_connections();
     proxy_a.deliver_held();
     assert!(
-        eventually(Duration::from_secs(5), || terms(&mut admin) != before),
+        eventually(Duration::from_secs(5), || support::command_calls(
+            &mut admin, "evalsha"
+        ) > before),
         "A's attempt never arrived"
     );
 
@@ -1112,27 +1124,14 @@ fn a_release_voids_its_owners_leftover_place_in_the_queue() {
         .recv_timeout(Duration::from_secs(10))
         .expect("A was handed the lock");
     drop(t_client);
-    let t_terms: Option<String> = redis::cmd("HGET")
-        .arg(&waiters_key)
-        .arg(&t_owner)
-        .query(&mut admin)
-        .unwrap();
-    assert_eq!(t_terms, None, "T's release left its place valid");
+    assert!(!queued(&mut admin).contains(&t_owner));
 
     // W queues; when A lets go, W gets the lock at once, not after a hand-over to T's old
     // place has run out.
     let w_client = Client::open(&server.url()).unwrap();
     let w = spawn_waiter(w_client.lock(&name), Duration::from_secs(30));
-    let queue_key = format!("redlatch:{{{name}}}:queue");
     assert!(
-        eventually(Duration::from_secs(5), || {
-            // T's old place and W's.
-            redis::cmd("ZCARD")
-                .arg(&queue_key)
-                .query::<usize>(&mut admin)
-                .unwrap()
-                == 2
-        }),
+        eventually(Duration::from_secs(5), || queued(&mut admin).len() == 1),
         "W did not queue"
     );
     let released = Instant::now();

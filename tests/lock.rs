@@ -428,25 +428,29 @@ fn a_hand_over_costs_the_new_holder_no_command() {
         1,
         "only the release ran: the waiter was handed the lock"
     );
-    // The new holder's release (when its guard dropped) removed the hand-over's terms.
-    let terms: usize = redis::cmd("HLEN")
-        .arg(format!("redlatch:{{{name}}}:waiters"))
+    // The hand-over's mark lives no longer than the lease it handed over (the watchdog's
+    // 30 s here), and its place left the queue.
+    let mark_ttl: i64 = redis::cmd("PTTL")
+        .arg(format!("redlatch:{{{name}}}:granted"))
         .query(&mut admin)
         .unwrap();
-    assert_eq!(terms, 0, "a hand-over's terms outlived its hold");
+    assert!(
+        (0..=30_000).contains(&mark_ttl),
+        "the hand-over's mark lives {mark_ttl} ms"
+    );
+    assert_eq!(queued(&mut admin, &name), 0);
 }
 
-/// A release hands the lock over with "granted" terms that outlive the hand-over's lease:
-/// they are what tells a hand-over nobody took up (given back) from one taken up. The waiter
-/// queued for a short wait, far shorter than the lease, so its queueing must have made the
-/// terms' key outlive its wait by the lease. A waiter queueing afterwards with a shorter wait
-/// must not cut them short.
+/// A release hands the lock over with a mark ("<owner> <token>") that lives the hand-over's
+/// lease: it is what tells a hand-over nobody took up (given back) from one taken up. The
+/// waiter queued for a short wait, far shorter than the lease, and a waiter queueing
+/// afterwards with a shorter wait must not cut the mark short.
 #[test]
 fn a_hand_overs_grant_outlives_a_later_waiter_with_a_shorter_wait() {
     let server = RedisServer::start();
     let mut admin = server.admin();
     let name = unique("grant-outlives-queue");
-    let waiters_key = format!("redlatch:{{{name}}}:waiters");
+    let mark_key = format!("redlatch:{{{name}}}:granted");
     let held = client(&server).lock(&name).lock().unwrap(); // 30 s watchdog lease
     let lock = client(&server).lock(&name);
     let (token_tx, token_rx) = crossbeam_channel::bounded(1);
@@ -469,14 +473,19 @@ fn a_hand_overs_grant_outlives_a_later_waiter_with_a_shorter_wait() {
         == 1));
     held.unlock().unwrap();
     let token = token_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    let granted = format!("granted {token}");
-    let terms = |admin: &mut redis::Connection| -> Vec<String> {
-        redis::cmd("HVALS").arg(&waiters_key).query(admin).unwrap()
+    let owner = queued_owners_of(&mut admin, &name, &queue_key);
+    assert!(
+        owner.is_empty(),
+        "the hand-over took its place out of the queue"
+    );
+    let mark = |admin: &mut redis::Connection| -> Option<String> {
+        redis::cmd("GET").arg(&mark_key).query(admin).unwrap()
     };
     let pttl = |admin: &mut redis::Connection| -> i64 {
-        redis::cmd("PTTL").arg(&waiters_key).query(admin).unwrap()
+        redis::cmd("PTTL").arg(&mark_key).query(admin).unwrap()
     };
-    assert_eq!(terms(&mut admin), std::slice::from_ref(&granted));
+    let granted = mark(&mut admin).expect("a hand-over's mark");
+    assert!(granted.ends_with(&format!(" {token}")), "{granted}");
     assert!(pttl(&mut admin) > 25_000);
 
     // Another waiter queues, for a place valid about 2.3 s (its wait plus the slack), and
@@ -491,9 +500,9 @@ fn a_hand_overs_grant_outlives_a_later_waiter_with_a_shorter_wait() {
     );
     let left = pttl(&mut admin);
     assert!(left > 20_000, "the grant's terms now expire in {left} ms");
-    // Past that place's expiry, the grant is still there.
+    // Past that place's expiry, the mark is still there.
     thread::sleep(Duration::from_secs(3).saturating_sub(queued_at.elapsed()));
-    assert_eq!(terms(&mut admin), [granted]);
+    assert_eq!(mark(&mut admin), Some(granted));
 
     done_tx.send(()).unwrap();
     handed.join().unwrap();
@@ -545,14 +554,33 @@ fn a_waiter_that_gives_up_leaves_the_queue_and_the_next_one_is_served() {
     assert!(released.elapsed() < Duration::from_secs(2));
 }
 
-/// The owner ids queued for lock `name`.
+/// The owner ids queued for lock `name`, oldest first.
 fn queued_owners(admin: &mut redis::Connection, name: &str) -> Vec<String> {
-    redis::cmd("ZRANGE")
-        .arg(format!("redlatch:{{{name}}}:queue"))
+    queued_owners_of(admin, name, &format!("redlatch:{{{name}}}:queue"))
+}
+
+/// The owner ids in queue `key` of lock `name`: its members are
+/// `"<owner> <hand-over lease ms> <valid ms>"`.
+fn queued_owners_of(admin: &mut redis::Connection, name: &str, key: &str) -> Vec<String> {
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(key)
         .arg(0)
         .arg(-1)
         .query(admin)
-        .unwrap()
+        .unwrap();
+    members
+        .iter()
+        .map(|m| {
+            let mut words = m.rsplitn(3, ' ');
+            let (valid, lease) = (words.next(), words.next());
+            assert!(
+                valid.is_some_and(|v| v.parse::<u64>().is_ok())
+                    && lease.is_some_and(|l| l.parse::<u64>().is_ok()),
+                "lock {name}: a queue member not of the layout: {m:?}"
+            );
+            words.next().unwrap().to_string()
+        })
+        .collect()
 }
 
 #[test]
@@ -619,17 +647,11 @@ fn a_release_never_hands_the_lock_to_its_own_leftover_place() {
     from_thread.recv().unwrap();
     held.unlock().unwrap();
     let queue = format!("redlatch:{{{name}}}:queue");
-    let waiters = format!("redlatch:{{{name}}}:waiters");
+    // The oldest place, valid for centuries, with a ten-minute hand-over lease.
     let _: () = redis::cmd("ZADD")
         .arg(&queue)
         .arg(1)
-        .arg(&owner)
-        .query(&mut admin)
-        .unwrap();
-    let _: () = redis::cmd("HSET")
-        .arg(&waiters)
-        .arg(&owner)
-        .arg(format!("{} 600000", u64::MAX / 2))
+        .arg(format!("{owner} 600000 {}", 1u64 << 45))
         .query(&mut admin)
         .unwrap();
     to_thread.send(()).unwrap();
@@ -922,4 +944,180 @@ fn a_hand_over_is_published_to_the_new_holders_client_alone_unless_its_lease_is_
     let (to_b, grant_b) = &grants[1];
     assert_eq!(*to_b, channel, "{grant_b}");
     assert_ne!(client_of(&owner(grant_a)), client_of(&owner(grant_b)));
+}
+
+/// Runs `script` of `lua/` on `admin` with lock `name`'s four keys that `acquire.lua` and
+/// `withdraw.lua` take, as the crate would (a retry after a lost reply is a second run).
+fn run_on_lock<T: redis::FromRedisValue>(
+    admin: &mut redis::Connection,
+    script: &str,
+    name: &str,
+    args: &[&str],
+) -> T {
+    let lock = format!("redlatch:{{{name}}}");
+    let keys = [
+        lock.clone(),
+        format!("{lock}:fence"),
+        format!("{lock}:queue"),
+        format!("{lock}:granted"),
+    ];
+    redis::cmd("EVAL")
+        .arg(script)
+        .arg(4)
+        .arg(&keys)
+        .arg(args)
+        .query(admin)
+        .unwrap()
+}
+
+const ACQUIRE_LUA: &str = include_str!("../lua/acquire.lua");
+const WITHDRAW_LUA: &str = include_str!("../lua/withdraw.lua");
+
+/// A later attempt of a wait that moves its place's validity on renames the place (its member
+/// carries the validity). Run again with the old name, as a retry after its reply was lost
+/// is, it finds the same place by its arrival and takes no second one; a withdrawal that
+/// names the old place still takes it out.
+#[test]
+fn an_attempt_retried_after_a_lost_reply_keeps_one_place_in_the_queue() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("retried-place");
+    let _held = client(&server).lock(&name).lock().unwrap();
+    let owner = "00000000-0000-4000-8000-000000000000:7";
+    // Queue for 2 s, with a 30 s hand-over lease.
+    let attempt = |admin: &mut redis::Connection, place: &str| -> Vec<i64> {
+        let args = [
+            owner, "0", "30000", "0", "2000", place, "30000", "3600000", "",
+        ];
+        run_on_lock(admin, ACQUIRE_LUA, &name, &args)
+    };
+    let first = attempt(&mut admin, "");
+    assert_eq!(
+        (first[0], first.len()),
+        (0, 5),
+        "busy, with a place: {first:?}"
+    );
+    let (arrival, valid) = (first[3], first[4]);
+    assert_eq!(valid, 2000);
+    assert_eq!(queued(&mut admin, &name), 1);
+
+    // Past the first second, the place has less than the wait's 2 s left: moved on.
+    thread::sleep(Duration::from_millis(1200));
+    let named = format!("{arrival} {valid}");
+    let moved = attempt(&mut admin, &named);
+    assert_eq!(moved[3], arrival, "the same place in line");
+    assert!(moved[4] > valid + 1000, "valid longer: {moved:?}");
+    // The retry names the place by its old member.
+    let retried = attempt(&mut admin, &named);
+    assert_eq!(
+        retried[3], arrival,
+        "the retry found its place: {retried:?}"
+    );
+    assert_eq!(queued_owners(&mut admin, &name), [owner], "one place");
+
+    // So does a withdrawal whose wait last heard the old name.
+    let withdrawn: Vec<i64> = run_on_lock(
+        &mut admin,
+        WITHDRAW_LUA,
+        &name,
+        &[owner, "30000", "3600000", &named, "30000"],
+    );
+    assert_eq!(withdrawn, [0, 0]);
+    assert_eq!(
+        queued(&mut admin, &name),
+        0,
+        "the withdrawal left the place"
+    );
+}
+
+/// A place that a failed wait left behind is voided by the owner's next attempt, whether
+/// its arrival is known (a later attempt's reply named it) or not (the first attempt's reply
+/// was lost, and the place is named by its terms alone), and whatever that attempt answers.
+#[test]
+fn an_owners_attempt_voids_the_places_its_failed_waits_left() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("voided-places");
+    let held = client(&server).lock(&name).lock().unwrap();
+    let owner = "00000000-0000-4000-8000-000000000000:7";
+    let other = "00000000-0000-4000-8000-000000000000:8";
+    let queue = |admin: &mut redis::Connection, who: &str, wait_ms: &str| -> Vec<i64> {
+        let args = [who, "0", "30000", "0", wait_ms, "", "30000", "3600000", ""];
+        run_on_lock(admin, ACQUIRE_LUA, &name, &args)
+    };
+    let known = queue(&mut admin, owner, "5000");
+    queue(&mut admin, other, "5000");
+    // A second place of the owner's, of a wait whose first attempt got no reply: a different
+    // wait, so a different validity in its member.
+    queue(&mut admin, owner, "7000");
+    assert_eq!(queued(&mut admin, &name), 3);
+
+    // The owner's attempt that finds the lock busy and does not queue voids both.
+    let leftovers = format!("{} 30000 5000 0 30000 7000", known[3]);
+    let args = [
+        owner, "0", "30000", "0", "0", "", "30000", "3600000", &leftovers,
+    ];
+    let busy: Vec<i64> = run_on_lock(&mut admin, ACQUIRE_LUA, &name, &args);
+    assert_eq!(busy[0], 0);
+    assert_eq!(queued_owners(&mut admin, &name), [other]);
+
+    // And one that takes the lock (free now, with the owner's leftover as the only place).
+    let _: i64 = redis::cmd("ZREM")
+        .arg(format!("redlatch:{{{name}}}:queue"))
+        .arg(format!("{other} 30000 5000"))
+        .query(&mut admin)
+        .unwrap();
+    drop(held);
+    let _: i64 = redis::cmd("ZADD")
+        .arg(format!("redlatch:{{{name}}}:queue"))
+        .arg(1)
+        .arg(format!("{owner} 30000 6000"))
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(queued(&mut admin, &name), 1);
+    let args = [
+        owner,
+        "0",
+        "30000",
+        "0",
+        "0",
+        "",
+        "30000",
+        "3600000",
+        "0 30000 6000",
+    ];
+    let taken: Vec<i64> = run_on_lock(&mut admin, ACQUIRE_LUA, &name, &args);
+    assert_eq!(taken[0], 1, "{taken:?}");
+    assert_eq!(queued(&mut admin, &name), 0);
+}
+
+/// A wait without end queues for as long each time, so its first attempt's place has the
+/// same member as a leftover of an earlier such wait: the ZADD takes that place over (at the
+/// back), and voiding the leftover must not take the caller's new place out with it.
+#[test]
+fn a_first_attempt_keeps_its_place_when_a_leftover_had_the_same_terms() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("same-terms");
+    let _held = client(&server).lock(&name).lock().unwrap();
+    let owner = "00000000-0000-4000-8000-000000000000:7";
+    let attempt = |admin: &mut redis::Connection, leftovers: &str| -> Vec<i64> {
+        let args = [
+            owner, "0", "30000", "0", "32000", "", "30000", "3600000", leftovers,
+        ];
+        run_on_lock(admin, ACQUIRE_LUA, &name, &args)
+    };
+    let failed_wait = attempt(&mut admin, "");
+    for leftovers in [
+        format!("{} 30000 32000", failed_wait[3]),
+        "0 30000 32000".to_string(),
+    ] {
+        let again = attempt(&mut admin, &leftovers);
+        assert_eq!(again[0], 0);
+        assert_eq!(
+            queued_owners(&mut admin, &name),
+            [owner],
+            "{leftovers}: queued"
+        );
+    }
 }

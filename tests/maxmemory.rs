@@ -13,7 +13,7 @@ mod support;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use redlatch::{Client, Error};
+use redlatch::Client;
 use support::{RedisServer, await_waiting, channel_of, join_all, unique, woken_soon_after};
 
 /// Brings `admin`'s server to maxmemory with `noeviction`: about 5 MB of ballast, and a limit
@@ -129,40 +129,47 @@ fn a_waiter_whose_time_runs_out_at_maxmemory_leaves_the_queue() {
 }
 
 #[test]
-fn a_waiter_refused_at_maxmemory_leaves_the_queue() {
+fn a_waiter_keeps_its_place_at_maxmemory_and_is_handed_the_lock() {
     let server = RedisServer::start();
     let mut admin = server.admin();
-    // A short watchdog keeps the lock's TTL short, so the waiter wakes within a second for
-    // another attempt, which a full server refuses (it would refresh the waiter's place).
+    // Short watchdogs: the holder's keeps the lock's TTL short, so the waiter attempts again
+    // about every second; the waiter's keeps its place valid for 3 s only, so those attempts
+    // move its validity on (ZREM before ZADD, which a full server lets through).
     let holder = Client::builder(&server.url())
         .watchdog_timeout(Duration::from_secs(1))
         .build()
         .unwrap();
-    let other = Client::open(&server.url()).unwrap();
-    let name = unique("full-refused");
+    let other = Client::builder(&server.url())
+        .watchdog_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let name = unique("full-waiting");
     let guard = holder.lock(&name).lock().unwrap();
     let lock = other.lock(&name);
-    let waiting = thread::spawn(move || lock.try_lock(Duration::from_secs(20), None).map(drop));
+    let waiting = thread::spawn(move || {
+        lock.try_lock(Duration::from_secs(20), None)
+            .map(|g| g.map(|g| g.fencing_token()))
+    });
     await_waiting(&mut admin, &name);
     assert_eq!(queued(&mut admin, &name), 1);
 
     fill_to_maxmemory(&mut admin);
-    let [refused] = join_all(vec![waiting], Duration::from_secs(10), "the waiter")
+    let attempts = support::command_calls(&mut admin, "evalsha");
+    thread::sleep(Duration::from_millis(3500));
+    assert!(
+        support::command_calls(&mut admin, "evalsha") >= attempts + 3,
+        "the waiter attempted again, and the holder renewed"
+    );
+    assert!(!waiting.is_finished(), "the waiter's attempts were refused");
+    assert_eq!(queued(&mut admin, &name), 1, "the waiter kept its place");
+    let released = Instant::now();
+    guard.unlock().expect("a release at maxmemory");
+    let [got] = join_all(vec![waiting], Duration::from_secs(5), "the waiter")
         .try_into()
         .unwrap();
-    match refused {
-        Err(Error::Redis(e)) if e.code() == Some("OOM") => {}
-        other => panic!("expected the server's OOM refusal, got {other:?}"),
-    }
-    // Its wait is over: a place left behind would have the next release hand the lock to a
-    // thread that no longer waits, held by nobody for the hand-over's lease.
-    assert_eq!(
-        queued(&mut admin, &name),
-        0,
-        "the refused waiter left its place"
-    );
-    guard.unlock().expect("a release at maxmemory");
-    assert!(!holder.lock(&name).is_locked().unwrap());
+    assert!(got.unwrap().is_some(), "the waiter was not handed the lock");
+    assert!(released.elapsed() < Duration::from_secs(1));
+    assert_eq!(queued(&mut admin, &name), 0);
 }
 
 #[test]
@@ -197,7 +204,7 @@ fn a_hand_over_given_back_at_maxmemory_goes_to_the_next_waiter() {
         format!("redlatch:{{{name}}}"),
         format!("redlatch:{{{name}}}:fence"),
     );
-    let (queue, terms) = (format!("{lock}:queue"), format!("{lock}:waiters"));
+    let (queue, mark) = (format!("{lock}:queue"), format!("{lock}:granted"));
     let guard = holder.lock(&name).lock().unwrap();
 
     // A thread of `other` that queued and left without withdrawing (its withdrawal lost, say):
@@ -206,7 +213,7 @@ fn a_hand_over_given_back_at_maxmemory_goes_to_the_next_waiter() {
     let busy: Vec<i64> = redis::cmd("EVAL")
         .arg(include_str!("../lua/acquire.lua"))
         .arg(4)
-        .arg(&[&lock, &fence, &queue, &terms])
+        .arg(&[&lock, &fence, &queue, &mark])
         .arg(&[
             gone.as_str(),
             "0",
@@ -216,6 +223,7 @@ fn a_hand_over_given_back_at_maxmemory_goes_to_the_next_waiter() {
             "0",
             "30000",
             "3600000",
+            "",
         ])
         .query(&mut admin)
         .unwrap();
@@ -224,12 +232,8 @@ fn a_hand_over_given_back_at_maxmemory_goes_to_the_next_waiter() {
     // is the gone thread's now, for 30 s.
     guard.unlock().unwrap();
     let token: String = redis::cmd("GET").arg(&fence).query(&mut admin).unwrap();
-    let granted: String = redis::cmd("HGET")
-        .arg(&terms)
-        .arg(&gone)
-        .query(&mut admin)
-        .unwrap();
-    assert_eq!(granted, format!("granted {token}"));
+    let granted: String = redis::cmd("GET").arg(&mark).query(&mut admin).unwrap();
+    assert_eq!(granted, format!("{gone} {token}"));
 
     let waiting = waiter(other.lock(&name), Duration::from_secs(20), None);
     await_waiting(&mut admin, &name);
@@ -276,4 +280,56 @@ fn a_multi_lock_released_at_maxmemory_wakes_the_waiters_of_every_member() {
     for name in &names {
         assert!(!exists(&mut admin, &format!("redlatch:{{{name}}}")));
     }
+}
+
+/// An attempt that voids leftover places (`acquire.lua`'s ARGV[9]) is refused on a full
+/// server like any other: the voiding's removal comes after the writes that need memory, so
+/// it does not let them through.
+#[test]
+fn an_attempt_that_voids_leftovers_is_still_refused_at_maxmemory() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("full-leftovers");
+    let lock = format!("redlatch:{{{name}}}");
+    let queue = format!("{lock}:queue");
+    let owner = "00000000-0000-4000-8000-000000000000:7";
+    let _: i64 = redis::cmd("ZADD")
+        .arg(&queue)
+        .arg(1)
+        .arg(format!("{owner} 30000 6000"))
+        .query(&mut admin)
+        .unwrap();
+    fill_to_maxmemory(&mut admin);
+    let refused: redis::RedisResult<Vec<i64>> = redis::cmd("EVAL")
+        .arg(include_str!("../lua/acquire.lua"))
+        .arg(4)
+        .arg(&[
+            &lock,
+            &format!("{lock}:fence"),
+            &queue,
+            &format!("{lock}:granted"),
+        ])
+        .arg(&[
+            owner,
+            "0",
+            "30000",
+            "0",
+            "0",
+            "",
+            "30000",
+            "3600000",
+            "0 30000 6000",
+        ])
+        .query(&mut admin);
+    match refused {
+        Err(e) if e.code() == Some("OOM") => {}
+        other => panic!("expected the server's OOM refusal, got {other:?}"),
+    }
+    assert!(
+        !exists(&mut admin, &lock),
+        "the lock was taken on a full server"
+    );
+    assert!(!exists(&mut admin, &format!("{lock}:fence")));
+    // The leftover is voided all the same: a removal needs no memory.
+    assert!(!exists(&mut admin, &queue));
 }

@@ -12,9 +12,9 @@ use crate::core::{Core, Replicas};
 use crate::error::{Error, Result};
 use crate::keys::{Family, LockKeys};
 use crate::lost::LossCause;
-use crate::scripts::{self, Acquire, Queueing, Release, Releasing, TakenBy};
+use crate::scripts::{self, Acquire, Leftover, QueuePlace, Queueing, Release, Releasing, TakenBy};
 use crate::stats::Outcome;
-use crate::subscriber::Wake;
+use crate::subscriber::{Expecting, Wake};
 
 /// How much longer than the waiter's own horizon its place in the queue stays valid: the
 /// round trip of the attempt that renews it.
@@ -26,11 +26,13 @@ pub(crate) struct Acquired {
 }
 
 /// Another owner held the object when an attempt sent at `sent` ran: for `ttl` more, with
-/// the fencing counter at `fence` (a hand-over issued later carries a larger token).
+/// the fencing counter at `fence` (a hand-over issued later carries a larger token); the
+/// attempt left the caller at `place` in the queue, if it queued.
 #[derive(Clone, Copy)]
 pub(super) struct Busy {
     pub ttl: Duration,
     fence: u64,
+    place: Option<QueuePlace>,
     sent: Instant,
 }
 
@@ -80,20 +82,78 @@ fn acquire_counted(
     // A re-entry never waits (it either succeeds or finds its hold lost), and a single
     // attempt does not queue.
     let queues = wait != Some(Duration::ZERO) && existing.is_none();
-    let queueing = |queued| queueing(core, queues, queued, deadline, terms);
+    // A wait's later attempts name the place its last one left it at.
+    let queueing = |after: Option<Busy>| queueing(core, queues, after, deadline, terms);
     let expecting = queues.then(|| core.subscriber.expect(keys, &owner));
 
-    let mut busy = match attempt(core, kind, &owner, existing, terms, queueing(false))? {
-        Ok(acquired) => return Ok(Some(acquired)),
-        Err(busy) => busy,
+    let leftovers = core.leftovers.take(&keys.lock, &owner);
+    let first = Queueing {
+        leftovers: (!leftovers.is_empty()).then(|| leftovers.iter().map(|l| l.0).collect()),
+        ..queueing(None)
+    };
+    let mut busy = match attempt(core, kind, &owner, existing, terms, &first) {
+        Ok(Ok(acquired)) => return Ok(Some(acquired)),
+        Ok(Err(busy)) => busy,
+        Err(e) => {
+            // The leftovers may still be there, and so may a place this attempt took (its
+            // reply is lost): void them next time.
+            core.leftovers.remember_all(&keys.lock, &owner, leftovers);
+            if queues && keys.family == Family::Lock {
+                core.leftovers
+                    .remember(&keys.lock, &owner, first.first_place());
+            }
+            return Err(e);
+        }
     };
     let Some(expecting) = expecting else {
         return Ok(None);
     };
     *outcome = Outcome::AfterWait;
+    let waited = wait_in_queue(
+        core,
+        kind,
+        owner.clone(),
+        terms,
+        deadline,
+        &mut busy,
+        expecting,
+        outcome,
+    );
+    if let (Err(_), Some(place)) = (&waited, busy.place) {
+        // The wait failed, and may not have left the queue: void its place next time (named
+        // by its arrival, should a lost reply have left us an older name).
+        let handover_lease = terms.handover_lease();
+        core.leftovers.remember(
+            &keys.lock,
+            &owner,
+            Leftover {
+                place,
+                handover_lease,
+            },
+        );
+    }
+    waited
+}
+
+/// The wait of an owner whose attempt found the object `busy` (which each later attempt
+/// updates) and queued it, until the object is its own or `deadline` passes.
+#[allow(clippy::too_many_arguments)]
+fn wait_in_queue(
+    core: &Core,
+    kind: &dyn Kind,
+    owner: Arc<str>,
+    terms: Terms,
+    deadline: Option<Instant>,
+    busy: &mut Busy,
+    expecting: Expecting<'_>,
+    outcome: &mut Outcome,
+) -> Result<Option<Acquired>> {
+    let keys = kind.keys();
+    let queueing = |after: Option<Busy>| queueing(core, true, after, deadline, terms);
     if deadline.is_some_and(|d| Instant::now() >= d) {
         drop(expecting);
-        return give_up(core, kind, owner, terms); // no time left: don't subscribe for nothing
+        // No time left: don't subscribe for nothing.
+        return give_up(core, kind, owner, terms, &queueing(Some(*busy)));
     }
     // Make sure the channel is subscribed: unless it was since before the attempt, the first
     // wait returns when it is, and the attempt after it cannot miss a release.
@@ -134,25 +194,25 @@ fn acquire_counted(
         }
         if !confirm && deadline.is_some_and(|d| Instant::now() >= d) {
             drop(waiter);
-            return give_up(core, kind, owner, terms);
+            return give_up(core, kind, owner, terms, &queueing(Some(*busy)));
         }
-        match attempt(core, kind, &owner, None, terms, queueing(true))? {
+        match attempt(core, kind, &owner, None, terms, &queueing(Some(*busy)))? {
             Ok(acquired) => {
                 waiter.acquired();
                 return Ok(Some(acquired));
             }
-            Err(again) => busy = again,
+            Err(again) => *busy = again,
         }
     }
 }
 
-/// How an attempt of this wait treats the queue: a place in it stays valid until the
-/// deadline, or for one watchdog timeout (the longest a waiter sleeps before its next
-/// attempt renews it), plus slack for the round trip.
+/// How an attempt of this wait (after the one that found the object `after`, if any) treats
+/// the queue: a place in it stays valid until the deadline, or for one watchdog timeout (the
+/// longest a waiter sleeps before its next attempt renews it), plus slack for the round trip.
 fn queueing(
     core: &Core,
     queues: bool,
-    queued: bool,
+    after: Option<Busy>,
     deadline: Option<Instant>,
     terms: Terms,
 ) -> Queueing {
@@ -163,7 +223,9 @@ fn queueing(
     let until_deadline = deadline.map_or(refresh, |d| d.saturating_duration_since(Instant::now()));
     Queueing {
         queue_for: until_deadline.min(refresh) + QUEUE_SLACK,
-        queued,
+        queued: after.is_some(),
+        place: after.and_then(|busy| busy.place),
+        leftovers: None,
         handover_lease: terms.handover_lease(),
     }
 }
@@ -174,12 +236,13 @@ fn give_up(
     kind: &dyn Kind,
     owner: Arc<str>,
     terms: Terms,
+    queueing: &Queueing,
 ) -> Result<Option<Acquired>> {
     let keys = kind.keys();
     let sent = Instant::now();
     let token = core
         .backend
-        .run(|con| kind.withdraw(con, &owner, terms.lease_set()))
+        .run(|con| kind.withdraw(con, &owner, terms.lease_set(), queueing))
         .map_err(|e| scripts::failure(keys, e))?;
     Ok(token.map(|token| {
         let hold = register(core, keys, owner, token, TakenBy::Attempt);
@@ -196,7 +259,7 @@ pub(super) fn attempt(
     owner: &Arc<str>,
     existing: Option<Arc<Hold>>,
     terms: Terms,
-    queueing: Queueing,
+    queueing: &Queueing,
 ) -> Result<std::result::Result<Acquired, Busy>> {
     let keys = kind.keys();
     if existing.as_ref().is_some_and(|h| h.is_lost()) {
@@ -241,7 +304,12 @@ pub(super) fn attempt(
                 _ => Ok(Ok(acquired)),
             }
         }
-        Acquire::Busy { ttl, fence } => Ok(Err(Busy { ttl, fence, sent })),
+        Acquire::Busy { ttl, fence, place } => Ok(Err(Busy {
+            ttl,
+            fence,
+            place,
+            sent,
+        })),
         Acquire::Lost => {
             if let Some(hold) = existing {
                 let cause = why_gone(core, keys, hold.token, LossCause::FoundGone);

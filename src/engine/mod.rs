@@ -24,6 +24,7 @@
 mod acquire;
 pub(crate) mod hold;
 mod lease;
+pub(crate) mod leftover;
 mod renew;
 mod spin;
 mod watch;
@@ -62,16 +63,18 @@ pub(crate) trait Kind {
         owner: &str,
         held: Option<(u32, u64)>,
         lease: Duration,
-        queueing: Queueing,
+        queueing: &Queueing,
     ) -> RedisResult<Acquire>;
 
-    /// Takes `owner` out of the queue; `Some(token)` if the object had been handed to it,
-    /// which then holds it with at least `lease`.
+    /// Takes `owner` out of the queue (where the wait's last attempt, as `queueing`, left
+    /// it); `Some(token)` if the object had been handed to it, which then holds it with at
+    /// least `lease`.
     fn withdraw(
         &self,
         con: &mut dyn ConnectionLike,
         owner: &str,
         lease: Duration,
+        queueing: &Queueing,
     ) -> RedisResult<Option<u64>>;
 
     /// Releases one of `owner`'s guards of the hold taken with `token`, as `how` says; the

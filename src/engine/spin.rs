@@ -71,7 +71,7 @@ pub(crate) fn spin(
     let mut step = backoff.min;
     let mut outcome = Outcome::AtOnce;
     loop {
-        let busy = match attempt(core, kind, &owner, existing.clone(), terms, Queueing::NONE)? {
+        let busy = match attempt(core, kind, &owner, existing.clone(), terms, &Queueing::NONE)? {
             Ok(acquired) => {
                 core.counters.acquisition(outcome, started.elapsed());
                 return Ok(Some(acquired));

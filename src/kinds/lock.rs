@@ -219,7 +219,7 @@ impl Kind for Lock {
         owner: &str,
         held: Option<(u32, u64)>,
         lease: Duration,
-        queueing: Queueing,
+        queueing: &Queueing,
     ) -> RedisResult<Acquire> {
         let retention = self.core().fence_retention;
         scripts::acquire(con, &self.keys, owner, held, lease, queueing, retention)
@@ -230,8 +230,10 @@ impl Kind for Lock {
         con: &mut dyn ConnectionLike,
         owner: &str,
         lease: Duration,
+        queueing: &Queueing,
     ) -> RedisResult<Option<u64>> {
-        scripts::withdraw(con, &self.keys, owner, lease, self.core().fence_retention)
+        let retention = self.core().fence_retention;
+        scripts::withdraw(con, &self.keys, owner, lease, queueing, retention)
     }
 
     fn release(

@@ -90,7 +90,7 @@ impl Kind for Share {
         owner: &str,
         held: Option<(u32, u64)>,
         lease: Duration,
-        queueing: Queueing,
+        queueing: &Queueing,
     ) -> RedisResult<Acquire> {
         let need = self.need();
         shares::acquire(
@@ -110,6 +110,7 @@ impl Kind for Share {
         con: &mut dyn ConnectionLike,
         owner: &str,
         lease: Duration,
+        _queueing: &Queueing,
     ) -> RedisResult<Option<u64>> {
         shares::withdraw(con, &self.keys, owner, lease, self.freeing)
     }

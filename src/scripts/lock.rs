@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
-use super::{Acquire, Freeing, Invocation, Lua, Queueing, Release, Releasing, Renewal, millis};
+use super::{
+    Acquire, Freeing, Invocation, Leftover, Lua, QueuePlace, Queueing, Release, Releasing, Renewal,
+    millis,
+};
 use crate::keys::LockKeys;
 
 static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/acquire.lua")));
@@ -25,7 +28,7 @@ pub(crate) fn acquire(
     owner: &str,
     hold: Option<(u32, u64)>,
     lease: Duration,
-    queueing: Queueing,
+    queueing: &Queueing,
     fence_retention: Duration,
 ) -> RedisResult<Acquire> {
     let (holds, token) = hold.unwrap_or((0, 0));
@@ -33,21 +36,41 @@ pub(crate) fn acquire(
         .key(&keys.lock)
         .key(&keys.fence)
         .key(&keys.queue)
-        .key(&keys.waiters)
+        .key(&keys.granted)
         .arg(owner)
         .arg(holds)
         .arg(millis(lease))
         .arg(token)
         .arg(millis(queueing.queue_for))
-        .arg(if queueing.queued { "1" } else { "0" })
+        .arg(place_arg(queueing.place))
         .arg(millis(queueing.handover_lease))
         .arg(millis(fence_retention))
+        .arg(leftovers_arg(
+            queueing.leftovers.as_deref().unwrap_or_default(),
+        ))
         .invoke(con)?;
     Ok(acquire_reply(&reply))
 }
 
+/// A place as `acquire.lua` and `withdraw.lua` take it: `"<arrival µs> <valid ms>"`, or "".
+fn place_arg(place: Option<QueuePlace>) -> String {
+    place.map_or(String::new(), |p| {
+        format!("{} {}", p.arrival_us, p.valid_ms)
+    })
+}
+
+/// Leftovers as `acquire.lua` takes them: `"<arrival µs> <hand-over lease ms> <valid ms>"`
+/// each, space-separated.
+fn leftovers_arg(leftovers: &[Leftover]) -> String {
+    let each = leftovers.iter().map(|l| {
+        let (p, lease) = (l.place, millis(l.handover_lease));
+        format!("{} {lease} {}", p.arrival_us, p.valid_ms)
+    });
+    each.collect::<Vec<_>>().join(" ")
+}
+
 /// An attempt's reply (`acquire.lua`, `shares_acquire.lua`): `{1, token}`,
-/// `{0, ttl, fence}` or `{-1, 0}`.
+/// `{0, ttl, fence[, arrival, valid]}` or `{-1, 0}`.
 pub(super) fn acquire_reply(reply: &[i64]) -> Acquire {
     match reply {
         [1, token, ..] => Acquire::Acquired {
@@ -56,8 +79,40 @@ pub(super) fn acquire_reply(reply: &[i64]) -> Acquire {
         [0, pttl, rest @ ..] => Acquire::Busy {
             ttl: Duration::from_millis((*pttl).max(0) as u64),
             fence: rest.first().map_or(0, |f| (*f).max(0) as u64),
+            place: match rest {
+                [_, arrival, valid, ..] if *arrival > 0 => Some(QueuePlace {
+                    arrival_us: *arrival as u64,
+                    valid_ms: (*valid).max(0) as u64,
+                }),
+                _ => None,
+            },
         },
         _ => Acquire::Lost,
+    }
+}
+
+/// One place in a lock's queue, as `acquire.lua` writes it: the member
+/// `"<owner> <hand-over lease ms> <valid ms>"`, scored with its arrival (µs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Place<'a> {
+    pub owner: &'a str,
+    pub handover_lease_ms: u64,
+    /// Server time (ms) until which a release may hand the lock to it.
+    pub valid_until_ms: u64,
+}
+
+impl<'a> Place<'a> {
+    /// The place `member` names, which arrived at `arrival_us`; `None` for a member no
+    /// script of ours wrote.
+    pub fn parse(member: &'a str, arrival_us: u64) -> Option<Place<'a>> {
+        let (rest, valid_ms) = member.rsplit_once(' ')?;
+        let (owner, lease) = rest.rsplit_once(' ')?;
+        let valid_ms: u64 = valid_ms.parse().ok()?;
+        Some(Place {
+            owner: (!owner.is_empty()).then_some(owner)?,
+            handover_lease_ms: lease.parse().ok()?,
+            valid_until_ms: arrival_us / 1000 + valid_ms,
+        })
     }
 }
 
@@ -122,23 +177,27 @@ pub(crate) fn acquire_many(
     })
 }
 
-/// Takes the caller out of the queue; `Some(token)` if the lock had been handed to it, which
-/// then holds it with at least `lease` and the hand-over's token.
+/// Takes the caller out of the queue (its place as `queueing` names it); `Some(token)` if the
+/// lock had been handed to it, which then holds it with at least `lease` and the hand-over's
+/// token.
 pub(crate) fn withdraw(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     owner: &str,
     lease: Duration,
+    queueing: &Queueing,
     fence_retention: Duration,
 ) -> RedisResult<Option<u64>> {
     let (granted, token): (i64, i64) = WITHDRAW
         .key(&keys.lock)
         .key(&keys.fence)
         .key(&keys.queue)
-        .key(&keys.waiters)
+        .key(&keys.granted)
         .arg(owner)
         .arg(millis(lease))
         .arg(millis(fence_retention))
+        .arg(place_arg(queueing.place))
+        .arg(millis(queueing.handover_lease))
         .invoke(con)?;
     Ok((granted == 1).then_some(token as u64))
 }
@@ -158,7 +217,7 @@ pub(crate) fn release(
         .key(&keys.channel)
         .key(keys.release_latch(owner, token))
         .key(&keys.queue)
-        .key(&keys.waiters)
+        .key(&keys.granted)
         .key(keys.forced_mark())
         .arg(owner)
         .arg(how.holds)

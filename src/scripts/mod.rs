@@ -10,6 +10,7 @@
 //! parsed form of every message a script publishes ([`Message`]). Each family's scripts have a
 //! file of their own ([`lock`], [`shares`], [`latch`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{
@@ -26,8 +27,8 @@ mod lock;
 pub(crate) mod shares;
 
 pub(crate) use lock::{
-    AcquireMany, Inspection, acquire, acquire_many, force_unlock, inspect, release, was_forced,
-    withdraw,
+    AcquireMany, Inspection, Place, acquire, acquire_many, force_unlock, inspect, release,
+    was_forced, withdraw,
 };
 
 /// One script of `lua/`: EVALSHA, then EVAL on `NOSCRIPT`.
@@ -262,20 +263,47 @@ pub(crate) enum Acquire {
     /// Ours, with this fencing token.
     Acquired { token: u64 },
     /// Held by another owner for at most this much longer; the fencing counter stood at
-    /// `fence` (a hand-over issued later carries a larger token).
-    Busy { ttl: Duration, fence: u64 },
+    /// `fence` (a hand-over issued later carries a larger token). `place` is the caller's
+    /// place in a lock's queue, for the wait's next attempt and its withdrawal to name.
+    Busy {
+        ttl: Duration,
+        fence: u64,
+        place: Option<QueuePlace>,
+    },
     /// We believed we held it, but our hold is gone.
     Lost,
 }
 
 /// How an attempt treats the queue of waiters.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Queueing {
     /// If the lock is busy, queue for this long (ZERO: don't queue).
     pub queue_for: Duration,
     /// An earlier attempt of the same wait may have queued the caller.
     pub queued: bool,
+    /// The caller's place in a lock's queue, as the wait's last attempt named it.
+    pub place: Option<QueuePlace>,
     /// The lease a release hands the lock over with.
+    pub handover_lease: Duration,
+    /// Places in a lock's queue that earlier waits of the same owner left behind when they
+    /// failed: the attempt voids them (`engine/leftover.rs`).
+    pub leftovers: Option<Arc<[Leftover]>>,
+}
+
+/// A place in a lock's queue (`acquire.lua`): it arrived at `arrival_us` (server clock), which
+/// names it while it lasts, and is valid `valid_ms` after that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct QueuePlace {
+    /// 0 when not known: a first attempt whose reply was lost.
+    pub arrival_us: u64,
+    pub valid_ms: u64,
+}
+
+/// A place in a lock's queue that a failed wait left, with the hand-over lease its wait asked
+/// for (part of the place's member).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Leftover {
+    pub place: QueuePlace,
     pub handover_lease: Duration,
 }
 
@@ -283,8 +311,22 @@ impl Queueing {
     pub const NONE: Queueing = Queueing {
         queue_for: Duration::ZERO,
         queued: false,
+        place: None,
         handover_lease: Duration::ZERO,
+        leftovers: None,
     };
+
+    /// The place a first attempt of a lock's wait takes (`acquire.lua`), named without its
+    /// arrival: what a failed wait whose first attempt got no reply leaves behind.
+    pub fn first_place(&self) -> Leftover {
+        Leftover {
+            place: QueuePlace {
+                arrival_us: 0,
+                valid_ms: millis(self.queue_for),
+            },
+            handover_lease: self.handover_lease,
+        }
+    }
 }
 
 /// What `release.lua` answered.
@@ -299,14 +341,18 @@ pub(crate) enum Release {
     Gone,
 }
 
-/// How a hold was taken, which says what its final release must clean up.
+/// How a hold was taken, which says what its final release must clean up (a kind with
+/// shares; a lock's hand-over mark needs no cleaning: the next hand-over overwrites it, or it
+/// expires with the lease it recorded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TakenBy {
-    /// An attempt of the owner's own, which removed any "granted" terms (a place left from an
-    /// earlier wait that failed may remain; the release removes it when others queue).
+    /// An attempt of the owner's own, which removed any record of a hand-over to it (a place
+    /// left from an earlier wait that failed may remain: a lock's is voided by the owner's
+    /// next attempt, `engine/leftover.rs`; a kind with shares drops its terms at the release
+    /// when others queue).
     Attempt,
-    /// A hand-over's message, without a round trip: the owner's "granted" terms are still in
-    /// the waiters' hash.
+    /// A hand-over's message, without a round trip: the record of the hand-over ("granted"
+    /// terms) is still in Redis.
     Message,
 }
 
@@ -316,7 +362,8 @@ pub(crate) struct Releasing {
     /// The owner's holds before this release (at least 1): the last one frees the object.
     pub holds: u32,
     /// How the hold was taken; `None` for a hand-over nobody took up, being given back,
-    /// which acts only while the owner's terms still say "granted <token>".
+    /// which acts only while Redis still records that hand-over as not taken up (a lock's
+    /// mark `"<owner> <token>"`, a shares kind's terms `"granted <token>"`).
     pub taken_by: Option<TakenBy>,
     /// The longest lease the hold ever set: no more than this is left of it. A lock's
     /// release that hands the lock over for a shorter lease tells every waiter

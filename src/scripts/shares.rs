@@ -76,7 +76,7 @@ pub(crate) fn acquire(
     owner: &str,
     held: Option<(u32, u64)>,
     lease: Duration,
-    queueing: Queueing,
+    queueing: &Queueing,
     need: Need<'_>,
     freeing: Freeing,
 ) -> RedisResult<Acquire> {

@@ -53,7 +53,7 @@ mod socket;
 mod waiters;
 
 use waiters::{Arriving, Entry};
-pub(crate) use waiters::{Wake, last_hand_over};
+pub(crate) use waiters::{Expecting, Wake, last_hand_over};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -74,7 +74,8 @@ pub(crate) const LINGER: Duration = Duration::from_millis(100);
 pub(crate) enum Errand {
     /// The lock was handed to `owner` of ours, which no longer waits: give it back, unless
     /// it was taken up after all (by an attempt or a withdrawal of that owner, which remove
-    /// the "granted" terms in Redis, or from the message, which registers the hold here).
+    /// the record of the hand-over in Redis, or from the message, which registers the hold
+    /// here).
     GiveBack {
         keys: Arc<LockKeys>,
         owner: Arc<str>,

@@ -1,0 +1,145 @@
+//! Places in a lock's queue that failed waits left behind, voided by the owner's next attempt.
+//!
+//! A wait that ends with an error (Redis unreachable, say) could not withdraw, so its place
+//! stays in the queue until its validity runs out. Should the same thread take the lock by an
+//! attempt of its own meanwhile, a later release could hand the lock to that place: to a
+//! thread that no longer waits, while the waiters behind sleep through the hand-over's lease.
+//! The queue names a place by its owner *and* its terms (`acquire.lua`), which only this
+//! client knows, so it remembers them here, and the owner's next attempt on that lock voids
+//! the places in the same script call. Nothing here does I/O; the common case (no failed
+//! wait) costs one atomic load.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::scripts::Leftover;
+
+/// At most this many places per lock and owner: each is one failed wait whose place is still
+/// valid, so more would take that many failures within one place's validity; past it, the
+/// oldest is forgotten (its place then runs out on its own).
+const MOST_PER_OWNER: usize = 8;
+
+/// A lock key and an owner id.
+type LockAndOwner = (Arc<str>, Arc<str>);
+
+/// The places failed waits of this client left, by lock key and owner id, each with (about)
+/// when its validity ends.
+#[derive(Default)]
+pub(crate) struct Leftovers {
+    map: Mutex<HashMap<LockAndOwner, Vec<(Leftover, Instant)>>>,
+    /// `map.len()`, read without the lock.
+    len: AtomicUsize,
+}
+
+impl Leftovers {
+    /// Notes that a wait of `owner` for lock `lock_key` failed and may have left `place`.
+    /// Places whose validity has passed are forgotten: no release hands the lock to them.
+    pub fn remember(&self, lock_key: &str, owner: &Arc<str>, place: Leftover) {
+        self.remember_all(lock_key, owner, [(place, valid_until(place))]);
+    }
+
+    /// Puts back places [`take`](Self::take) gave, when the attempt that was to void them
+    /// failed.
+    pub fn remember_all(
+        &self,
+        lock_key: &str,
+        owner: &Arc<str>,
+        places: impl IntoIterator<Item = (Leftover, Instant)>,
+    ) {
+        let mut map = self.map.lock();
+        let now = Instant::now();
+        let entry = map.entry((Arc::from(lock_key), owner.clone())).or_default();
+        for (place, until) in places {
+            if !entry.iter().any(|(known, _)| *known == place) {
+                entry.push((place, until));
+            }
+        }
+        entry.retain(|(_, until)| *until > now);
+        let excess = entry.len().saturating_sub(MOST_PER_OWNER);
+        entry.drain(..excess);
+        map.retain(|_, places| {
+            places.retain(|(_, until)| *until > now);
+            !places.is_empty()
+        });
+        self.len.store(map.len(), Ordering::Release);
+    }
+
+    /// The places `owner` left in lock `lock_key`'s queue that are still valid, to void now,
+    /// each with the end of its validity (to [`remember_all`](Self::remember_all) them again
+    /// should the voiding fail).
+    pub fn take(&self, lock_key: &str, owner: &Arc<str>) -> Vec<(Leftover, Instant)> {
+        if self.len.load(Ordering::Acquire) == 0 {
+            return Vec::new();
+        }
+        let mut map = self.map.lock();
+        let mut taken = map
+            .remove(&(Arc::from(lock_key), owner.clone()))
+            .unwrap_or_default();
+        self.len.store(map.len(), Ordering::Release);
+        let now = Instant::now();
+        taken.retain(|(_, until)| *until > now);
+        taken
+    }
+}
+
+/// About when `place` stops being valid, known now, at most: it counts from its arrival, which
+/// was no later than now (by the server's clock, which runs at the rate of ours).
+fn valid_until(place: Leftover) -> Instant {
+    let now = Instant::now();
+    now.checked_add(Duration::from_millis(place.place.valid_ms))
+        .unwrap_or(now + Duration::from_secs(1 << 30))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scripts::QueuePlace;
+
+    fn place(arrival_us: u64, valid_ms: u64) -> Leftover {
+        Leftover {
+            place: QueuePlace {
+                arrival_us,
+                valid_ms,
+            },
+            handover_lease: Duration::from_secs(30),
+        }
+    }
+
+    #[test]
+    fn remembers_places_per_lock_and_owner_until_taken() {
+        let leftovers = Leftovers::default();
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("c:1"), Arc::from("c:2"));
+        assert!(leftovers.take("p:{x}", &a).is_empty());
+        leftovers.remember("p:{x}", &a, place(1, 60_000));
+        leftovers.remember("p:{x}", &a, place(0, 60_000));
+        leftovers.remember("p:{x}", &a, place(0, 60_000)); // the same place once
+        leftovers.remember("p:{x}", &b, place(2, 60_000));
+        assert!(leftovers.take("p:{y}", &a).is_empty());
+        let taken: Vec<Leftover> = leftovers
+            .take("p:{x}", &a)
+            .into_iter()
+            .map(|t| t.0)
+            .collect();
+        assert_eq!(taken, [place(1, 60_000), place(0, 60_000)]);
+        assert!(leftovers.take("p:{x}", &a).is_empty());
+        assert_eq!(leftovers.take("p:{x}", &b).len(), 1);
+    }
+
+    #[test]
+    fn forgets_places_no_longer_valid_and_keeps_a_bounded_number() {
+        let leftovers = Leftovers::default();
+        let a: Arc<str> = Arc::from("c:1");
+        leftovers.remember("p:{x}", &a, place(1, 0)); // runs out at once
+        assert!(leftovers.take("p:{x}", &a).is_empty());
+        for arrival in 1..=(MOST_PER_OWNER as u64 + 3) {
+            leftovers.remember("p:{x}", &a, place(arrival, 60_000));
+        }
+        let taken = leftovers.take("p:{x}", &a);
+        assert_eq!(taken.len(), MOST_PER_OWNER);
+        assert_eq!(taken[0].0, place(4, 60_000), "the oldest are forgotten");
+    }
+}
