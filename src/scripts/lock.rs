@@ -44,7 +44,8 @@ pub(crate) fn acquire(
         .arg(millis(queueing.queue_for))
         .arg(place_arg(queueing.place))
         .arg(millis(queueing.handover_lease))
-        .arg(millis(fence_retention))
+        // The fence's life, added here: a sum made in Lua costs Redis a number's conversion.
+        .arg(millis(lease).saturating_add(millis(fence_retention)))
         .arg(leftovers_arg(
             queueing.leftovers.as_deref().unwrap_or_default(),
         ))
