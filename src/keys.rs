@@ -23,9 +23,10 @@
 //! A read-write lock (`p:{name}:rwlock`) and a semaphore (`p:{name}:semaphore`) keep their
 //! holders in that main key (hash: owner id -> `"<count> <token>"`; a read-write lock also
 //! `writer` -> the write owner) with one lease per holder in `<main>:leases` (zset: owner
-//! id -> lease end, ms), and the same `:fence`, `:unlocked`, `:unlocked:<client id>`,
-//! `:queue`, `:waiters` and `:released:...` after the main key; a semaphore's total is
-//! `<main>:permits`.
+//! id -> lease end, ms), the same `:fence`, `:unlocked`, `:unlocked:<client id>` and
+//! `:released:...` after the main key, and their waiters in `:queue` (zset: owner id ->
+//! arrival, µs) with their terms in `:waiters` (hash: owner id -> terms, or `"granted
+//! <token>"`); a semaphore's total is `<main>:permits`.
 //!
 //! A count-down latch is `p:{name}:latch` (string: the count), its channel
 //! `p:{name}:latch:unlocked`, and `p:{name}:latch:req:<request id>` (the reply to one call,
