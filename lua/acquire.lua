@@ -46,8 +46,8 @@
 -- Idempotent: the hold count is *set* to holds + 1, never incremented, so a retry after a
 -- lost reply changes nothing it should not. A first acquisition that finds the caller's
 -- field already there takes that hold up: a hand-over made during the caller's current wait
--- (ARGV[6] names a place, and the mark names the caller and the current token) whose message was lost
--- keeps the hand-over's token; anything else (its own earlier attempt whose reply was lost,
+-- (ARGV[6] names a place, and the mark names the caller and the current token) whose message
+-- was lost keeps the hand-over's token; anything else (its own earlier attempt whose reply was lost,
 -- a release that never reached Redis, a hand-over from an earlier wait) gets a *new* token,
 -- so tokens are never handed out twice. Neither ever shortens the lease. Taking a hand-over
 -- up deletes its mark, so that a give-back (release.lua) no longer frees it.
@@ -175,14 +175,20 @@ end
 -- The member of the place this attempt keeps or takes, if it queues.
 local current
 
--- Every reply goes out through here: the leftovers go last (see "At maxmemory"), except the
--- one this attempt's place may be: a first attempt of the same terms (a wait without end
--- queues for as long each time) took it over with its ZADD, and it is the caller's place now.
+-- Every reply goes out through here: the leftovers go last (see "At maxmemory"). A leftover
+-- named like this attempt's place is that place now: a first attempt of the same terms (a
+-- wait without end queues for as long each time) took the member over with its ZADD, at a
+-- new arrival. Only a place the leftover's arrival still names, renamed since, goes then.
 local function done(reply)
   for arrival, lease_ms, valid in string.gmatch(ARGV[9], '(%d+) (%d+) (%d+)') do
     local name = member(lease_ms, valid)
     if name ~= current then
       remove(name, arrival)
+    elseif tonumber(arrival) > 0 then
+      local renamed = find(arrival)
+      if renamed and renamed ~= current then
+        redis.pcall('zrem', queue, renamed)
+      end
     end
   end
   return reply
@@ -282,16 +288,16 @@ end
 
 if holds == 0 then
   -- Our field without a hold of ours: take it up.
-  local current = redis.pcall('get', fence)
-  if type(current) == 'table' then
+  local fenced = redis.pcall('get', fence)
+  if type(fenced) == 'table' then
     return failed(redis.error_reply('WRONGTYPE fence'))
   end
   local token
-  if queued and current and redis.pcall('get', granted) == owner .. ' ' .. current then
+  if queued and fenced and redis.pcall('get', granted) == owner .. ' ' .. fenced then
     -- Handed over during this wait (its first attempt found the field absent), and nobody
     -- acquired since: the hand-over's token is fresh. Taken up, it is no longer the
     -- hand-over a give-back may free (release.lua).
-    token = tonumber(current)
+    token = tonumber(fenced)
     redis.call('del', granted)
   else
     local failure
@@ -312,11 +318,11 @@ if holds == 0 then
 end
 
 -- A re-entry: the field must belong to the caller's current hold.
-local current = redis.pcall('get', fence)
-if type(current) == 'table' or not tonumber(current) then
+local fenced = redis.pcall('get', fence)
+if type(fenced) == 'table' or not tonumber(fenced) then
   return done(redis.error_reply('WRONGTYPE fence'))
 end
-if current ~= held_token then
+if fenced ~= held_token then
   return done({-1, 0})
 end
 redis.call('hset', lock, owner, holds + 1)
@@ -326,4 +332,4 @@ if lease > pttl then
   redis.call('pexpire', lock, ARGV[3])
   redis.call('pexpire', fence, fence_ttl)
 end
-return done({1, tonumber(current)})
+return done({1, tonumber(fenced)})

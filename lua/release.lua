@@ -90,7 +90,8 @@
 -- write; the count left in Redis is then one too high, which the final release ignores.
 -- Numbers: a Lua number passed to redis.call costs Redis 7.0 a "%.17g" conversion, about as
 -- much as a cheap command, and string.format as much: the hand-over makes its token's text
--- once and passes the lease as the member gave it.
+-- once and passes the lease as the member gave it; the fence's life, a sum of the lease and
+-- the retention, is its one number.
 -- Each redis.call costs about as much as the script's dispatch: the free path makes three,
 -- a hand-over nine (GET, HDEL, ZPOPMIN, TIME, the mark's SET, the fence's SET, HSET, PEXPIRE,
 -- PUBLISH).

@@ -1057,13 +1057,8 @@ fn a_hand_over_stopped_by_a_foreign_mark_leaves_a_queue_that_expires() {
     let held = holder.lock(&name).lock().unwrap();
     // A waiter, queued by the real script for 3 s, that never attempts again.
     let gone = "00000000-0000-4000-8000-000000000000:7";
-    let busy: Vec<i64> = redis::cmd("EVAL")
-        .arg(include_str!("../lua/acquire.lua"))
-        .arg(4)
-        .arg(&[&lock, &format!("{lock}:fence"), &queue, &mark])
-        .arg(&[gone, "0", "30000", "0", "3000", "", "30000", "3600000", ""])
-        .query(&mut admin)
-        .unwrap();
+    let args = [gone, "0", "30000", "0", "3000", "", "30000", "3630000", ""];
+    let busy: Vec<i64> = support::run_on_lock(&mut admin, support::ACQUIRE_LUA, &name, &args);
     assert_eq!(busy[0], 0, "{busy:?}");
     held.unlock().unwrap();
 

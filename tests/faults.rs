@@ -1022,20 +1022,7 @@ fn a_failed_waits_place_is_voided_by_its_owners_next_attempt() {
     let mut admin = server.admin();
     let name = unique("leftover-place");
     let lock_key = format!("redlatch:{{{name}}}");
-    let queue_key = format!("redlatch:{{{name}}}:queue");
-    // The owner ids in the queue (members "<owner> <hand-over lease> <valid ms>").
-    let queued = |admin: &mut redis::Connection| -> Vec<String> {
-        let members: Vec<String> = redis::cmd("ZRANGE")
-            .arg(&queue_key)
-            .arg(0)
-            .arg(-1)
-            .query(admin)
-            .unwrap();
-        members
-            .iter()
-            .map(|m| m.rsplitn(3, ' ').nth(2).unwrap().to_string())
-            .collect()
-    };
+    let queued = |admin: &mut redis::Connection| support::queued_owners(admin, &name);
     let holder = Client::open(&server.url()).unwrap();
     let held = holder
         .lock(&name)

@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlatch::{Client, Error};
-use support::{RedisServer, command_calls, eventually, unique};
+use support::{RedisServer, command_calls, eventually, queued_owners, run_on_lock, unique};
 
 fn client(server: &RedisServer) -> Client {
     Client::open(&server.url()).unwrap()
@@ -471,9 +471,12 @@ fn a_hand_overs_grant_outlives_a_later_waiter_with_a_shorter_wait() {
         .query::<usize>(&mut admin)
         .unwrap()
         == 1));
+    // And subscribed: released before that, the hand-over's message is missed, and the waiter
+    // takes the lock up with a round trip, which deletes the mark.
+    support::await_waiting(&mut admin, &name);
     held.unlock().unwrap();
     let token = token_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    let owner = queued_owners_of(&mut admin, &name, &queue_key);
+    let owner = queued_owners(&mut admin, &name);
     assert!(
         owner.is_empty(),
         "the hand-over took its place out of the queue"
@@ -552,35 +555,6 @@ fn a_waiter_that_gives_up_leaves_the_queue_and_the_next_one_is_served() {
     held.unlock().unwrap();
     assert!(stayer.join().unwrap());
     assert!(released.elapsed() < Duration::from_secs(2));
-}
-
-/// The owner ids queued for lock `name`, oldest first.
-fn queued_owners(admin: &mut redis::Connection, name: &str) -> Vec<String> {
-    queued_owners_of(admin, name, &format!("redlatch:{{{name}}}:queue"))
-}
-
-/// The owner ids in queue `key` of lock `name`: its members are
-/// `"<owner> <hand-over lease ms> <valid ms>"`.
-fn queued_owners_of(admin: &mut redis::Connection, name: &str, key: &str) -> Vec<String> {
-    let members: Vec<String> = redis::cmd("ZRANGE")
-        .arg(key)
-        .arg(0)
-        .arg(-1)
-        .query(admin)
-        .unwrap();
-    members
-        .iter()
-        .map(|m| {
-            let mut words = m.rsplitn(3, ' ');
-            let (valid, lease) = (words.next(), words.next());
-            assert!(
-                valid.is_some_and(|v| v.parse::<u64>().is_ok())
-                    && lease.is_some_and(|l| l.parse::<u64>().is_ok()),
-                "lock {name}: a queue member not of the layout: {m:?}"
-            );
-            words.next().unwrap().to_string()
-        })
-        .collect()
 }
 
 #[test]
@@ -946,32 +920,7 @@ fn a_hand_over_is_published_to_the_new_holders_client_alone_unless_its_lease_is_
     assert_ne!(client_of(&owner(grant_a)), client_of(&owner(grant_b)));
 }
 
-/// Runs `script` of `lua/` on `admin` with lock `name`'s four keys that `acquire.lua` and
-/// `withdraw.lua` take, as the crate would (a retry after a lost reply is a second run).
-fn run_on_lock<T: redis::FromRedisValue>(
-    admin: &mut redis::Connection,
-    script: &str,
-    name: &str,
-    args: &[&str],
-) -> T {
-    let lock = format!("redlatch:{{{name}}}");
-    let keys = [
-        lock.clone(),
-        format!("{lock}:fence"),
-        format!("{lock}:queue"),
-        format!("{lock}:granted"),
-    ];
-    redis::cmd("EVAL")
-        .arg(script)
-        .arg(4)
-        .arg(&keys)
-        .arg(args)
-        .query(admin)
-        .unwrap()
-}
-
-const ACQUIRE_LUA: &str = include_str!("../lua/acquire.lua");
-const WITHDRAW_LUA: &str = include_str!("../lua/withdraw.lua");
+use support::{ACQUIRE_LUA, WITHDRAW_LUA};
 
 /// A later attempt of a wait that moves its place's validity on renames the place (its member
 /// carries the validity). Run again with the old name, as a retry after its reply was lost
@@ -987,7 +936,7 @@ fn an_attempt_retried_after_a_lost_reply_keeps_one_place_in_the_queue() {
     // Queue for 2 s, with a 30 s hand-over lease.
     let attempt = |admin: &mut redis::Connection, place: &str| -> Vec<i64> {
         let args = [
-            owner, "0", "30000", "0", "2000", place, "30000", "3600000", "",
+            owner, "0", "30000", "0", "2000", place, "30000", "3630000", "",
         ];
         run_on_lock(admin, ACQUIRE_LUA, &name, &args)
     };
@@ -1042,7 +991,7 @@ fn an_owners_attempt_voids_the_places_its_failed_waits_left() {
     let owner = "00000000-0000-4000-8000-000000000000:7";
     let other = "00000000-0000-4000-8000-000000000000:8";
     let queue = |admin: &mut redis::Connection, who: &str, wait_ms: &str| -> Vec<i64> {
-        let args = [who, "0", "30000", "0", wait_ms, "", "30000", "3600000", ""];
+        let args = [who, "0", "30000", "0", wait_ms, "", "30000", "3630000", ""];
         run_on_lock(admin, ACQUIRE_LUA, &name, &args)
     };
     let known = queue(&mut admin, owner, "5000");
@@ -1055,7 +1004,7 @@ fn an_owners_attempt_voids_the_places_its_failed_waits_left() {
     // The owner's attempt that finds the lock busy and does not queue voids both.
     let leftovers = format!("{} 30000 5000 0 30000 7000", known[3]);
     let args = [
-        owner, "0", "30000", "0", "0", "", "30000", "3600000", &leftovers,
+        owner, "0", "30000", "0", "0", "", "30000", "3630000", &leftovers,
     ];
     let busy: Vec<i64> = run_on_lock(&mut admin, ACQUIRE_LUA, &name, &args);
     assert_eq!(busy[0], 0);
@@ -1083,7 +1032,7 @@ fn an_owners_attempt_voids_the_places_its_failed_waits_left() {
         "0",
         "",
         "30000",
-        "3600000",
+        "3630000",
         "0 30000 6000",
     ];
     let taken: Vec<i64> = run_on_lock(&mut admin, ACQUIRE_LUA, &name, &args);
@@ -1103,7 +1052,7 @@ fn a_first_attempt_keeps_its_place_when_a_leftover_had_the_same_terms() {
     let owner = "00000000-0000-4000-8000-000000000000:7";
     let attempt = |admin: &mut redis::Connection, leftovers: &str| -> Vec<i64> {
         let args = [
-            owner, "0", "30000", "0", "32000", "", "30000", "3600000", leftovers,
+            owner, "0", "30000", "0", "32000", "", "30000", "3630000", leftovers,
         ];
         run_on_lock(admin, ACQUIRE_LUA, &name, &args)
     };
@@ -1120,4 +1069,44 @@ fn a_first_attempt_keeps_its_place_when_a_leftover_had_the_same_terms() {
             "{leftovers}: queued"
         );
     }
+}
+
+/// A leftover whose place a later attempt renamed (moved its validity on; that reply was
+/// lost) is voided by its arrival, even when the owner's new first attempt takes a place
+/// under the leftover's old name.
+#[test]
+fn a_renamed_leftover_goes_even_when_a_new_place_takes_its_old_name() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("renamed-leftover");
+    let _held = client(&server).lock(&name).lock().unwrap();
+    let owner = "00000000-0000-4000-8000-000000000000:7";
+    let attempt = |admin: &mut redis::Connection, place: &str, leftovers: &str| -> Vec<i64> {
+        let args = [
+            owner, "0", "30000", "0", "2000", place, "30000", "3630000", leftovers,
+        ];
+        run_on_lock(admin, ACQUIRE_LUA, &name, &args)
+    };
+    let first = attempt(&mut admin, "", "");
+    let (arrival, valid) = (first[3], first[4]);
+    thread::sleep(Duration::from_millis(1200));
+    // Moves the place on; its reply is lost, and the wait fails remembering the old name.
+    let moved = attempt(&mut admin, &format!("{arrival} {valid}"), "");
+    assert!(moved[4] > valid);
+
+    let again = attempt(&mut admin, "", &format!("{arrival} 30000 {valid}"));
+    assert_eq!(again[0], 0);
+    assert!(again[3] > arrival, "a new place at the back");
+    let members: Vec<(String, i64)> = redis::cmd("ZRANGE")
+        .arg(format!("redlatch:{{{name}}}:queue"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(
+        members,
+        [(format!("{owner} 30000 2000"), again[3])],
+        "only the new place"
+    );
 }

@@ -222,7 +222,7 @@ fn a_hand_over_given_back_at_maxmemory_goes_to_the_next_waiter() {
             "30000",
             "0",
             "30000",
-            "3600000",
+            "3630000",
             "",
         ])
         .query(&mut admin)
@@ -317,7 +317,7 @@ fn an_attempt_that_voids_leftovers_is_still_refused_at_maxmemory() {
             "0",
             "",
             "30000",
-            "3600000",
+            "3630000",
             "0 30000 6000",
         ])
         .query(&mut admin);

@@ -97,10 +97,9 @@ fn acquire_counted(
         Err(e) => {
             // The leftovers may still be there, and so may a place this attempt took (its
             // reply is lost): void them next time.
-            core.leftovers.remember_all(&keys.lock, &owner, leftovers);
-            if queues && keys.family == Family::Lock {
-                core.leftovers
-                    .remember(&keys.lock, &owner, first.first_place());
+            core.leftovers.remember(&keys.lock, &owner, leftovers);
+            if queues {
+                remember_place_taken(core, keys, &owner, &first);
             }
             return Err(e);
         }
@@ -121,18 +120,32 @@ fn acquire_counted(
     );
     if let (Err(_), Some(place)) = (&waited, busy.place) {
         // The wait failed, and may not have left the queue: void its place next time (named
-        // by its arrival, should a lost reply have left us an older name).
+        // by its arrival, should a lost reply have left us an older name). It was valid no
+        // longer than one attempt's queueing after the last attempt.
         let handover_lease = terms.handover_lease();
-        core.leftovers.remember(
-            &keys.lock,
-            &owner,
-            Leftover {
-                place,
-                handover_lease,
-            },
-        );
+        let leftover = Leftover {
+            place,
+            handover_lease,
+        };
+        let until = busy.sent + core.watchdog_timeout + QUEUE_SLACK + PLACE_MARGIN;
+        core.leftovers
+            .remember(&keys.lock, &owner, [(leftover, until)]);
     }
     waited
+}
+
+/// How much longer than its stated validity a leftover place is remembered: the clocks of
+/// the client and the server are compared through a round trip.
+const PLACE_MARGIN: Duration = Duration::from_secs(1);
+
+/// An attempt that may have queued at the back of a lock's queue as `queueing` says failed
+/// without a reply: its place, named by its terms, is voided at the owner's next attempt.
+fn remember_place_taken(core: &Core, keys: &LockKeys, owner: &Arc<str>, queueing: &Queueing) {
+    if keys.family == Family::Lock {
+        let until = Instant::now() + queueing.queue_for + PLACE_MARGIN;
+        let place = [(queueing.first_place(), until)];
+        core.leftovers.remember(&keys.lock, owner, place);
+    }
 }
 
 /// The wait of an owner whose attempt found the object `busy` (which each later attempt
@@ -196,7 +209,12 @@ fn wait_in_queue(
             drop(waiter);
             return give_up(core, kind, owner, terms, &queueing(Some(*busy)));
         }
-        match attempt(core, kind, &owner, None, terms, &queueing(Some(*busy)))? {
+        let sent = queueing(Some(*busy));
+        let reply = attempt(core, kind, &owner, None, terms, &sent).inspect_err(|_| {
+            // Finding its place gone, the attempt queued at the back.
+            remember_place_taken(core, keys, &owner, &sent);
+        });
+        match reply? {
             Ok(acquired) => {
                 waiter.acquired();
                 return Ok(Some(acquired));

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
@@ -36,70 +36,77 @@ pub(crate) struct Leftovers {
 }
 
 impl Leftovers {
-    /// Notes that a wait of `owner` for lock `lock_key` failed and may have left `place`.
-    /// Places whose validity has passed are forgotten: no release hands the lock to them.
-    pub fn remember(&self, lock_key: &str, owner: &Arc<str>, place: Leftover) {
-        self.remember_all(lock_key, owner, [(place, valid_until(place))]);
-    }
-
-    /// Puts back places [`take`](Self::take) gave, when the attempt that was to void them
-    /// failed.
-    pub fn remember_all(
+    /// Notes that waits of `owner` for lock `lock_key` failed and may have left `places`, each
+    /// valid until no later than the instant beside it; the same place is kept once. Places
+    /// whose validity has passed are forgotten: no release hands the lock to them.
+    pub fn remember(
         &self,
         lock_key: &str,
         owner: &Arc<str>,
         places: impl IntoIterator<Item = (Leftover, Instant)>,
     ) {
         let mut map = self.map.lock();
-        let now = Instant::now();
         let entry = map.entry((Arc::from(lock_key), owner.clone())).or_default();
         for (place, until) in places {
             if !entry.iter().any(|(known, _)| *known == place) {
                 entry.push((place, until));
             }
         }
-        entry.retain(|(_, until)| *until > now);
         let excess = entry.len().saturating_sub(MOST_PER_OWNER);
         entry.drain(..excess);
+        self.forget_expired(&mut map);
+    }
+
+    /// The places `owner` left in lock `lock_key`'s queue that are still valid, to void now,
+    /// each with the end of its validity (to [`remember`](Self::remember) them again should
+    /// the voiding fail).
+    pub fn take(&self, lock_key: &str, owner: &Arc<str>) -> Vec<(Leftover, Instant)> {
+        if self.len.load(Ordering::Acquire) == 0 {
+            return Vec::new();
+        }
+        let mut map = self.map.lock();
+        let taken = map
+            .remove(&(Arc::from(lock_key), owner.clone()))
+            .unwrap_or_default();
+        // Every attempt looks here while anything is remembered: forget what ran out, so that
+        // the look costs one atomic load again soon after the last failure.
+        self.forget_expired(&mut map);
+        let now = Instant::now();
+        taken
+            .into_iter()
+            .filter(|(_, until)| *until > now)
+            .collect()
+    }
+
+    fn forget_expired(&self, map: &mut HashMap<LockAndOwner, Vec<(Leftover, Instant)>>) {
+        let now = Instant::now();
         map.retain(|_, places| {
             places.retain(|(_, until)| *until > now);
             !places.is_empty()
         });
         self.len.store(map.len(), Ordering::Release);
     }
-
-    /// The places `owner` left in lock `lock_key`'s queue that are still valid, to void now,
-    /// each with the end of its validity (to [`remember_all`](Self::remember_all) them again
-    /// should the voiding fail).
-    pub fn take(&self, lock_key: &str, owner: &Arc<str>) -> Vec<(Leftover, Instant)> {
-        if self.len.load(Ordering::Acquire) == 0 {
-            return Vec::new();
-        }
-        let mut map = self.map.lock();
-        let mut taken = map
-            .remove(&(Arc::from(lock_key), owner.clone()))
-            .unwrap_or_default();
-        self.len.store(map.len(), Ordering::Release);
-        let now = Instant::now();
-        taken.retain(|(_, until)| *until > now);
-        taken
-    }
-}
-
-/// About when `place` stops being valid, known now, at most: it counts from its arrival, which
-/// was no later than now (by the server's clock, which runs at the rate of ours).
-fn valid_until(place: Leftover) -> Instant {
-    let now = Instant::now();
-    now.checked_add(Duration::from_millis(place.place.valid_ms))
-        .unwrap_or(now + Duration::from_secs(1 << 30))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::scripts::QueuePlace;
 
-    fn place(arrival_us: u64, valid_ms: u64) -> Leftover {
+    fn place(arrival_us: u64, valid_ms: u64) -> (Leftover, Instant) {
+        let leftover = Leftover {
+            place: QueuePlace {
+                arrival_us,
+                valid_ms,
+            },
+            handover_lease: Duration::from_secs(30),
+        };
+        (leftover, Instant::now() + Duration::from_millis(valid_ms))
+    }
+
+    fn unused(arrival_us: u64, valid_ms: u64) -> Leftover {
         Leftover {
             place: QueuePlace {
                 arrival_us,
@@ -114,32 +121,39 @@ mod tests {
         let leftovers = Leftovers::default();
         let (a, b): (Arc<str>, Arc<str>) = (Arc::from("c:1"), Arc::from("c:2"));
         assert!(leftovers.take("p:{x}", &a).is_empty());
-        leftovers.remember("p:{x}", &a, place(1, 60_000));
-        leftovers.remember("p:{x}", &a, place(0, 60_000));
-        leftovers.remember("p:{x}", &a, place(0, 60_000)); // the same place once
-        leftovers.remember("p:{x}", &b, place(2, 60_000));
+        leftovers.remember("p:{x}", &a, [place(1, 60_000), place(0, 60_000)]);
+        leftovers.remember("p:{x}", &a, [place(0, 60_000)]); // the same place once
+        leftovers.remember("p:{x}", &b, [place(2, 60_000)]);
         assert!(leftovers.take("p:{y}", &a).is_empty());
         let taken: Vec<Leftover> = leftovers
             .take("p:{x}", &a)
             .into_iter()
             .map(|t| t.0)
             .collect();
-        assert_eq!(taken, [place(1, 60_000), place(0, 60_000)]);
+        assert_eq!(taken, [unused(1, 60_000), unused(0, 60_000)]);
         assert!(leftovers.take("p:{x}", &a).is_empty());
         assert_eq!(leftovers.take("p:{x}", &b).len(), 1);
+        assert_eq!(leftovers.len.load(Ordering::Acquire), 0);
     }
 
     #[test]
     fn forgets_places_no_longer_valid_and_keeps_a_bounded_number() {
         let leftovers = Leftovers::default();
-        let a: Arc<str> = Arc::from("c:1");
-        leftovers.remember("p:{x}", &a, place(1, 0)); // runs out at once
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("c:1"), Arc::from("c:2"));
+        leftovers.remember("p:{x}", &a, [place(1, 0)]); // runs out at once
         assert!(leftovers.take("p:{x}", &a).is_empty());
         for arrival in 1..=(MOST_PER_OWNER as u64 + 3) {
-            leftovers.remember("p:{x}", &a, place(arrival, 60_000));
+            leftovers.remember("p:{x}", &a, [place(arrival, 60_000)]);
         }
         let taken = leftovers.take("p:{x}", &a);
         assert_eq!(taken.len(), MOST_PER_OWNER);
-        assert_eq!(taken[0].0, place(4, 60_000), "the oldest are forgotten");
+        assert_eq!(taken[0].0, unused(4, 60_000), "the oldest are forgotten");
+
+        // Another owner's places that ran out are forgotten by anyone's look, so that the
+        // look is one atomic load again.
+        leftovers.remember("p:{x}", &b, [place(1, 1)]);
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(leftovers.take("p:{y}", &a).is_empty());
+        assert_eq!(leftovers.len.load(Ordering::Acquire), 0);
     }
 }

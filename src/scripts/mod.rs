@@ -316,8 +316,9 @@ impl Queueing {
         leftovers: None,
     };
 
-    /// The place a first attempt of a lock's wait takes (`acquire.lua`), named without its
-    /// arrival: what a failed wait whose first attempt got no reply leaves behind.
+    /// The place an attempt of a lock's wait takes at the back of the queue (its first, or
+    /// one that found its place gone: `acquire.lua`), named without its arrival: what an
+    /// attempt that got no reply may leave behind.
     pub fn first_place(&self) -> Leftover {
         Leftover {
             place: QueuePlace {

@@ -230,6 +230,59 @@ pub fn pubsub_channels(admin: &mut redis::Connection, pattern: &str) -> Vec<Stri
         .unwrap()
 }
 
+/// The owner ids queued for lock `name` (default prefix), oldest first. A place is the member
+/// `"<owner> <hand-over lease ms> <valid ms>"` (`lua/acquire.lua`); any other member fails.
+pub fn queued_owners(admin: &mut redis::Connection, name: &str) -> Vec<String> {
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("redlatch:{{{name}}}:queue"))
+        .arg(0)
+        .arg(-1)
+        .query(admin)
+        .unwrap();
+    members
+        .iter()
+        .map(|m| {
+            let mut words = m.rsplitn(3, ' ');
+            let (valid, lease) = (words.next(), words.next());
+            assert!(
+                valid.is_some_and(|v| v.parse::<u64>().is_ok())
+                    && lease.is_some_and(|l| l.parse::<u64>().is_ok()),
+                "lock {name}: a queue member not of the layout: {m:?}"
+            );
+            words.next().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// Runs `script` of `lua/` on `admin` with lock `name`'s four keys that `acquire.lua` and
+/// `withdraw.lua` take, as the crate would (a retry after a lost reply is a second run).
+pub fn run_on_lock<T: redis::FromRedisValue>(
+    admin: &mut redis::Connection,
+    script: &str,
+    name: &str,
+    args: &[&str],
+) -> T {
+    let lock = format!("redlatch:{{{name}}}");
+    let keys = [
+        lock.clone(),
+        format!("{lock}:fence"),
+        format!("{lock}:queue"),
+        format!("{lock}:granted"),
+    ];
+    redis::cmd("EVAL")
+        .arg(script)
+        .arg(4)
+        .arg(&keys)
+        .arg(args)
+        .query(admin)
+        .unwrap()
+}
+
+/// `lua/acquire.lua`, to run with [`run_on_lock`].
+pub const ACQUIRE_LUA: &str = include_str!("../../lua/acquire.lua");
+/// `lua/withdraw.lua`, to run with [`run_on_lock`].
+pub const WITHDRAW_LUA: &str = include_str!("../../lua/withdraw.lua");
+
 /// The unlock channel of lock `name` under the default prefix.
 pub fn channel_of(name: &str) -> String {
     format!("redlatch:{{{name}}}:unlocked")
