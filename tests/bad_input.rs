@@ -126,6 +126,17 @@ fn bounded<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 's
 }
 
 /// `DUMP key`: the serialized value, to show foreign data came through byte for byte.
+/// Writes someone else's data under `key` with `command` (`["SET", "precious"]`, say: the
+/// key goes after the command's name) and answers its DUMP, to compare with later.
+fn plant(admin: &mut redis::Connection, key: &str, command: &[&str]) -> Vec<u8> {
+    let _: () = redis::cmd(command[0])
+        .arg(key)
+        .arg(&command[1..])
+        .query(admin)
+        .unwrap();
+    dump(admin, key)
+}
+
 fn dump(admin: &mut redis::Connection, key: &str) -> Vec<u8> {
     redis::cmd("DUMP").arg(key).query(admin).unwrap()
 }
@@ -389,12 +400,7 @@ fn foreign_data_under_the_queue_key_is_reported_and_left_alone() {
         let name = unique("foreign-queue");
         let lock_key = format!("redlatch:{{{name}}}");
         let key = format!("{lock_key}{suffix}");
-        let _: () = redis::cmd(foreign[0])
-            .arg(&key)
-            .arg(&foreign[1..])
-            .query(&mut admin)
-            .unwrap();
-        let before = dump(&mut admin, &key);
+        let before = plant(&mut admin, &key, foreign);
         let lock = client.lock(&name);
 
         // A free lock needs no queue: taken and released as usual.
@@ -450,12 +456,7 @@ fn foreign_data_under_the_hand_over_mark_is_left_alone_and_waiters_still_get_the
     ] {
         let name = unique("foreign-mark");
         let key = format!("redlatch:{{{name}}}:granted");
-        let _: () = redis::cmd(foreign[0])
-            .arg(&key)
-            .arg(&foreign[1..])
-            .query(&mut admin)
-            .unwrap();
-        let before = dump(&mut admin, &key);
+        let before = plant(&mut admin, &key, foreign);
         let held = holder.lock(&name).lock().unwrap();
         let lock = client.lock(&name);
         let waiting = std::thread::spawn(move || {
@@ -1057,7 +1058,7 @@ fn a_hand_over_stopped_by_a_foreign_mark_leaves_a_queue_that_expires() {
     let held = holder.lock(&name).lock().unwrap();
     // A waiter, queued by the real script for 3 s, that never attempts again.
     let gone = "00000000-0000-4000-8000-000000000000:7";
-    let args = [gone, "0", "30000", "0", "3000", "", "30000", "3630000", ""];
+    let args = support::acquire_args(gone, "3000", "", "");
     let busy: Vec<i64> = support::run_on_lock(&mut admin, support::ACQUIRE_LUA, &name, &args);
     assert_eq!(busy[0], 0, "{busy:?}");
     held.unlock().unwrap();

@@ -8,7 +8,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlatch::{Client, Error};
-use support::{RedisServer, command_calls, eventually, queued_owners, run_on_lock, unique};
+use support::{
+    ACQUIRE_LUA, RedisServer, WITHDRAW_LUA, acquire_args, command_calls, eventually, queued_owners,
+    run_on_lock, unique,
+};
 
 fn client(server: &RedisServer) -> Client {
     Client::open(&server.url()).unwrap()
@@ -920,8 +923,6 @@ fn a_hand_over_is_published_to_the_new_holders_client_alone_unless_its_lease_is_
     assert_ne!(client_of(&owner(grant_a)), client_of(&owner(grant_b)));
 }
 
-use support::{ACQUIRE_LUA, WITHDRAW_LUA};
-
 /// A later attempt of a wait that moves its place's validity on renames the place (its member
 /// carries the validity). Run again with the old name, as a retry after its reply was lost
 /// is, it finds the same place by its arrival and takes no second one; a withdrawal that
@@ -935,10 +936,12 @@ fn an_attempt_retried_after_a_lost_reply_keeps_one_place_in_the_queue() {
     let owner = "00000000-0000-4000-8000-000000000000:7";
     // Queue for 2 s, with a 30 s hand-over lease.
     let attempt = |admin: &mut redis::Connection, place: &str| -> Vec<i64> {
-        let args = [
-            owner, "0", "30000", "0", "2000", place, "30000", "3630000", "",
-        ];
-        run_on_lock(admin, ACQUIRE_LUA, &name, &args)
+        run_on_lock(
+            admin,
+            ACQUIRE_LUA,
+            &name,
+            &acquire_args(owner, "2000", place, ""),
+        )
     };
     let first = attempt(&mut admin, "");
     assert_eq!(
@@ -991,8 +994,12 @@ fn an_owners_attempt_voids_the_places_its_failed_waits_left() {
     let owner = "00000000-0000-4000-8000-000000000000:7";
     let other = "00000000-0000-4000-8000-000000000000:8";
     let queue = |admin: &mut redis::Connection, who: &str, wait_ms: &str| -> Vec<i64> {
-        let args = [who, "0", "30000", "0", wait_ms, "", "30000", "3630000", ""];
-        run_on_lock(admin, ACQUIRE_LUA, &name, &args)
+        run_on_lock(
+            admin,
+            ACQUIRE_LUA,
+            &name,
+            &acquire_args(who, wait_ms, "", ""),
+        )
     };
     let known = queue(&mut admin, owner, "5000");
     queue(&mut admin, other, "5000");
@@ -1003,9 +1010,7 @@ fn an_owners_attempt_voids_the_places_its_failed_waits_left() {
 
     // The owner's attempt that finds the lock busy and does not queue voids both.
     let leftovers = format!("{} 30000 5000 0 30000 7000", known[3]);
-    let args = [
-        owner, "0", "30000", "0", "0", "", "30000", "3630000", &leftovers,
-    ];
+    let args = acquire_args(owner, "0", "", &leftovers);
     let busy: Vec<i64> = run_on_lock(&mut admin, ACQUIRE_LUA, &name, &args);
     assert_eq!(busy[0], 0);
     assert_eq!(queued_owners(&mut admin, &name), [other]);
@@ -1024,17 +1029,7 @@ fn an_owners_attempt_voids_the_places_its_failed_waits_left() {
         .query(&mut admin)
         .unwrap();
     assert_eq!(queued(&mut admin, &name), 1);
-    let args = [
-        owner,
-        "0",
-        "30000",
-        "0",
-        "0",
-        "",
-        "30000",
-        "3630000",
-        "0 30000 6000",
-    ];
+    let args = acquire_args(owner, "0", "", "0 30000 6000");
     let taken: Vec<i64> = run_on_lock(&mut admin, ACQUIRE_LUA, &name, &args);
     assert_eq!(taken[0], 1, "{taken:?}");
     assert_eq!(queued(&mut admin, &name), 0);
@@ -1051,10 +1046,12 @@ fn a_first_attempt_keeps_its_place_when_a_leftover_had_the_same_terms() {
     let _held = client(&server).lock(&name).lock().unwrap();
     let owner = "00000000-0000-4000-8000-000000000000:7";
     let attempt = |admin: &mut redis::Connection, leftovers: &str| -> Vec<i64> {
-        let args = [
-            owner, "0", "30000", "0", "32000", "", "30000", "3630000", leftovers,
-        ];
-        run_on_lock(admin, ACQUIRE_LUA, &name, &args)
+        run_on_lock(
+            admin,
+            ACQUIRE_LUA,
+            &name,
+            &acquire_args(owner, "32000", "", leftovers),
+        )
     };
     let failed_wait = attempt(&mut admin, "");
     for leftovers in [
@@ -1082,9 +1079,7 @@ fn a_renamed_leftover_goes_even_when_a_new_place_takes_its_old_name() {
     let _held = client(&server).lock(&name).lock().unwrap();
     let owner = "00000000-0000-4000-8000-000000000000:7";
     let attempt = |admin: &mut redis::Connection, place: &str, leftovers: &str| -> Vec<i64> {
-        let args = [
-            owner, "0", "30000", "0", "2000", place, "30000", "3630000", leftovers,
-        ];
+        let args = acquire_args(owner, "2000", place, leftovers);
         run_on_lock(admin, ACQUIRE_LUA, &name, &args)
     };
     let first = attempt(&mut admin, "", "");

@@ -214,17 +214,7 @@ fn a_hand_over_given_back_at_maxmemory_goes_to_the_next_waiter() {
         .arg(include_str!("../lua/acquire.lua"))
         .arg(4)
         .arg(&[&lock, &fence, &queue, &mark])
-        .arg(&[
-            gone.as_str(),
-            "0",
-            "30000",
-            "0",
-            "30000",
-            "0",
-            "30000",
-            "3630000",
-            "",
-        ])
+        .arg(&support::acquire_args(&gone, "30000", "", ""))
         .query(&mut admin)
         .unwrap();
     assert_eq!(busy[0], 0, "queued behind the holder: {busy:?}");
@@ -309,17 +299,7 @@ fn an_attempt_that_voids_leftovers_is_still_refused_at_maxmemory() {
             &queue,
             &format!("{lock}:granted"),
         ])
-        .arg(&[
-            owner,
-            "0",
-            "30000",
-            "0",
-            "0",
-            "",
-            "30000",
-            "3630000",
-            "0 30000 6000",
-        ])
+        .arg(&support::acquire_args(owner, "0", "", "0 30000 6000"))
         .query(&mut admin);
     match refused {
         Err(e) if e.code() == Some("OOM") => {}

@@ -278,6 +278,29 @@ pub fn run_on_lock<T: redis::FromRedisValue>(
         .unwrap()
 }
 
+/// `acquire.lua`'s arguments for a first acquisition by `owner` (30 s lease, 30 s hand-over
+/// lease, a fence life of the lease plus an hour): queueing for `queue_for_ms` ("0": not at
+/// all), at `place` ("" on a wait's first attempt, else "<arrival µs> <valid ms>"), voiding
+/// `leftovers` ("<arrival µs> <hand-over lease ms> <valid ms>" each).
+pub fn acquire_args<'a>(
+    owner: &'a str,
+    queue_for_ms: &'a str,
+    place: &'a str,
+    leftovers: &'a str,
+) -> [&'a str; 9] {
+    [
+        owner,
+        "0",
+        "30000",
+        "0",
+        queue_for_ms,
+        place,
+        "30000",
+        "3630000",
+        leftovers,
+    ]
+}
+
 /// `lua/acquire.lua`, to run with [`run_on_lock`].
 pub const ACQUIRE_LUA: &str = include_str!("../../lua/acquire.lua");
 /// `lua/withdraw.lua`, to run with [`run_on_lock`].
