@@ -155,11 +155,16 @@ local function find(arrival)
 end
 
 -- Takes out the caller's place last known as member `name`, which arrived at `arrival` (µs;
--- 0 if not known): by its arrival, should a run whose reply was lost have renamed it.
-local function remove(name, arrival)
-  if redis.pcall('zrem', queue, name) == 0 and tonumber(arrival) > 0 then
+-- 0 if not known): by its arrival, should a run whose reply was lost have renamed it. Never
+-- member `kept`, the place this attempt holds: a place it took over under the same name is
+-- that place now, at a new arrival, and only what the old arrival still names goes then.
+local function remove(name, arrival, kept)
+  if name ~= kept and redis.pcall('zrem', queue, name) == 1 then
+    return
+  end
+  if tonumber(arrival) > 0 then
     local renamed = find(arrival)
-    if renamed then
+    if renamed and renamed ~= kept then
       redis.pcall('zrem', queue, renamed)
     end
   end
@@ -175,21 +180,12 @@ end
 -- The member of the place this attempt keeps or takes, if it queues.
 local current
 
--- Every reply goes out through here: the leftovers go last (see "At maxmemory"). A leftover
--- named like this attempt's place is that place now: a first attempt of the same terms (a
--- wait without end queues for as long each time) took the member over with its ZADD, at a
--- new arrival. Only a place the leftover's arrival still names, renamed since, goes then.
+-- Every reply goes out through here: the leftovers go last (see "At maxmemory"), all but
+-- this attempt's own place (a first attempt of the same terms, as a wait without end makes
+-- each time, took a leftover's member over with its ZADD).
 local function done(reply)
   for arrival, lease_ms, valid in string.gmatch(ARGV[9], '(%d+) (%d+) (%d+)') do
-    local name = member(lease_ms, valid)
-    if name ~= current then
-      remove(name, arrival)
-    elseif tonumber(arrival) > 0 then
-      local renamed = find(arrival)
-      if renamed and renamed ~= current then
-        redis.pcall('zrem', queue, renamed)
-      end
-    end
+    remove(member(lease_ms, valid), arrival, current)
   end
   return reply
 end

@@ -173,7 +173,8 @@ for _ = 1, 64 do
     break
   end
   local who, lease, valid_for = string.match(head[1], '^(.+) (%d+) (%d+)$')
-  if who and who ~= owner and math.floor(tonumber(head[2]) / 1000) + tonumber(valid_for) > now then
+  local valid_until = who and math.floor(tonumber(head[2]) / 1000) + tonumber(valid_for)
+  if who and who ~= owner and valid_until > now then
     -- Text made once (see "Numbers" above).
     local next_token = string.format('%d', tonumber(token) + 1)
     -- The mark first: it is the one write that can meet data not ours (SET ... GET refuses
@@ -186,9 +187,8 @@ for _ = 1, 64 do
       end
       -- Back in its place; the ZPOPMIN may have deleted the queue (and its expiry) with it.
       redis.pcall('zadd', queue, head[2], head[1])
-      local left = math.floor(tonumber(head[2]) / 1000) + tonumber(valid_for) - now
-      if redis.call('pttl', queue) < left then
-        redis.call('pexpire', queue, left)
+      if redis.call('pttl', queue) < valid_until - now then
+        redis.call('pexpire', queue, valid_until - now)
       end
       break
     end

@@ -330,6 +330,17 @@ impl<F: FnMut(SystemTime, &str) -> bool> Watch<'_, F> {
     }
 }
 
+/// A lock's places in its queue, oldest first: the member (`"<owner> <hand-over lease ms>
+/// <valid ms>"`, `acquire.lua`) and its arrival, µs; [`scripts::Place::parse`] reads them.
+fn lock_places(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResult<Vec<(String, u64)>> {
+    redis::cmd("ZRANGE")
+        .arg(&keys.queue)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(con)
+}
+
 /// Subscribes, on `link`, the grant channel of every client queued for lock `keys` that is
 /// not in `followed` yet.
 fn follow_queued(
@@ -340,17 +351,9 @@ fn follow_queued(
     followed: &mut HashSet<String>,
 ) -> Result<()> {
     let owners: Vec<String> = if keys.family == Family::Lock {
-        // A lock's waiters are named in their places (`acquire.lua`).
-        let places: Vec<(String, u64)> = core
+        let places = core
             .backend
-            .run(|con| {
-                redis::cmd("ZRANGE")
-                    .arg(&keys.queue)
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES")
-                    .query(con)
-            })
+            .run(|con| lock_places(con, keys))
             .map_err(Error::Redis)?;
         places
             .iter()
@@ -500,14 +503,7 @@ fn read_report(
         }
     }
     if kind == ObjectKind::Lock {
-        // A lock's waiters keep their terms in their places (`acquire.lua`).
-        let places: Vec<(String, u64)> = redis::cmd("ZRANGE")
-            .arg(&keys.queue)
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES")
-            .query(con)?;
-        report.queue = places
+        report.queue = lock_places(con, keys)?
             .iter()
             .map(
                 |(member, arrival)| match scripts::Place::parse(member, *arrival) {

@@ -933,7 +933,7 @@ fn an_attempt_retried_after_a_lost_reply_keeps_one_place_in_the_queue() {
     let mut admin = server.admin();
     let name = unique("retried-place");
     let _held = client(&server).lock(&name).lock().unwrap();
-    let owner = "00000000-0000-4000-8000-000000000000:7";
+    let owner = support::SCRIPT_OWNER;
     // Queue for 2 s, with a 30 s hand-over lease.
     let attempt = |admin: &mut redis::Connection, place: &str| -> Vec<i64> {
         run_on_lock(
@@ -991,7 +991,7 @@ fn an_owners_attempt_voids_the_places_its_failed_waits_left() {
     let mut admin = server.admin();
     let name = unique("voided-places");
     let held = client(&server).lock(&name).lock().unwrap();
-    let owner = "00000000-0000-4000-8000-000000000000:7";
+    let owner = support::SCRIPT_OWNER;
     let other = "00000000-0000-4000-8000-000000000000:8";
     let queue = |admin: &mut redis::Connection, who: &str, wait_ms: &str| -> Vec<i64> {
         run_on_lock(
@@ -1044,7 +1044,7 @@ fn a_first_attempt_keeps_its_place_when_a_leftover_had_the_same_terms() {
     let mut admin = server.admin();
     let name = unique("same-terms");
     let _held = client(&server).lock(&name).lock().unwrap();
-    let owner = "00000000-0000-4000-8000-000000000000:7";
+    let owner = support::SCRIPT_OWNER;
     let attempt = |admin: &mut redis::Connection, leftovers: &str| -> Vec<i64> {
         run_on_lock(
             admin,
@@ -1077,7 +1077,7 @@ fn a_renamed_leftover_goes_even_when_a_new_place_takes_its_old_name() {
     let mut admin = server.admin();
     let name = unique("renamed-leftover");
     let _held = client(&server).lock(&name).lock().unwrap();
-    let owner = "00000000-0000-4000-8000-000000000000:7";
+    let owner = support::SCRIPT_OWNER;
     let attempt = |admin: &mut redis::Connection, place: &str, leftovers: &str| -> Vec<i64> {
         let args = acquire_args(owner, "2000", place, leftovers);
         run_on_lock(admin, ACQUIRE_LUA, &name, &args)

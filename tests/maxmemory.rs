@@ -282,7 +282,7 @@ fn an_attempt_that_voids_leftovers_is_still_refused_at_maxmemory() {
     let name = unique("full-leftovers");
     let lock = format!("redlatch:{{{name}}}");
     let queue = format!("{lock}:queue");
-    let owner = "00000000-0000-4000-8000-000000000000:7";
+    let owner = support::SCRIPT_OWNER;
     let _: i64 = redis::cmd("ZADD")
         .arg(&queue)
         .arg(1)

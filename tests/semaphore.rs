@@ -573,6 +573,12 @@ fn a_grants_terms_outlive_its_lease_after_a_short_wait() {
         drop(permits);
     });
     await_queued(&mut admin, &name, 1);
+    // And subscribed: released before that, the grant's message is missed, and the waiter
+    // takes the permits up with a round trip, which removes the terms (seen in a full run).
+    support::await_subscribed(
+        &mut admin,
+        &format!("redlatch:{{{name}}}:semaphore:unlocked"),
+    );
     held.release().unwrap();
     assert!(eventually(Duration::from_secs(5), || {
         let terms: Vec<String> = redis::cmd("HVALS")

@@ -88,7 +88,7 @@ fn acquire_counted(
 
     let leftovers = core.leftovers.take(&keys.lock, &owner);
     let first = Queueing {
-        leftovers: (!leftovers.is_empty()).then(|| leftovers.iter().map(|l| l.0).collect()),
+        leftovers: leftovers.iter().map(|(place, _)| *place).collect(),
         ..queueing(None)
     };
     let mut busy = match attempt(core, kind, &owner, existing, terms, &first) {
@@ -243,7 +243,7 @@ fn queueing(
         queue_for: until_deadline.min(refresh) + QUEUE_SLACK,
         queued: after.is_some(),
         place: after.and_then(|busy| busy.place),
-        leftovers: None,
+        leftovers: Vec::new(),
         handover_lease: terms.handover_lease(),
     }
 }

@@ -95,18 +95,8 @@ mod tests {
     use super::*;
     use crate::scripts::QueuePlace;
 
-    fn place(arrival_us: u64, valid_ms: u64) -> (Leftover, Instant) {
-        let leftover = Leftover {
-            place: QueuePlace {
-                arrival_us,
-                valid_ms,
-            },
-            handover_lease: Duration::from_secs(30),
-        };
-        (leftover, Instant::now() + Duration::from_millis(valid_ms))
-    }
-
-    fn unused(arrival_us: u64, valid_ms: u64) -> Leftover {
+    /// A place of a wait with a 30 s hand-over lease.
+    fn leftover(arrival_us: u64, valid_ms: u64) -> Leftover {
         Leftover {
             place: QueuePlace {
                 arrival_us,
@@ -114,6 +104,12 @@ mod tests {
             },
             handover_lease: Duration::from_secs(30),
         }
+    }
+
+    /// The same, with the end of its validity `valid_ms` from now.
+    fn place(arrival_us: u64, valid_ms: u64) -> (Leftover, Instant) {
+        let until = Instant::now() + Duration::from_millis(valid_ms);
+        (leftover(arrival_us, valid_ms), until)
     }
 
     #[test]
@@ -130,7 +126,7 @@ mod tests {
             .into_iter()
             .map(|t| t.0)
             .collect();
-        assert_eq!(taken, [unused(1, 60_000), unused(0, 60_000)]);
+        assert_eq!(taken, [leftover(1, 60_000), leftover(0, 60_000)]);
         assert!(leftovers.take("p:{x}", &a).is_empty());
         assert_eq!(leftovers.take("p:{x}", &b).len(), 1);
         assert_eq!(leftovers.len.load(Ordering::Acquire), 0);
@@ -147,12 +143,15 @@ mod tests {
         }
         let taken = leftovers.take("p:{x}", &a);
         assert_eq!(taken.len(), MOST_PER_OWNER);
-        assert_eq!(taken[0].0, unused(4, 60_000), "the oldest are forgotten");
+        assert_eq!(taken[0].0, leftover(4, 60_000), "the oldest are forgotten");
 
         // Another owner's places that ran out are forgotten by anyone's look, so that the
         // look is one atomic load again.
-        leftovers.remember("p:{x}", &b, [place(1, 1)]);
-        std::thread::sleep(Duration::from_millis(5));
+        let (short, until) = place(1, 50);
+        leftovers.remember("p:{x}", &b, [(short, until)]);
+        assert_eq!(leftovers.len.load(Ordering::Acquire), 1);
+        // Its validity itself is what must pass.
+        std::thread::sleep(until.saturating_duration_since(Instant::now()));
         assert!(leftovers.take("p:{y}", &a).is_empty());
         assert_eq!(leftovers.len.load(Ordering::Acquire), 0);
     }

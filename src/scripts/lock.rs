@@ -46,9 +46,7 @@ pub(crate) fn acquire(
         .arg(millis(queueing.handover_lease))
         // The fence's life, added here: a sum made in Lua costs Redis a number's conversion.
         .arg(millis(lease).saturating_add(millis(fence_retention)))
-        .arg(leftovers_arg(
-            queueing.leftovers.as_deref().unwrap_or_default(),
-        ))
+        .arg(leftovers_arg(&queueing.leftovers))
         .invoke(con)?;
     Ok(acquire_reply(&reply))
 }

@@ -10,7 +10,6 @@
 //! parsed form of every message a script publishes ([`Message`]). Each family's scripts have a
 //! file of their own ([`lock`], [`shares`], [`latch`]).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{
@@ -287,7 +286,7 @@ pub(crate) struct Queueing {
     pub handover_lease: Duration,
     /// Places in a lock's queue that earlier waits of the same owner left behind when they
     /// failed: the attempt voids them (`engine/leftover.rs`).
-    pub leftovers: Option<Arc<[Leftover]>>,
+    pub leftovers: Vec<Leftover>,
 }
 
 /// A place in a lock's queue (`acquire.lua`): it arrived at `arrival_us` (server clock), which
@@ -313,7 +312,7 @@ impl Queueing {
         queued: false,
         place: None,
         handover_lease: Duration::ZERO,
-        leftovers: None,
+        leftovers: Vec::new(),
     };
 
     /// The place an attempt of a lock's wait takes at the back of the queue (its first, or

@@ -278,6 +278,9 @@ pub fn run_on_lock<T: redis::FromRedisValue>(
         .unwrap()
 }
 
+/// The owner id of a thread of no client: what script-level tests (`run_on_lock`) act as.
+pub const SCRIPT_OWNER: &str = "00000000-0000-4000-8000-000000000000:7";
+
 /// `acquire.lua`'s arguments for a first acquisition by `owner` (30 s lease, 30 s hand-over
 /// lease, a fence life of the lease plus an hour): queueing for `queue_for_ms` ("0": not at
 /// all), at `place` ("" on a wait's first attempt, else "<arrival µs> <valid ms>"), voiding
@@ -314,9 +317,13 @@ pub fn channel_of(name: &str) -> String {
 /// Waits (at most 5 s) until some client subscribes to lock `name`'s channel: a waiter has
 /// queued and its subscription is live.
 pub fn await_waiting(admin: &mut redis::Connection, name: &str) {
-    let channel = channel_of(name);
+    await_subscribed(admin, &channel_of(name));
+}
+
+/// Waits (at most 5 s) until some client subscribes to `channel`.
+pub fn await_subscribed(admin: &mut redis::Connection, channel: &str) {
     assert!(
-        eventually(Duration::from_secs(5), || pubsub_channels(admin, &channel)
+        eventually(Duration::from_secs(5), || pubsub_channels(admin, channel)
             .len()
             == 1),
         "nobody subscribed to {channel} in time"
