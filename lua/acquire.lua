@@ -78,6 +78,11 @@
 -- a first queueing attempt six (PTTL, HEXISTS, TIME, ZADD, the queue's PTTL, GET), a later
 -- one five (ZSCORE for ZADD and PTTL) while its place is valid long enough, eight when it
 -- moves the place's validity on (ZSCORE, ZREM, ZADD, PTTL).
+-- Closures: a `local function` is made anew by every run that reaches it, and the helpers for
+-- places and leftovers, made before the free path, cost it about 1.5 µs (SLOWLOG medians of
+-- interleaved runs, on a day it took 17 µs rather than the 28 above). So the free path comes
+-- first, with only the token's helpers made, and a caller with nothing to leave or void
+-- returns before the rest exist.
 
 local lock, fence, queue, granted = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, holds, lease, held_token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -134,6 +139,25 @@ local function next_token()
   end
   redis.call('set', fence, string.format('%d', last + 1), 'KEEPTTL')
   return last + 1
+end
+
+-- PTTL answers for a key of any type: -2 absent, -1 no expiry.
+local pttl = redis.call('pttl', lock)
+
+-- The usual case first, before the helpers below exist (see "Closures" above): a free lock,
+-- taken by a first acquisition. Its writes are made here whoever calls; a caller with no
+-- place to leave and no leftover to void is done, the others carry on below with the lock
+-- taken (`taken`, or the error that refused it).
+local taken, taking_failed
+if pttl == -2 and holds == 0 then
+  taken, taking_failed = next_token()
+  if taken then
+    redis.call('hset', lock, owner, '1')
+    redis.call('pexpire', lock, ARGV[3])
+    if not queued and ARGV[9] == '' then
+      return {1, taken}
+    end
+  end
 end
 
 -- The member of a place of the caller's, valid for `valid` ms after its arrival.
@@ -196,21 +220,15 @@ local function failed(failure)
   return done(failure)
 end
 
--- PTTL answers for a key of any type: -2 absent, -1 no expiry.
-local pttl = redis.call('pttl', lock)
-
 if pttl == -2 then
   if holds > 0 then
     return done({-1, 0})
   end
-  local token, failure = next_token()
-  if not token then
-    return failed(failure)
+  if not taken then
+    return failed(taking_failed)
   end
-  redis.call('hset', lock, owner, '1')
-  redis.call('pexpire', lock, ARGV[3])
   leave_queue()
-  return done({1, token})
+  return done({1, taken})
 end
 
 if pttl == -1 then
