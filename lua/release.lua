@@ -4,12 +4,12 @@
 -- KEYS[1]  the lock hash     <prefix>:{<name>}
 -- KEYS[2]  the fence         <prefix>:{<name>}:fence
 -- KEYS[3]  the channel       <prefix>:{<name>}:unlocked
--- KEYS[4]  the release latch <prefix>:{<name>}:released:<owner>:<token>   (used only when
---                          ARGV[4] > 0, below)
--- KEYS[5]  the wait queue    <prefix>:{<name>}:queue
--- KEYS[6]  hand-over mark    <prefix>:{<name>}:granted   "<owner> <token>" of the latest
+-- KEYS[4]  the wait queue    <prefix>:{<name>}:queue
+-- KEYS[5]  hand-over mark    <prefix>:{<name>}:granted   "<owner> <token>" of the latest
 --                          hand-over, living its lease
--- KEYS[7]  the forced mark   <prefix>:{<name>}:forced    (force_unlock.lua: the token it freed)
+-- KEYS[6]  the forced mark   <prefix>:{<name>}:forced    (force_unlock.lua: the token it freed)
+-- KEYS[7]  the release latch <prefix>:{<name>}:released:<owner>:<token>   (passed only when
+--                          ARGV[4] > 0, below: the usual release sends no key it does not use)
 -- ARGV[1]  owner id
 -- ARGV[2]  holds             how many holds the caller has before this release (>= 1)
 -- ARGV[3]  token             the fencing token of the hold being released
@@ -96,7 +96,7 @@
 -- a hand-over nine (GET, HDEL, ZPOPMIN, TIME, the mark's SET, the fence's SET, HSET, PEXPIRE,
 -- PUBLISH).
 
-local lock, fence, channel, latch, queue, granted, forced =
+local lock, fence, channel, queue, granted, forced, latch =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local owner, holds, token = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local latch_ttl, publish, unused_only = ARGV[4], ARGV[5], ARGV[6] == '1'

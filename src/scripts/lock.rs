@@ -210,22 +210,24 @@ pub(crate) fn release(
     how: Releasing,
     freeing: Freeing,
 ) -> RedisResult<Release> {
-    let reply: i64 = RELEASE
-        .key(&keys.lock)
+    let mut invocation = RELEASE.key(&keys.lock);
+    invocation
         .key(&keys.fence)
         .key(&keys.channel)
-        .key(keys.release_latch(owner, token))
         .key(&keys.queue)
         .key(&keys.granted)
-        .key(keys.forced_mark())
+        .key(keys.forced_mark());
+    let latch_ttl = if freeing.retries_unseen {
+        invocation.key(keys.release_latch(owner, token));
+        millis(freeing.latch_ttl)
+    } else {
+        0
+    };
+    let reply: i64 = invocation
         .arg(owner)
         .arg(how.holds)
         .arg(token)
-        .arg(if freeing.retries_unseen {
-            millis(freeing.latch_ttl)
-        } else {
-            0
-        })
+        .arg(latch_ttl)
         .arg(freeing.publish)
         .arg(how.mode())
         .arg(millis(freeing.fence_retention))
