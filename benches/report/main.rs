@@ -211,6 +211,7 @@ fn main() {
         clients: 4,
         threads_per_client: 4,
         hold: Duration::from_millis(1),
+        hold_spread: Duration::ZERO,
         pause: Duration::ZERO,
         duration: secs,
     };
@@ -352,6 +353,23 @@ fn main() {
         lock_acq_per_s / (o.acquisitions as f64 / o.duration.as_secs_f64()),
         ">= 0.97",
         "16 threads' acquisitions/s over the polling lock's (which barges), hold 1 ms",
+    );
+    // The same with holds of 0.5-1.5 ms, out of step with the poller's 1 ms retries (see
+    // handoff_to_waiter_figures).
+    let varied = Contended {
+        hold_spread: Duration::from_micros(500),
+        ..four_by_four
+    };
+    eprintln!("16 threads, holds of 0.5-1.5 ms: redlatch, then the polling lock");
+    let redlatch4 = Redlatch::new(&url, 4);
+    let o = scenario::contended(&redlatch4, &varied, &url);
+    drop(redlatch4);
+    let p = scenario::contended(&polling, &varied, &url);
+    f.put(
+        "t16_throughput_over_polling_varied_hold",
+        o.acquisitions as f64 / p.acquisitions.max(1) as f64,
+        "",
+        "the same with holds of 0.5-1.5 ms",
     );
     drop(polling);
 
@@ -734,6 +752,7 @@ fn handoff_to_waiter_figures(f: &mut Figures, url: &str, secs: Duration) {
         clients: 4,
         threads_per_client: 1,
         hold: Duration::from_millis(1),
+        hold_spread: Duration::ZERO,
         pause: Duration::from_millis(1),
         duration: secs,
     };
@@ -808,6 +827,37 @@ fn handoff_to_waiter_figures(f: &mut Figures, url: &str, secs: Duration) {
         o.stages.len() as f64 / o.handoffs.len().max(1) as f64,
         "",
         "hand-offs the stages cover (those answered by a hand-over message)",
+    );
+
+    // The same with holds of 0.5-1.5 ms. A hold exactly as long as the poller's retry
+    // interval keeps its pollers in step with the holder: a waiter that failed just after the
+    // lock was taken retries just after it is released. Holds that vary break the step.
+    let varied = Contended {
+        hold_spread: Duration::from_micros(500),
+        ..scenario
+    };
+    eprintln!("hand-off to a waiter, holds of 0.5-1.5 ms: redlatch, then the polling lock");
+    let ours = Redlatch::new(url, 4);
+    let mut o = scenario::contended(&ours, &varied, url);
+    drop(ours);
+    let mut p = scenario::contended(&polling, &varied, url);
+    f.put(
+        "handoff_p50_over_polling_varied_hold",
+        ratio(
+            percentile(&mut o.handoffs, 0.5),
+            percentile(&mut p.handoffs, 0.5),
+        ),
+        "",
+        "the hand-off p50 over the polling lock's with holds of 0.5-1.5 ms (out of step with its 1 ms retries)",
+    );
+    f.put(
+        "handoff_p99_over_polling_varied_hold",
+        ratio(
+            percentile(&mut o.handoffs, 0.99),
+            percentile(&mut p.handoffs, 0.99),
+        ),
+        "",
+        "the same at p99",
     );
 }
 

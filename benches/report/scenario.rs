@@ -16,6 +16,10 @@ pub struct Contended {
     pub clients: usize,
     pub threads_per_client: usize,
     pub hold: Duration,
+    /// Each hold lasts `hold` plus or minus up to this much, uniformly (seeded per thread):
+    /// a fixed hold as long as the polling lock's retry interval lets its pollers fall into
+    /// step with the holder, and retry just after each release.
+    pub hold_spread: Duration,
     /// How long a releaser waits before asking again: with a pause, every hand-off goes to a
     /// thread that was waiting, whatever the lock's policy.
     pub pause: Duration,
@@ -67,6 +71,9 @@ pub fn contended(contender: &dyn Contender, s: &Contended, url: &str) -> Outcome
                 scope.spawn(move || {
                     let mut handle = contender.handle(client, lock_name);
                     let mut mine = Outcome::default();
+                    let mut rng =
+                        crate::support::checker::XorShift((me as u64 + 1) * 0x9E37_79B9_7F4A_7C15);
+                    let spread_us = s.hold_spread.as_micros() as u64;
                     while Instant::now() < end {
                         let asked = Instant::now();
                         if !handle.lock(MAX_WAIT) {
@@ -91,7 +98,14 @@ pub fn contended(contender: &dyn Contender, s: &Contended, url: &str) -> Outcome
                                 ));
                             }
                         }
-                        thread::sleep(s.hold);
+                        let hold = if spread_us == 0 {
+                            s.hold
+                        } else {
+                            let offset = rng.next() % (2 * spread_us + 1);
+                            (s.hold + Duration::from_micros(offset))
+                                .saturating_sub(Duration::from_micros(spread_us))
+                        };
+                        thread::sleep(hold);
                         let releasing = Instant::now();
                         *last_release.lock() = Some((releasing, me));
                         handle.unlock();
