@@ -106,6 +106,20 @@ pub fn seed_scripts() -> (redis::Script, redis::Script) {
     (lock, unlock)
 }
 
+/// The seed lock script with a fencing token added the way redlatch keeps one (the server's
+/// clock in µs, written to a fence key with its life in one SET ... PX ... GET), and nothing
+/// else of ours (no check of the old token, no queue): KEYS lock, fence; ARGV owner, lease
+/// ms, fence life ms. What the contract's token alone costs the seed lock.
+pub fn seed_fenced_lock_script() -> redis::Script {
+    redis::Script::new(
+        "if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[1]) == 1 then \
+           local t = redis.call('time') \
+           redis.call('set', KEYS[2], t[1] .. string.sub('00000' .. t[2], -6), 'PX', ARGV[3], 'GET') \
+           redis.call('hincrby', KEYS[1], ARGV[1], 1) redis.call('pexpire', KEYS[1], ARGV[2]) return nil end \
+         return redis.call('pttl', KEYS[1])",
+    )
+}
+
 /// A connection like redlatch's own: TCP_NODELAY on, so PING and the baselines get the same
 /// transport.
 pub fn connection(url: &str) -> redis::Connection {

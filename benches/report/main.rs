@@ -157,6 +157,18 @@ fn main() {
         "<= 1.10",
         "uncontended lock + unlock / the seed HSET scripts' cycle, alternating blocks of one run",
     );
+    f.put(
+        "seed_fenced_cycle_over_seed_hset",
+        ratio(cycles.seed_fenced, cycles.seed_hset),
+        "",
+        "the seed lock with a fencing token added as ours keeps one (TIME, SET ... PX ... GET) / the seed cycle",
+    );
+    f.put(
+        "cycle_over_seed_fenced",
+        ratio(cycles.redlatch, cycles.seed_fenced),
+        "",
+        "uncontended lock + unlock / that fenced seed cycle: what is ours beyond the token",
+    );
     // Every command the server ran per cycle, inside scripts too (INFO commandstats).
     let mut admin = connection(&url);
     let _: () = redis::cmd("CONFIG")
@@ -673,6 +685,7 @@ struct Cycles {
     ping: Duration,
     set_nx: Duration,
     seed_hset: Duration,
+    seed_fenced: Duration,
     redlatch: Duration,
 }
 
@@ -680,9 +693,10 @@ fn uncontended_cycles(url: &str, lock: &redlatch::Lock) -> Cycles {
     let mut con = connection(url);
     let del = redis::Script::new(contenders::COMPARE_AND_DELETE);
     let (seed_lock, seed_unlock) = contenders::seed_scripts();
-    let mut samples: [Vec<Duration>; 4] = Default::default();
+    let seed_fenced_lock = contenders::seed_fenced_lock_script();
+    let mut samples: [Vec<Duration>; 5] = Default::default();
     // Blocks of 300 of each in turn, ten times: each is measured warm (its script and
-    // connection in use), and a slow spell of the machine falls on all four alike. The
+    // connection in use), and a slow spell of the machine falls on all five alike. The
     // first round only warms up.
     for round in 0..11 {
         for (which, all) in samples.iter_mut().enumerate() {
@@ -718,6 +732,23 @@ fn uncontended_cycles(url: &str, lock: &redlatch::Lock) -> Cycles {
                             .invoke(&mut con)
                             .unwrap();
                     }),
+                    3 => time_one(|| {
+                        let _: Option<i64> = seed_fenced_lock
+                            .key("cyc-f")
+                            .key("cyc-f:fence")
+                            .arg("owner:1")
+                            .arg(30_000)
+                            .arg(3_630_000)
+                            .invoke(&mut con)
+                            .unwrap();
+                        let _: Option<i64> = seed_unlock
+                            .key("cyc-f")
+                            .key("cyc-f:ch")
+                            .arg("owner:1")
+                            .arg(30_000)
+                            .invoke(&mut con)
+                            .unwrap();
+                    }),
                     _ => time_one(|| {
                         let g = lock.try_lock(Duration::ZERO, None).unwrap().unwrap();
                         g.unlock().unwrap();
@@ -729,11 +760,18 @@ fn uncontended_cycles(url: &str, lock: &redlatch::Lock) -> Cycles {
             }
         }
     }
-    let [mut ping, mut set_nx, mut seed_hset, mut redlatch] = samples;
+    let [
+        mut ping,
+        mut set_nx,
+        mut seed_hset,
+        mut seed_fenced,
+        mut redlatch,
+    ] = samples;
     Cycles {
         ping: percentile(&mut ping, 0.5),
         set_nx: percentile(&mut set_nx, 0.5),
         seed_hset: percentile(&mut seed_hset, 0.5),
+        seed_fenced: percentile(&mut seed_fenced, 0.5),
         redlatch: percentile(&mut redlatch, 0.5),
     }
 }
