@@ -1018,6 +1018,26 @@ fn subscribers(admin: &mut redis::Connection, name: &str) -> i64 {
 /// that no longer waits, and the waiters behind it sleep through that hand-over's lease.
 #[test]
 fn a_failed_waits_place_is_voided_by_its_owners_next_attempt() {
+    failed_waits_place_is_voided_by(|client, name| {
+        client.lock(name).try_lock(Duration::ZERO, None)
+    });
+}
+
+/// The same when the owner's next attempt is a spin lock's on the same name (the lock
+/// itself): it voids the place as the lock's own attempt does.
+#[test]
+fn a_failed_waits_place_is_voided_by_its_owners_next_spin_lock_attempt() {
+    failed_waits_place_is_voided_by(|client, name| {
+        client.spin_lock(name).try_lock(Duration::ZERO, None)
+    });
+}
+
+/// T's wait for a lock fails and leaves its place; T then takes the free lock with `take`,
+/// which must void that place, so that the release after T's hands the lock to the next
+/// real waiter at once.
+fn failed_waits_place_is_voided_by(
+    take: fn(&Client, &str) -> redlatch::Result<Option<redlatch::LockGuard>>,
+) {
     let server = RedisServer::start();
     let mut admin = server.admin();
     let name = unique("leftover-place");
@@ -1052,6 +1072,7 @@ fn a_failed_waits_place_is_voided_by_its_owners_next_attempt() {
     let proxy_t = Proxy::start(server.port);
     let t_client = impatient_client(&proxy_t);
     let t_lock = t_client.lock(&name);
+    let (t_taker, t_name) = (t_client.clone(), name.clone());
     let (t_tx, t_rx) = crossbeam_channel::bounded::<&'static str>(1);
     let (t_go_tx, t_go) = crossbeam_channel::bounded::<()>(1);
     let t = thread::spawn(move || {
@@ -1059,7 +1080,7 @@ fn a_failed_waits_place_is_voided_by_its_owners_next_attempt() {
         assert!(matches!(waited, Err(Error::Redis(_))), "{waited:?}");
         t_tx.send("failed").unwrap();
         t_go.recv_timeout(Duration::from_secs(30)).unwrap();
-        let guard = t_lock.try_lock(Duration::ZERO, None).unwrap();
+        let guard = take(&t_taker, &t_name).unwrap();
         assert!(guard.is_some(), "the lock was free");
         t_tx.send("holds").unwrap();
         t_go.recv_timeout(Duration::from_secs(30)).unwrap();
