@@ -76,30 +76,37 @@ fn acquire_counted(
     outcome: &mut Outcome,
 ) -> Result<Option<Acquired>> {
     let keys = kind.keys();
-    // A wait too long to represent is a wait without end.
-    let deadline = deadline_after(wait);
     let existing = core.holds.get(&keys.lock, &owner);
     // A re-entry never waits (it either succeeds or finds its hold lost), and a single
     // attempt does not queue.
     let queues = wait != Some(Duration::ZERO) && existing.is_none();
-    // A wait's later attempts name the place its last one left it at.
-    let queueing = |after: Option<Busy>| queueing(core, queues, after, deadline, terms);
     let expecting = queues.then(|| core.subscriber.expect(keys, &owner));
-
-    let leftovers = core.leftovers.take(&keys.lock, &owner);
-    let first = Queueing {
-        leftovers: leftovers.iter().map(|(place, _)| *place).collect(),
-        ..queueing(None)
+    let waiting = Wait {
+        core,
+        kind,
+        owner,
+        terms,
+        // A wait too long to represent is a wait without end.
+        deadline: deadline_after(wait),
     };
-    let mut busy = match attempt(core, kind, &owner, existing, terms, &first) {
+
+    let leftovers = core.leftovers.take(&keys.lock, &waiting.owner);
+    let mut first = if queues {
+        waiting.queueing(None)
+    } else {
+        Queueing::NONE
+    };
+    first.leftovers = leftovers.iter().map(|(place, _)| *place).collect();
+    let mut busy = match attempt(core, kind, &waiting.owner, existing, terms, &first) {
         Ok(Ok(acquired)) => return Ok(Some(acquired)),
         Ok(Err(busy)) => busy,
         Err(e) => {
             // The leftovers may still be there, and so may a place this attempt took (its
             // reply is lost): void them next time.
-            core.leftovers.remember(&keys.lock, &owner, leftovers);
+            core.leftovers
+                .remember(&keys.lock, &waiting.owner, leftovers);
             if queues {
-                remember_place_taken(core, keys, &owner, &first);
+                waiting.remember_place_taken(&first);
             }
             return Err(e);
         }
@@ -108,28 +115,18 @@ fn acquire_counted(
         return Ok(None);
     };
     *outcome = Outcome::AfterWait;
-    let waited = wait_in_queue(
-        core,
-        kind,
-        owner.clone(),
-        terms,
-        deadline,
-        &mut busy,
-        expecting,
-        outcome,
-    );
+    let waited = waiting.in_queue(&mut busy, expecting, outcome);
     if let (Err(_), Some(place)) = (&waited, busy.place) {
         // The wait failed, and may not have left the queue: void its place next time (named
         // by its arrival, should a lost reply have left us an older name). It was valid no
         // longer than one attempt's queueing after the last attempt.
-        let handover_lease = terms.handover_lease();
         let leftover = Leftover {
             place,
-            handover_lease,
+            handover_lease: terms.handover_lease(),
         };
         let until = busy.sent + core.watchdog_timeout + QUEUE_SLACK + PLACE_MARGIN;
         core.leftovers
-            .remember(&keys.lock, &owner, [(leftover, until)]);
+            .remember(&keys.lock, &waiting.owner, [(leftover, until)]);
     }
     waited
 }
@@ -138,135 +135,135 @@ fn acquire_counted(
 /// the client and the server are compared through a round trip.
 const PLACE_MARGIN: Duration = Duration::from_secs(1);
 
-/// An attempt that may have queued at the back of a lock's queue as `queueing` says failed
-/// without a reply: its place, named by its terms, is voided at the owner's next attempt.
-fn remember_place_taken(core: &Core, keys: &LockKeys, owner: &Arc<str>, queueing: &Queueing) {
-    if keys.family == Family::Lock {
-        let until = Instant::now() + queueing.queue_for + PLACE_MARGIN;
-        let place = [(queueing.first_place(), until)];
-        core.leftovers.remember(&keys.lock, owner, place);
-    }
-}
-
-/// The wait of an owner whose attempt found the object `busy` (which each later attempt
-/// updates) and queued it, until the object is its own or `deadline` passes.
-#[allow(clippy::too_many_arguments)]
-fn wait_in_queue(
-    core: &Core,
-    kind: &dyn Kind,
+/// One acquisition that waits in the queue: who waits for what, on which terms, until when.
+struct Wait<'a> {
+    core: &'a Core,
+    kind: &'a dyn Kind,
     owner: Arc<str>,
     terms: Terms,
+    /// `None`: as long as it takes.
     deadline: Option<Instant>,
-    busy: &mut Busy,
-    expecting: Expecting<'_>,
-    outcome: &mut Outcome,
-) -> Result<Option<Acquired>> {
-    let keys = kind.keys();
-    let queueing = |after: Option<Busy>| queueing(core, true, after, deadline, terms);
-    if deadline.is_some_and(|d| Instant::now() >= d) {
-        drop(expecting);
-        // No time left: don't subscribe for nothing.
-        return give_up(core, kind, owner, terms, &queueing(Some(*busy)));
-    }
-    // Make sure the channel is subscribed: unless it was since before the attempt, the first
-    // wait returns when it is, and the attempt after it cannot miss a release.
-    let mut waiter = core.subscriber.join(expecting);
+}
 
-    // A sleep ends at a hand-over, a wake-up, the object's TTL (its holder may have died
-    // without a message), the time to renew our place in the queue, or our deadline.
-    loop {
-        let bound = busy
-            .ttl
-            .clamp(Duration::from_millis(1), core.watchdog_timeout);
-        let sleep = match deadline {
-            Some(deadline) => bound.min(deadline.saturating_duration_since(Instant::now())),
-            None => bound,
-        };
-        let mut confirm = false;
-        if let Wake::HandedOver { token } = waiter.wait(sleep) {
-            // Only a hand-over issued after our last attempt is news: an older one's hold is
-            // gone (that attempt found someone else holding it). And since it came after that
-            // attempt was sent, its lease ran from then at the latest.
-            if token > busy.fence {
-                // With replicas to wait for, only an attempt of our own can WAIT for them.
-                if terms.handover_lease() == terms.lease_set()
-                    && busy.sent.elapsed() < terms.handover_lease() / 3
-                    && core.replicas.is_none()
-                {
-                    waiter.acquired();
-                    *outcome = Outcome::HandedOver;
-                    let hold = register(core, keys, owner, token, TakenBy::Message);
-                    hold.extend(busy.sent, terms.lease_set(), terms.renew_every());
-                    return Ok(Some(Acquired { hold }));
+impl Wait<'_> {
+    /// The wait after an attempt found the object `busy` (which each later attempt updates)
+    /// and queued the owner, until the object is the owner's or the deadline passes.
+    fn in_queue(
+        &self,
+        busy: &mut Busy,
+        expecting: Expecting<'_>,
+        outcome: &mut Outcome,
+    ) -> Result<Option<Acquired>> {
+        let (core, keys, terms) = (self.core, self.kind.keys(), self.terms);
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            drop(expecting);
+            // No time left: don't subscribe for nothing.
+            return self.give_up(&self.queueing(Some(*busy)));
+        }
+        // Make sure the channel is subscribed: unless it was since before the attempt, the
+        // first wait returns when it is, and the attempt after it cannot miss a release.
+        let mut waiter = core.subscriber.join(expecting);
+
+        // A sleep ends at a hand-over, a wake-up, the object's TTL (its holder may have died
+        // without a message), the time to renew our place in the queue, or our deadline.
+        loop {
+            let bound = busy
+                .ttl
+                .clamp(Duration::from_millis(1), core.watchdog_timeout);
+            let sleep = match self.deadline {
+                Some(deadline) => bound.min(deadline.saturating_duration_since(Instant::now())),
+                None => bound,
+            };
+            let mut confirm = false;
+            if let Wake::HandedOver { token } = waiter.wait(sleep) {
+                // Only a hand-over issued after our last attempt is news: an older one's hold
+                // is gone (that attempt found someone else holding it). And since it came
+                // after that attempt was sent, its lease ran from then at the latest.
+                if token > busy.fence {
+                    // With replicas to wait for, only an attempt of our own can WAIT for them.
+                    if terms.handover_lease() == terms.lease_set()
+                        && busy.sent.elapsed() < terms.handover_lease() / 3
+                        && core.replicas.is_none()
+                    {
+                        waiter.acquired();
+                        *outcome = Outcome::HandedOver;
+                        let hold =
+                            register(core, keys, self.owner.clone(), token, TakenBy::Message);
+                        hold.extend(busy.sent, terms.lease_set(), terms.renew_every());
+                        return Ok(Some(Acquired { hold }));
+                    }
+                    // Too little of the lease is known to be left, or it was handed over with
+                    // a shorter lease than asked for: take it up with a round trip, which sets
+                    // the full lease and confirms it is ours.
+                    confirm = true;
                 }
-                // Too little of the lease is known to be left, or it was handed over with a
-                // shorter lease than asked for: take it up with a round trip, which sets the
-                // full lease and confirms it is ours.
-                confirm = true;
+            }
+            if !confirm && self.deadline.is_some_and(|d| Instant::now() >= d) {
+                drop(waiter);
+                return self.give_up(&self.queueing(Some(*busy)));
+            }
+            let sent = self.queueing(Some(*busy));
+            let reply =
+                attempt(core, self.kind, &self.owner, None, terms, &sent).inspect_err(|_| {
+                    // Finding its place gone, the attempt queued at the back.
+                    self.remember_place_taken(&sent);
+                });
+            match reply? {
+                Ok(acquired) => {
+                    waiter.acquired();
+                    return Ok(Some(acquired));
+                }
+                Err(again) => *busy = again,
             }
         }
-        if !confirm && deadline.is_some_and(|d| Instant::now() >= d) {
-            drop(waiter);
-            return give_up(core, kind, owner, terms, &queueing(Some(*busy)));
-        }
-        let sent = queueing(Some(*busy));
-        let reply = attempt(core, kind, &owner, None, terms, &sent).inspect_err(|_| {
-            // Finding its place gone, the attempt queued at the back.
-            remember_place_taken(core, keys, &owner, &sent);
-        });
-        match reply? {
-            Ok(acquired) => {
-                waiter.acquired();
-                return Ok(Some(acquired));
-            }
-            Err(again) => *busy = again,
-        }
     }
-}
 
-/// How an attempt of this wait (after the one that found the object `after`, if any) treats
-/// the queue: a place in it stays valid until the deadline, or for one watchdog timeout (the
-/// longest a waiter sleeps before its next attempt renews it), plus slack for the round trip.
-fn queueing(
-    core: &Core,
-    queues: bool,
-    after: Option<Busy>,
-    deadline: Option<Instant>,
-    terms: Terms,
-) -> Queueing {
-    if !queues {
-        return Queueing::NONE;
+    /// How an attempt of this wait (after the one that found the object `after`, if any)
+    /// treats the queue: a place in it stays valid until the deadline, or for one watchdog
+    /// timeout (the longest a waiter sleeps before its next attempt renews it), plus slack
+    /// for the round trip.
+    fn queueing(&self, after: Option<Busy>) -> Queueing {
+        let refresh = self.core.watchdog_timeout;
+        let until_deadline = self
+            .deadline
+            .map_or(refresh, |d| d.saturating_duration_since(Instant::now()));
+        Queueing {
+            queue_for: until_deadline.min(refresh) + QUEUE_SLACK,
+            queued: after.is_some(),
+            place: after.and_then(|busy| busy.place),
+            leftovers: Vec::new(),
+            handover_lease: self.terms.handover_lease(),
+        }
     }
-    let refresh = core.watchdog_timeout;
-    let until_deadline = deadline.map_or(refresh, |d| d.saturating_duration_since(Instant::now()));
-    Queueing {
-        queue_for: until_deadline.min(refresh) + QUEUE_SLACK,
-        queued: after.is_some(),
-        place: after.and_then(|busy| busy.place),
-        leftovers: Vec::new(),
-        handover_lease: terms.handover_lease(),
-    }
-}
 
-/// The wait is over: leave the queue, unless the object was handed to us meanwhile.
-fn give_up(
-    core: &Core,
-    kind: &dyn Kind,
-    owner: Arc<str>,
-    terms: Terms,
-    queueing: &Queueing,
-) -> Result<Option<Acquired>> {
-    let keys = kind.keys();
-    let sent = Instant::now();
-    let token = core
-        .backend
-        .run(|con| kind.withdraw(con, &owner, terms.lease_set(), queueing))
-        .map_err(|e| scripts::failure(keys, e))?;
-    Ok(token.map(|token| {
-        let hold = register(core, keys, owner, token, TakenBy::Attempt);
-        hold.extend(sent, terms.lease_set(), terms.renew_every());
-        Acquired { hold }
-    }))
+    /// An attempt that may have queued at the back of a lock's queue as `queueing` says failed
+    /// without a reply: its place, named by its terms, is voided at the owner's next attempt.
+    fn remember_place_taken(&self, queueing: &Queueing) {
+        let keys = self.kind.keys();
+        if keys.family == Family::Lock {
+            let until = Instant::now() + queueing.queue_for + PLACE_MARGIN;
+            let place = [(queueing.first_place(), until)];
+            self.core.leftovers.remember(&keys.lock, &self.owner, place);
+        }
+    }
+
+    /// The wait is over: leave the queue, unless the object was handed to us meanwhile.
+    fn give_up(&self, queueing: &Queueing) -> Result<Option<Acquired>> {
+        let (core, keys, terms) = (self.core, self.kind.keys(), self.terms);
+        let sent = Instant::now();
+        let token = core
+            .backend
+            .run(|con| {
+                self.kind
+                    .withdraw(con, &self.owner, terms.lease_set(), queueing)
+            })
+            .map_err(|e| scripts::failure(keys, e))?;
+        Ok(token.map(|token| {
+            let hold = register(core, keys, self.owner.clone(), token, TakenBy::Attempt);
+            hold.extend(sent, terms.lease_set(), terms.renew_every());
+            Acquired { hold }
+        }))
+    }
 }
 
 /// One round trip: acquire or re-enter (`existing` is `owner`'s hold, if any), or learn how
