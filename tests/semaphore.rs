@@ -237,9 +237,17 @@ fn waiting_for_permits_costs_no_commands() {
     assert!(eventually(Duration::from_secs(5), || {
         support::pubsub_channels(&mut admin, &channel).len() == 1
     }));
-    // The confirmation of the subscription gives each waiter one attempt: let those pass.
-    thread::sleep(Duration::from_millis(300));
-    let before = command_calls(&mut admin, "evalsha");
+    // The confirmation of the subscription gives each waiter one attempt: wait until those
+    // have passed, that is until the count holds still for 200 ms.
+    let mut before = command_calls(&mut admin, "evalsha");
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            thread::sleep(Duration::from_millis(200));
+            let now = command_calls(&mut admin, "evalsha");
+            std::mem::replace(&mut before, now) == now
+        }),
+        "the waiters' attempts never stopped"
+    );
     thread::sleep(Duration::from_secs(2));
     let during = command_calls(&mut admin, "evalsha") - before;
     assert!(during <= 1, "waiters polled: {during} script calls in 2 s");
