@@ -456,6 +456,7 @@ fn a_hand_overs_grant_outlives_a_later_waiter_with_a_shorter_wait() {
     let mark_key = format!("redlatch:{{{name}}}:granted");
     let held = client(&server).lock(&name).lock().unwrap(); // 30 s watchdog lease
     let lock = client(&server).lock(&name);
+    let base = command_calls(&mut admin, "evalsha");
     let (token_tx, token_rx) = crossbeam_channel::bounded(1);
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let handed = thread::spawn(move || {
@@ -474,9 +475,9 @@ fn a_hand_overs_grant_outlives_a_later_waiter_with_a_shorter_wait() {
         .query::<usize>(&mut admin)
         .unwrap()
         == 1));
-    // And subscribed: released before that, the hand-over's message is missed, and the waiter
-    // takes the lock up with a round trip, which deletes the mark.
-    support::await_waiting(&mut admin, &name);
+    // And parked: released before, the waiter takes the lock up with a round trip, which
+    // deletes the mark.
+    support::await_parked(&mut admin, base);
     held.unlock().unwrap();
     let token = token_rx.recv_timeout(Duration::from_secs(10)).unwrap();
     let owner = queued_owners(&mut admin, &name);

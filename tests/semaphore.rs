@@ -571,6 +571,7 @@ fn a_grants_terms_outlive_its_lease_after_a_short_wait() {
     let held = sem.acquire(1).unwrap();
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let other = client(&server).semaphore(&name);
+    let base = command_calls(&mut admin, "evalsha");
     let waiter = thread::spawn(move || {
         // A place valid about 3.5 s (the wait plus the slack); the watchdog's 30 s lease.
         let permits = other
@@ -581,12 +582,9 @@ fn a_grants_terms_outlive_its_lease_after_a_short_wait() {
         drop(permits);
     });
     await_queued(&mut admin, &name, 1);
-    // And subscribed: released before that, the grant's message is missed, and the waiter
-    // takes the permits up with a round trip, which removes the terms (seen in a full run).
-    support::await_subscribed(
-        &mut admin,
-        &format!("redlatch:{{{name}}}:semaphore:unlocked"),
-    );
+    // And parked: released before, the waiter takes the permits up with a round trip, which
+    // removes the terms (seen in a full run).
+    support::await_parked(&mut admin, base);
     held.release().unwrap();
     assert!(eventually(Duration::from_secs(5), || {
         let terms: Vec<String> = redis::cmd("HVALS")

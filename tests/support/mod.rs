@@ -221,6 +221,19 @@ pub fn command_calls(admin: &mut redis::Connection, command: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Waits (at most 5 s) until a new waiter has parked: the server has run two more script
+/// calls than `base` (the count before the waiter started, with nothing else calling
+/// scripts): the attempt that queued it, and the one after its new subscription was
+/// confirmed. Released before that second attempt, the object would be taken up by the
+/// attempt (a round trip) rather than handed over by message.
+pub fn await_parked(admin: &mut redis::Connection, base: u64) {
+    assert!(
+        eventually(Duration::from_secs(5), || command_calls(admin, "evalsha")
+            >= base + 2),
+        "the waiter did not park in time"
+    );
+}
+
 /// Channels with at least one subscriber (PUBSUB CHANNELS pattern).
 pub fn pubsub_channels(admin: &mut redis::Connection, pattern: &str) -> Vec<String> {
     redis::cmd("PUBSUB")
