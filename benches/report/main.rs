@@ -782,6 +782,11 @@ fn time_one(f: impl FnOnce()) -> Duration {
     t.elapsed()
 }
 
+/// Quantile `q` of `ours` over the same quantile of `theirs`.
+fn quantile_ratio(ours: &mut [Duration], theirs: &mut [Duration], q: f64) -> f64 {
+    ratio(percentile(ours, q), percentile(theirs, q))
+}
+
 /// Four threads, each in its own client, on one lock; each holds 1 ms and waits 1 ms after
 /// its release before asking again, so every hand-off goes to a thread that waited. For
 /// redlatch and the polling lock; and redlatch's hand-off in stages.
@@ -826,10 +831,7 @@ fn handoff_to_waiter_figures(f: &mut Figures, url: &str, secs: Duration) {
     );
     f.put(
         "handoff_p99_over_polling",
-        ratio(
-            percentile(&mut o.handoffs, 0.99),
-            percentile(&mut p.handoffs, 0.99),
-        ),
+        quantile_ratio(&mut o.handoffs, &mut p.handoffs, 0.99),
         "<= 0.5",
         "the same at p99",
     );
@@ -881,19 +883,13 @@ fn handoff_to_waiter_figures(f: &mut Figures, url: &str, secs: Duration) {
     let mut p = scenario::contended(&polling, &varied, url);
     f.put(
         "handoff_p50_over_polling_varied_hold",
-        ratio(
-            percentile(&mut o.handoffs, 0.5),
-            percentile(&mut p.handoffs, 0.5),
-        ),
+        quantile_ratio(&mut o.handoffs, &mut p.handoffs, 0.5),
         "",
         "the hand-off p50 over the polling lock's with holds of 0.5-1.5 ms (out of step with its 1 ms retries)",
     );
     f.put(
         "handoff_p99_over_polling_varied_hold",
-        ratio(
-            percentile(&mut o.handoffs, 0.99),
-            percentile(&mut p.handoffs, 0.99),
-        ),
+        quantile_ratio(&mut o.handoffs, &mut p.handoffs, 0.99),
         "",
         "the same at p99",
     );
