@@ -167,7 +167,7 @@ fn main() {
         "cycle_over_seed_fenced",
         ratio(cycles.redlatch, cycles.seed_fenced),
         "",
-        "uncontended lock + unlock / that fenced seed cycle: what is ours beyond the token",
+        "uncontended lock + unlock / that fenced seed cycle (its unlock the seed's: no token check, PUBLISH every time)",
     );
     // Every command the server ran per cycle, inside scripts too (INFO commandstats).
     let mut admin = connection(&url);

@@ -76,6 +76,8 @@ fn acquire_counted(
     outcome: &mut Outcome,
 ) -> Result<Option<Acquired>> {
     let keys = kind.keys();
+    // A wait too long to represent is a wait without end.
+    let deadline = deadline_after(wait);
     let existing = core.holds.get(&keys.lock, &owner);
     // A re-entry never waits (it either succeeds or finds its hold lost), and a single
     // attempt does not queue.
@@ -86,8 +88,7 @@ fn acquire_counted(
         kind,
         owner,
         terms,
-        // A wait too long to represent is a wait without end.
-        deadline: deadline_after(wait),
+        deadline,
     };
 
     let leftovers = core.leftovers.take(&keys.lock, &waiting.owner);

@@ -223,9 +223,11 @@ pub fn command_calls(admin: &mut redis::Connection, command: &str) -> u64 {
 
 /// Waits (at most 5 s) until a new waiter has parked: the server has run two more script
 /// calls than `base` (the count before the waiter started, with nothing else calling
-/// scripts): the attempt that queued it, and the one after its new subscription was
-/// confirmed. Released before that second attempt, the object would be taken up by the
-/// attempt (a round trip) rather than handed over by message.
+/// scripts): the attempt that queued it, and the one after its subscription was confirmed.
+/// The waiter's client must not have been subscribed to the object's channel already (then
+/// there is no confirmation, and no second attempt). Released before that second attempt,
+/// the object would be taken up by the attempt (a round trip) rather than handed over by
+/// message.
 pub fn await_parked(admin: &mut redis::Connection, base: u64) {
     assert!(
         eventually(Duration::from_secs(5), || command_calls(admin, "evalsha")
