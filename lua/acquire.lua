@@ -1,4 +1,5 @@
 -- acquire.lua: take the lock, or re-enter it, for one owner; or queue the owner for it.
+-- Runs with places.lua in front (place_member, find_place, remove_place).
 --
 -- KEYS[1]  the lock hash        <prefix>:{<name>}          field = owner, value = hold count
 -- KEYS[2]  the fencing counter  <prefix>:{<name>}:fence    lives ARGV[8]: the hold's lease plus
@@ -78,11 +79,12 @@
 -- a first queueing attempt six (PTTL, HEXISTS, TIME, ZADD, the queue's PTTL, GET), a later
 -- one five (ZSCORE for ZADD and PTTL) while its place is valid long enough, eight when it
 -- moves the place's validity on (ZSCORE, ZREM, ZADD, PTTL).
--- Closures: a `local function` is made anew by every run that reaches it, and the helpers for
--- places and leftovers, made before the free path, cost it about 1.5 µs (SLOWLOG medians of
--- interleaved runs, on a day it took 17 µs rather than the 28 above). So the free path comes
--- first, with only the token's helpers made, and a caller with nothing to leave or void
--- returns before the rest exist.
+-- Closures: a `local function` is made anew by every run that reaches it, and this script's
+-- helpers for places and leftovers, made before the free path, cost it about 1.5 µs (SLOWLOG
+-- medians of interleaved runs, on a day it took 17 µs rather than the 28 above). So the free
+-- path comes first, with only the token's helpers made, and a caller with nothing to leave or
+-- void returns before the rest exist. The shared ones of places.lua, in front of this script,
+-- take all they use as arguments, which makes them cheap to make (0-1 µs for the three).
 
 local lock, fence, queue, granted = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, holds, lease, held_token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -162,42 +164,13 @@ end
 
 -- The member of a place of the caller's, valid for `valid` ms after its arrival.
 local function member(lease_ms, valid)
-  return owner .. ' ' .. lease_ms .. ' ' .. valid
-end
-
--- The member of the caller's place that arrived at `arrival` (µs), or nil.
-local function find(arrival)
-  local members = redis.pcall('zrangebyscore', queue, arrival, arrival)
-  if type(members) == 'table' and not members.err then
-    for _, m in ipairs(members) do
-      if string.sub(m, 1, #owner + 1) == owner .. ' ' then
-        return m
-      end
-    end
-  end
-  return nil
-end
-
--- Takes out the caller's place last known as member `name`, which arrived at `arrival` (µs;
--- 0 if not known): by its arrival, should a run whose reply was lost have renamed it. Never
--- member `kept`, the place this attempt holds: a place it took over under the same name is
--- that place now, at a new arrival, and only what the old arrival still names goes then.
-local function remove(name, arrival, kept)
-  if name ~= kept and redis.pcall('zrem', queue, name) == 1 then
-    return
-  end
-  if tonumber(arrival) > 0 then
-    local renamed = find(arrival)
-    if renamed and renamed ~= kept then
-      redis.pcall('zrem', queue, renamed)
-    end
-  end
+  return place_member(owner, lease_ms, valid)
 end
 
 -- The caller got the lock, or its wait ends with an error: it no longer waits.
 local function leave_queue()
   if queued then
-    remove(member(handover_lease, valid_was), arrival_was)
+    remove_place(queue, owner, member(handover_lease, valid_was), arrival_was)
   end
 end
 
@@ -209,7 +182,7 @@ local current
 -- each time, took a leftover's member over with its ZADD).
 local function done(reply)
   for arrival, lease_ms, valid in string.gmatch(ARGV[9], '(%d+) (%d+) (%d+)') do
-    remove(member(lease_ms, valid), arrival, current)
+    remove_place(queue, owner, member(lease_ms, valid), arrival, current)
   end
   return reply
 end
@@ -263,7 +236,7 @@ if mine == 0 then
         arrival, valid = tonumber(score), tonumber(valid_was)
       else
         -- Renamed by a run of this attempt whose reply was lost, or gone (dropped as stale).
-        name = find(arrival_was)
+        name = find_place(queue, owner, arrival_was)
         if name then
           arrival, valid = tonumber(arrival_was), tonumber(string.match(name, ' (%d+)$'))
         end

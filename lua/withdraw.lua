@@ -1,5 +1,5 @@
 -- withdraw.lua: a waiter gives up its place in the queue; if the lock was handed to it and
--- not taken up yet, it takes it up instead.
+-- not taken up yet, it takes it up instead. Runs with places.lua in front.
 --
 -- KEYS[1]  the lock hash     <prefix>:{<name>}
 -- KEYS[2]  the fence         <prefix>:{<name>}:fence
@@ -33,15 +33,8 @@ local owner, lease = ARGV[1], tonumber(ARGV[2])
 -- The place by its member, or by its arrival should an attempt whose reply was lost have
 -- moved its validity on (acquire.lua).
 local arrival, valid = string.match(ARGV[4], '^(%d+) (%d+)$')
-if arrival and redis.pcall('zrem', queue, string.format('%s %s %s', owner, ARGV[5], valid)) == 0 then
-  local members = redis.pcall('zrangebyscore', queue, arrival, arrival)
-  if type(members) == 'table' and not members.err then
-    for _, m in ipairs(members) do
-      if string.sub(m, 1, #owner + 1) == owner .. ' ' then
-        redis.pcall('zrem', queue, m)
-      end
-    end
-  end
+if arrival then
+  remove_place(queue, owner, place_member(owner, ARGV[5], valid), arrival)
 end
 local mark = redis.pcall('get', granted)
 local current = redis.pcall('get', fence)

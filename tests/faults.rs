@@ -1019,7 +1019,7 @@ fn subscribers(admin: &mut redis::Connection, name: &str) -> i64 {
 #[test]
 fn a_failed_waits_place_is_voided_by_its_owners_next_attempt() {
     failed_waits_place_is_voided_by(|client, name| {
-        client.lock(name).try_lock(Duration::ZERO, None)
+        Ok(held(client.lock(name).try_lock(Duration::ZERO, None)?))
     });
 }
 
@@ -1028,16 +1028,32 @@ fn a_failed_waits_place_is_voided_by_its_owners_next_attempt() {
 #[test]
 fn a_failed_waits_place_is_voided_by_its_owners_next_spin_lock_attempt() {
     failed_waits_place_is_voided_by(|client, name| {
-        client.spin_lock(name).try_lock(Duration::ZERO, None)
+        Ok(held(client.spin_lock(name).try_lock(Duration::ZERO, None)?))
     });
+}
+
+/// The same when the owner's next attempt takes the lock in a multi-lock's all-at-once call
+/// (`acquire_many.lua`).
+#[test]
+fn a_failed_waits_place_is_voided_by_its_owners_next_multi_lock_attempt() {
+    failed_waits_place_is_voided_by(|client, name| {
+        let other = format!("{name}-other");
+        let all = client.multi_lock(&[name, &other]);
+        Ok(held(all.try_lock(Duration::ZERO, None)?))
+    });
+}
+
+/// A guard of any kind, held until dropped.
+type Held = Option<Box<dyn std::any::Any>>;
+
+fn held<G: 'static>(guard: Option<G>) -> Held {
+    guard.map(|g| Box::new(g) as Box<dyn std::any::Any>)
 }
 
 /// T's wait for a lock fails and leaves its place; T then takes the free lock with `take`,
 /// which must void that place, so that the release after T's hands the lock to the next
 /// real waiter at once.
-fn failed_waits_place_is_voided_by(
-    take: fn(&Client, &str) -> redlatch::Result<Option<redlatch::LockGuard>>,
-) {
+fn failed_waits_place_is_voided_by(take: fn(&Client, &str) -> redlatch::Result<Held>) {
     let server = RedisServer::start();
     let mut admin = server.admin();
     let name = unique("leftover-place");

@@ -31,6 +31,7 @@ fn redlatch_script_commands(and_publish: bool) -> &'static [&'static str] {
         const SCRIPTS: &[&str] = &[
             include_str!("../../lua/acquire.lua"),
             include_str!("../../lua/acquire_many.lua"),
+            include_str!("../../lua/places.lua"),
             include_str!("../../lua/force_unlock.lua"),
             include_str!("../../lua/inspect.lua"),
             include_str!("../../lua/latch_count.lua"),

@@ -12,15 +12,25 @@ use super::{
 };
 use crate::keys::LockKeys;
 
-static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/acquire.lua")));
+/// A lock script that takes places out of the queue, with `lua/places.lua` in front of it.
+macro_rules! with_places {
+    ($file:literal) => {
+        concat!(
+            include_str!("../../lua/places.lua"),
+            "\n",
+            include_str!(concat!("../../lua/", $file))
+        )
+    };
+}
+
+static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(with_places!("acquire.lua")));
 static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/release.lua")));
 static RENEW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/renew.lua")));
 static FORCE_UNLOCK: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/force_unlock.lua")));
-static WITHDRAW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/withdraw.lua")));
+static WITHDRAW: LazyLock<Lua> = LazyLock::new(|| Lua::new(with_places!("withdraw.lua")));
 static INSPECT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/inspect.lua")));
-static ACQUIRE_MANY: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/acquire_many.lua")));
+static ACQUIRE_MANY: LazyLock<Lua> = LazyLock::new(|| Lua::new(with_places!("acquire_many.lua")));
 
 pub(crate) fn acquire(
     con: &mut dyn ConnectionLike,
@@ -127,22 +137,31 @@ pub(crate) enum AcquireMany {
     Foreign { index: usize, fence: bool },
 }
 
-/// Takes every lock of `locks` that is free for `owner`, or none of them.
+/// Takes every lock of `locks` that is free for `owner`, or none of them; and voids
+/// `leftovers`, places that earlier waits of the owner left in the queue of `locks[i]`,
+/// whatever the reply.
 pub(crate) fn acquire_many(
     con: &mut dyn ConnectionLike,
     locks: &[&LockKeys],
     owner: &str,
     lease: Duration,
     fence_retention: Duration,
+    leftovers: &[(usize, Leftover)],
 ) -> RedisResult<AcquireMany> {
     let mut invocation = ACQUIRE_MANY.prepare_invoke();
     for keys in locks {
-        invocation.key(&keys.lock).key(&keys.fence);
+        invocation.key(&keys.lock).key(&keys.fence).key(&keys.queue);
     }
+    // "<i> <arrival µs> <hand-over lease ms> <valid ms>" each, i counted from 1.
+    let leftovers = leftovers.iter().map(|(i, l)| {
+        let (p, lease) = (l.place, millis(l.handover_lease));
+        format!("{} {} {lease} {}", i + 1, p.arrival_us, p.valid_ms)
+    });
     let reply: RedisResult<Vec<i64>> = invocation
         .arg(owner)
         .arg(millis(lease))
         .arg(millis(fence_retention))
+        .arg(leftovers.collect::<Vec<_>>().join(" "))
         .invoke(con);
     let reply = match reply {
         Ok(reply) => reply,

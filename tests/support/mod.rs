@@ -319,10 +319,19 @@ pub fn acquire_args<'a>(
     ]
 }
 
-/// `lua/acquire.lua`, to run with [`run_on_lock`].
-pub const ACQUIRE_LUA: &str = include_str!("../../lua/acquire.lua");
-/// `lua/withdraw.lua`, to run with [`run_on_lock`].
-pub const WITHDRAW_LUA: &str = include_str!("../../lua/withdraw.lua");
+/// `lua/acquire.lua` with `lua/places.lua` in front, as the client runs it, to run with
+/// [`run_on_lock`].
+pub const ACQUIRE_LUA: &str = concat!(
+    include_str!("../../lua/places.lua"),
+    "\n",
+    include_str!("../../lua/acquire.lua")
+);
+/// `lua/withdraw.lua` with `lua/places.lua` in front, to run with [`run_on_lock`].
+pub const WITHDRAW_LUA: &str = concat!(
+    include_str!("../../lua/places.lua"),
+    "\n",
+    include_str!("../../lua/withdraw.lua")
+);
 
 /// The unlock channel of lock `name` under the default prefix.
 pub fn channel_of(name: &str) -> String {
