@@ -12,25 +12,17 @@ use super::{
 };
 use crate::keys::LockKeys;
 
-/// A lock script that takes places out of the queue, with `lua/places.lua` in front of it.
-macro_rules! with_places {
-    ($file:literal) => {
-        concat!(
-            include_str!("../../lua/places.lua"),
-            "\n",
-            include_str!(concat!("../../lua/", $file))
-        )
-    };
-}
-
-static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(with_places!("acquire.lua")));
+static ACQUIRE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(with_prelude!("places.lua", "acquire.lua")));
 static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/release.lua")));
 static RENEW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/renew.lua")));
 static FORCE_UNLOCK: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/force_unlock.lua")));
-static WITHDRAW: LazyLock<Lua> = LazyLock::new(|| Lua::new(with_places!("withdraw.lua")));
+static WITHDRAW: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(with_prelude!("places.lua", "withdraw.lua")));
 static INSPECT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/inspect.lua")));
-static ACQUIRE_MANY: LazyLock<Lua> = LazyLock::new(|| Lua::new(with_places!("acquire_many.lua")));
+static ACQUIRE_MANY: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(with_prelude!("places.lua", "acquire_many.lua")));
 
 pub(crate) fn acquire(
     con: &mut dyn ConnectionLike,

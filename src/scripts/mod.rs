@@ -21,6 +21,18 @@ use crate::backend::Backend;
 use crate::error::Error;
 use crate::keys::{Family, LockKeys};
 
+/// The text of `lua/<file>` with `lua/<prelude>` in front of it: a prelude is code that several
+/// scripts share (`shares.lua`, `places.lua`), not a script of its own.
+macro_rules! with_prelude {
+    ($prelude:literal, $file:literal) => {
+        concat!(
+            include_str!(concat!("../../lua/", $prelude)),
+            "\n",
+            include_str!(concat!("../../lua/", $file))
+        )
+    };
+}
+
 pub(crate) mod latch;
 mod lock;
 pub(crate) mod shares;

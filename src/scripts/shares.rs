@@ -13,20 +13,14 @@ use redis::{ConnectionLike, RedisResult};
 use super::{Acquire, Freeing, Invocation, Lua, Queueing, Release, Releasing, Renewal, millis};
 use crate::keys::{Family, LockKeys};
 
-macro_rules! with_prelude {
-    ($file:literal) => {
-        concat!(
-            include_str!("../../lua/shares.lua"),
-            "\n",
-            include_str!(concat!("../../lua/", $file))
-        )
-    };
-}
-
-static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(with_prelude!("shares_acquire.lua")));
-static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(with_prelude!("shares_release.lua")));
-static WITHDRAW: LazyLock<Lua> = LazyLock::new(|| Lua::new(with_prelude!("shares_withdraw.lua")));
-static SET_PERMITS: LazyLock<Lua> = LazyLock::new(|| Lua::new(with_prelude!("semaphore_set.lua")));
+static ACQUIRE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(with_prelude!("shares.lua", "shares_acquire.lua")));
+static RELEASE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(with_prelude!("shares.lua", "shares_release.lua")));
+static WITHDRAW: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(with_prelude!("shares.lua", "shares_withdraw.lua")));
+static SET_PERMITS: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(with_prelude!("shares.lua", "semaphore_set.lua")));
 static RENEW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/shares_renew.lua")));
 static AVAILABLE: LazyLock<Lua> =
