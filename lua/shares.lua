@@ -68,7 +68,8 @@ local function check_types()
       wrongtype(k[3])
     end
   end
-  if redis.call('exists', H) == 1 and redis.call('pttl', H) < 0 then
+  -- PTTL answers -2 for a key that is absent, -1 for one without an expiry.
+  if redis.call('pttl', H) == -1 then
     wrongtype('lock')
   end
   local f = redis.pcall('get', fence)
