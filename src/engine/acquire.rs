@@ -91,21 +91,23 @@ fn acquire_counted(
         deadline,
     };
 
-    let leftovers = core.leftovers.take(&keys.lock, &waiting.owner);
     let mut first = if queues {
         waiting.queueing(None)
     } else {
         Queueing::NONE
     };
-    first.leftovers = leftovers.iter().map(|(place, _)| *place).collect();
-    let mut busy = match attempt(core, kind, &waiting.owner, existing, terms, &first) {
+    let reply = core
+        .leftovers
+        .voiding(&[&keys.lock], &waiting.owner, |places| {
+            first.leftovers = places[0].clone();
+            attempt(core, kind, &waiting.owner, existing, terms, &first)
+        });
+    let mut busy = match reply {
         Ok(Ok(acquired)) => return Ok(Some(acquired)),
         Ok(Err(busy)) => busy,
         Err(e) => {
-            // The leftovers may still be there, and so may a place this attempt took (its
-            // reply is lost): void them next time.
-            core.leftovers
-                .remember(&keys.lock, &waiting.owner, leftovers);
+            // A place this attempt took may be there too (its reply is lost): void it next
+            // time.
             if queues {
                 waiting.remember_place_taken(&first);
             }

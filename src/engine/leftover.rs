@@ -78,6 +78,31 @@ impl Leftovers {
             .collect()
     }
 
+    /// Runs `call`, an attempt that voids the places `owner` left in the queue of each lock of
+    /// `lock_keys` (it gets them in the same order, one list per lock). The places are
+    /// forgotten if the call has a reply, and remembered again if it fails: its voiding may
+    /// not have reached Redis, and the next attempt tries again. The common case (nothing
+    /// remembered) costs one atomic load per lock.
+    pub fn voiding<T, E>(
+        &self,
+        lock_keys: &[&str],
+        owner: &Arc<str>,
+        call: impl FnOnce(&[Vec<Leftover>]) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let taken: Vec<_> = lock_keys.iter().map(|k| self.take(k, owner)).collect();
+        let places: Vec<Vec<Leftover>> = taken
+            .iter()
+            .map(|each| each.iter().map(|(place, _)| *place).collect())
+            .collect();
+        let reply = call(&places);
+        if reply.is_err() {
+            for (key, each) in lock_keys.iter().zip(taken) {
+                self.remember(key, owner, each);
+            }
+        }
+        reply
+    }
+
     fn forget_expired(&self, map: &mut HashMap<LockAndOwner, Vec<(Leftover, Instant)>>) {
         let now = Instant::now();
         map.retain(|_, places| {
@@ -130,6 +155,36 @@ mod tests {
         assert!(leftovers.take("p:{x}", &a).is_empty());
         assert_eq!(leftovers.take("p:{x}", &b).len(), 1);
         assert_eq!(leftovers.len.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn a_voiding_call_that_fails_leaves_its_places_remembered() {
+        let leftovers = Leftovers::default();
+        let a: Arc<str> = Arc::from("c:1");
+        leftovers.remember("p:{x}", &a, [place(1, 60_000)]);
+        leftovers.remember("p:{y}", &a, [place(2, 60_000)]);
+        let failed: Result<(), ()> = leftovers.voiding(&["p:{x}", "p:{y}"], &a, |places| {
+            assert_eq!(
+                places,
+                [vec![leftover(1, 60_000)], vec![leftover(2, 60_000)]]
+            );
+            Err(())
+        });
+        assert!(failed.is_err());
+        let answered: Result<(), ()> = leftovers.voiding(&["p:{x}", "p:{y}"], &a, |places| {
+            assert_eq!(places.len(), 2);
+            assert!(
+                places.iter().all(|each| each.len() == 1),
+                "put back: {places:?}"
+            );
+            Ok(())
+        });
+        assert!(answered.is_ok());
+        assert!(
+            leftovers.take("p:{x}", &a).is_empty(),
+            "voided with the reply"
+        );
+        assert!(leftovers.take("p:{y}", &a).is_empty());
     }
 
     #[test]

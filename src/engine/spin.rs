@@ -68,27 +68,19 @@ pub(crate) fn spin(
     let deadline = deadline_after(wait);
     let keys = kind.keys();
     let existing = core.holds.get(&keys.lock, &owner);
-    // A wait of the lock's own that failed may have left places of this owner in the queue
-    // (a spin lock is that lock): the next attempt voids them, as the lock's does.
-    let mut leftovers = core.leftovers.take(&keys.lock, &owner);
     let mut jitter = Jitter::new();
     let mut step = backoff.min;
     let mut outcome = Outcome::AtOnce;
     loop {
-        let voiding = Queueing {
-            leftovers: leftovers.iter().map(|(place, _)| *place).collect(),
-            ..Queueing::NONE
-        };
-        let reply = attempt(core, kind, &owner, existing.clone(), terms, &voiding);
-        let reply = match reply {
-            Ok(reply) => reply,
-            Err(e) => {
-                // The voiding may not have reached Redis: the next attempt tries again.
-                core.leftovers.remember(&keys.lock, &owner, leftovers);
-                return Err(e);
-            }
-        };
-        leftovers = Vec::new();
+        // A wait of the lock's own that failed may have left places of this owner in the
+        // queue (a spin lock is that lock): an attempt voids them, as the lock's does.
+        let reply = core.leftovers.voiding(&[&keys.lock], &owner, |places| {
+            let voiding = Queueing {
+                leftovers: places[0].clone(),
+                ..Queueing::NONE
+            };
+            attempt(core, kind, &owner, existing.clone(), terms, &voiding)
+        })?;
         let busy = match reply {
             Ok(acquired) => {
                 core.counters.acquisition(outcome, started.elapsed());

@@ -164,36 +164,20 @@ impl MultiLock {
         let lease = terms.lease_set();
         let owner = core.thread_owner();
         let keys: Vec<_> = group.iter().map(|&i| &**self.locks[i].keys()).collect();
-        // Failed waits of this thread for a member may have left places in its queue: the
-        // call voids them, as the lock's own attempt does (`engine/leftover.rs`).
-        let leftovers: Vec<_> = keys
-            .iter()
-            .map(|k| core.leftovers.take(&k.lock, &owner))
-            .collect();
-        let voiding: Vec<_> = leftovers
-            .iter()
-            .enumerate()
-            .flat_map(|(i, each)| each.iter().map(move |(place, _)| (i, *place)))
-            .collect();
+        let lock_keys: Vec<&str> = keys.iter().map(|k| k.lock.as_str()).collect();
         let sent = Instant::now();
-        let reply = engine::acquisition(
-            core,
-            |con| {
-                let retention = core.fence_retention;
-                scripts::acquire_many(con, &keys, &owner, lease, retention, &voiding)
-            },
-            |reply| matches!(reply, AcquireMany::Acquired(_)),
-        );
-        let (reply, acknowledged) = match reply {
-            Ok(reply) => reply,
-            Err(e) => {
-                // The voiding may not have reached Redis: the next attempt tries again.
-                for (k, each) in keys.iter().zip(leftovers) {
-                    core.leftovers.remember(&k.lock, &owner, each);
-                }
-                return Err(e.into());
-            }
-        };
+        // Failed waits of this thread for a member may have left places in its queue: the
+        // call voids them, as the lock's own attempt does.
+        let (reply, acknowledged) = core.leftovers.voiding(&lock_keys, &owner, |places| {
+            engine::acquisition(
+                core,
+                |con| {
+                    let retention = core.fence_retention;
+                    scripts::acquire_many(con, &keys, &owner, lease, retention, places)
+                },
+                |reply| matches!(reply, AcquireMany::Acquired(_)),
+            )
+        })?;
         let tokens = match reply {
             AcquireMany::Acquired(tokens) => tokens,
             AcquireMany::Busy { index, .. } => return Ok(Some(index)),

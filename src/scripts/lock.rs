@@ -63,11 +63,14 @@ fn place_arg(place: Option<QueuePlace>) -> String {
 /// Leftovers as `acquire.lua` takes them: `"<arrival µs> <hand-over lease ms> <valid ms>"`
 /// each, space-separated.
 fn leftovers_arg(leftovers: &[Leftover]) -> String {
-    let each = leftovers.iter().map(|l| {
-        let (p, lease) = (l.place, millis(l.handover_lease));
-        format!("{} {lease} {}", p.arrival_us, p.valid_ms)
-    });
+    let each = leftovers.iter().map(leftover_arg);
     each.collect::<Vec<_>>().join(" ")
+}
+
+/// One leftover as the scripts take it: `"<arrival µs> <hand-over lease ms> <valid ms>"`.
+fn leftover_arg(leftover: &Leftover) -> String {
+    let (p, lease) = (leftover.place, millis(leftover.handover_lease));
+    format!("{} {lease} {}", p.arrival_us, p.valid_ms)
 }
 
 /// An attempt's reply (`acquire.lua`, `shares_acquire.lua`): `{1, token}`,
@@ -130,7 +133,7 @@ pub(crate) enum AcquireMany {
 }
 
 /// Takes every lock of `locks` that is free for `owner`, or none of them; and voids
-/// `leftovers`, places that earlier waits of the owner left in the queue of `locks[i]`,
+/// `leftovers[i]`, places that earlier waits of the owner left in the queue of `locks[i]`,
 /// whatever the reply.
 pub(crate) fn acquire_many(
     con: &mut dyn ConnectionLike,
@@ -138,16 +141,16 @@ pub(crate) fn acquire_many(
     owner: &str,
     lease: Duration,
     fence_retention: Duration,
-    leftovers: &[(usize, Leftover)],
+    leftovers: &[Vec<Leftover>],
 ) -> RedisResult<AcquireMany> {
     let mut invocation = ACQUIRE_MANY.prepare_invoke();
     for keys in locks {
         invocation.key(&keys.lock).key(&keys.fence).key(&keys.queue);
     }
     // "<i> <arrival µs> <hand-over lease ms> <valid ms>" each, i counted from 1.
-    let leftovers = leftovers.iter().map(|(i, l)| {
-        let (p, lease) = (l.place, millis(l.handover_lease));
-        format!("{} {} {lease} {}", i + 1, p.arrival_us, p.valid_ms)
+    let leftovers = leftovers.iter().enumerate().flat_map(|(i, each)| {
+        each.iter()
+            .map(move |leftover| format!("{} {}", i + 1, leftover_arg(leftover)))
     });
     let reply: RedisResult<Vec<i64>> = invocation
         .arg(owner)
