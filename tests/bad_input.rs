@@ -1058,8 +1058,7 @@ fn a_hand_over_stopped_by_a_foreign_mark_leaves_a_queue_that_expires() {
     let held = holder.lock(&name).lock().unwrap();
     // A waiter, queued by the real script for 3 s, that never attempts again.
     let gone = support::SCRIPT_OWNER;
-    let args = support::acquire_args(gone, "3000", "", "");
-    let busy: Vec<i64> = support::run_on_lock(&mut admin, support::ACQUIRE_LUA, &name, &args);
+    let busy = support::attempt_on_lock(&mut admin, &name, gone, "3000", "", "");
     assert_eq!(busy[0], 0, "{busy:?}");
     held.unlock().unwrap();
 

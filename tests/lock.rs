@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use redlatch::{Client, Error};
 use support::{
-    ACQUIRE_LUA, RedisServer, WITHDRAW_LUA, acquire_args, command_calls, eventually, queued_owners,
+    RedisServer, WITHDRAW_LUA, attempt_on_lock, command_calls, eventually, queued_owners,
     run_on_lock, unique,
 };
 
@@ -937,12 +937,7 @@ fn an_attempt_retried_after_a_lost_reply_keeps_one_place_in_the_queue() {
     let owner = support::SCRIPT_OWNER;
     // Queue for 2 s, with a 30 s hand-over lease.
     let attempt = |admin: &mut redis::Connection, place: &str| -> Vec<i64> {
-        run_on_lock(
-            admin,
-            ACQUIRE_LUA,
-            &name,
-            &acquire_args(owner, "2000", place, ""),
-        )
+        attempt_on_lock(admin, &name, owner, "2000", place, "")
     };
     let first = attempt(&mut admin, "");
     assert_eq!(
@@ -995,12 +990,7 @@ fn an_owners_attempt_voids_the_places_its_failed_waits_left() {
     let owner = support::SCRIPT_OWNER;
     let other = "00000000-0000-4000-8000-000000000000:8";
     let queue = |admin: &mut redis::Connection, who: &str, wait_ms: &str| -> Vec<i64> {
-        run_on_lock(
-            admin,
-            ACQUIRE_LUA,
-            &name,
-            &acquire_args(who, wait_ms, "", ""),
-        )
+        attempt_on_lock(admin, &name, who, wait_ms, "", "")
     };
     let known = queue(&mut admin, owner, "5000");
     queue(&mut admin, other, "5000");
@@ -1011,8 +1001,7 @@ fn an_owners_attempt_voids_the_places_its_failed_waits_left() {
 
     // The owner's attempt that finds the lock busy and does not queue voids both.
     let leftovers = format!("{} 30000 5000 0 30000 7000", known[3]);
-    let args = acquire_args(owner, "0", "", &leftovers);
-    let busy: Vec<i64> = run_on_lock(&mut admin, ACQUIRE_LUA, &name, &args);
+    let busy = attempt_on_lock(&mut admin, &name, owner, "0", "", &leftovers);
     assert_eq!(busy[0], 0);
     assert_eq!(queued_owners(&mut admin, &name), [other]);
 
@@ -1030,8 +1019,7 @@ fn an_owners_attempt_voids_the_places_its_failed_waits_left() {
         .query(&mut admin)
         .unwrap();
     assert_eq!(queued(&mut admin, &name), 1);
-    let args = acquire_args(owner, "0", "", "0 30000 6000");
-    let taken: Vec<i64> = run_on_lock(&mut admin, ACQUIRE_LUA, &name, &args);
+    let taken = attempt_on_lock(&mut admin, &name, owner, "0", "", "0 30000 6000");
     assert_eq!(taken[0], 1, "{taken:?}");
     assert_eq!(queued(&mut admin, &name), 0);
 }
@@ -1047,12 +1035,7 @@ fn a_first_attempt_keeps_its_place_when_a_leftover_had_the_same_terms() {
     let _held = client(&server).lock(&name).lock().unwrap();
     let owner = support::SCRIPT_OWNER;
     let attempt = |admin: &mut redis::Connection, leftovers: &str| -> Vec<i64> {
-        run_on_lock(
-            admin,
-            ACQUIRE_LUA,
-            &name,
-            &acquire_args(owner, "32000", "", leftovers),
-        )
+        attempt_on_lock(admin, &name, owner, "32000", "", leftovers)
     };
     let failed_wait = attempt(&mut admin, "");
     for leftovers in [
@@ -1080,8 +1063,7 @@ fn a_renamed_leftover_goes_even_when_a_new_place_takes_its_old_name() {
     let _held = client(&server).lock(&name).lock().unwrap();
     let owner = support::SCRIPT_OWNER;
     let attempt = |admin: &mut redis::Connection, place: &str, leftovers: &str| -> Vec<i64> {
-        let args = acquire_args(owner, "2000", place, leftovers);
-        run_on_lock(admin, ACQUIRE_LUA, &name, &args)
+        attempt_on_lock(admin, &name, owner, "2000", place, leftovers)
     };
     let first = attempt(&mut admin, "", "");
     let (arrival, valid) = (first[3], first[4]);

@@ -296,6 +296,20 @@ pub fn run_on_lock<T: redis::FromRedisValue>(
 /// The owner id of a thread of no client: what script-level tests (`run_on_lock`) act as.
 pub const SCRIPT_OWNER: &str = "00000000-0000-4000-8000-000000000000:7";
 
+/// One run of `acquire.lua` on lock `name`, as [`acquire_args`] describes its arguments: its
+/// reply.
+pub fn attempt_on_lock(
+    admin: &mut redis::Connection,
+    name: &str,
+    owner: &str,
+    queue_for_ms: &str,
+    place: &str,
+    leftovers: &str,
+) -> Vec<i64> {
+    let args = acquire_args(owner, queue_for_ms, place, leftovers);
+    run_on_lock(admin, ACQUIRE_LUA, name, &args)
+}
+
 /// `acquire.lua`'s arguments for a first acquisition by `owner` (30 s lease, 30 s hand-over
 /// lease, a fence life of the lease plus an hour): queueing for `queue_for_ms` ("0": not at
 /// all), at `place` ("" on a wait's first attempt, else "<arrival µs> <valid ms>"), voiding
