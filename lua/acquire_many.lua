@@ -22,9 +22,10 @@
 --
 -- Every check runs before the first write, so a busy or foreign lock leaves every other lock
 -- as it was (leftover places aside: they go whatever the reply, after any write, as in
--- acquire.lua, so that at maxmemory a removal does not let a later write through). On a single server all the keys are there; on a Cluster the caller sends one
--- call per slot. Tokens are made as in acquire.lua: above the last one, and at least the
--- server's clock in microseconds.
+-- acquire.lua, so that at maxmemory a removal does not let a later write through). On a
+-- single server all the keys are there; on a Cluster the caller sends one call per slot.
+-- Tokens are made as in acquire.lua: above the last one, and at least the server's clock in
+-- microseconds.
 
 local owner, lease = ARGV[1], ARGV[2]
 local fence_ttl = tonumber(lease) + tonumber(ARGV[3])
