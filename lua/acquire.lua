@@ -1,5 +1,5 @@
 -- acquire.lua: take the lock, or re-enter it, for one owner; or queue the owner for it.
--- Runs with places.lua in front (place_member, find_place, remove_place).
+-- Runs with places.lua in front (place_member, find_place, remove_place, void_places).
 --
 -- KEYS[1]  the lock hash        <prefix>:{<name>}          field = owner, value = hold count
 -- KEYS[2]  the fencing counter  <prefix>:{<name>}:fence    lives ARGV[8]: the hold's lease plus
@@ -181,9 +181,7 @@ local current
 -- this attempt's own place (a first attempt of the same terms, as a wait without end makes
 -- each time, took a leftover's member over with its ZADD).
 local function done(reply)
-  for arrival, lease_ms, valid in string.gmatch(ARGV[9], '(%d+) (%d+) (%d+)') do
-    remove_place(queue, owner, member(lease_ms, valid), arrival, current)
-  end
+  void_places(queue, owner, ARGV[9], current)
   return reply
 end
 

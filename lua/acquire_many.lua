@@ -7,11 +7,11 @@
 -- ARGV[1]     owner id              "<client uuid>:<thread number>"
 -- ARGV[2]     lease                 milliseconds
 -- ARGV[3]     fence retention       ms each fencing counter outlives the lease
--- ARGV[4]     leftovers             places in lock i's queue that earlier waits of the owner
---                                   left when they failed (acquire.lua's ARGV[9]), as
---                                   "<i> <arrival µs> <hand-over lease> <valid>" each,
---                                   space-separated, or "". Voided on the way out, whatever
---                                   the reply, so that no release hands a lock to them
+-- ARGV[3+i]   lock i's leftovers    places in lock i's queue that earlier waits of the owner
+--                                   left when they failed, as acquire.lua's ARGV[9] gives
+--                                   them, or "" (or absent, for the last locks). Voided on
+--                                   the way out, whatever the reply, so that no release hands
+--                                   a lock to them
 --
 -- Replies (an array):
 --   { 1, token 1, ..., token n }  every lock taken, each with a new fencing token
@@ -33,11 +33,8 @@ local n = #KEYS / 3
 
 -- Every reply goes out through here: the leftovers go last.
 local function done(reply)
-  for i, arrival, lease_ms, valid in string.gmatch(ARGV[4], '(%d+) (%d+) (%d+) (%d+)') do
-    local queue = KEYS[3 * tonumber(i)]
-    if queue then
-      remove_place(queue, owner, place_member(owner, lease_ms, valid), arrival)
-    end
+  for i = 1, n do
+    void_places(KEYS[3 * i], owner, ARGV[3 + i] or '')
   end
   return reply
 end

@@ -60,17 +60,14 @@ fn place_arg(place: Option<QueuePlace>) -> String {
     })
 }
 
-/// Leftovers as `acquire.lua` takes them: `"<arrival µs> <hand-over lease ms> <valid ms>"`
-/// each, space-separated.
+/// Leftovers as `acquire.lua` and `acquire_many.lua` take them (one argument per lock):
+/// `"<arrival µs> <hand-over lease ms> <valid ms>"` each, space-separated.
 fn leftovers_arg(leftovers: &[Leftover]) -> String {
-    let each = leftovers.iter().map(leftover_arg);
+    let each = leftovers.iter().map(|l| {
+        let (p, lease) = (l.place, millis(l.handover_lease));
+        format!("{} {lease} {}", p.arrival_us, p.valid_ms)
+    });
     each.collect::<Vec<_>>().join(" ")
-}
-
-/// One leftover as the scripts take it: `"<arrival µs> <hand-over lease ms> <valid ms>"`.
-fn leftover_arg(leftover: &Leftover) -> String {
-    let (p, lease) = (leftover.place, millis(leftover.handover_lease));
-    format!("{} {lease} {}", p.arrival_us, p.valid_ms)
 }
 
 /// An attempt's reply (`acquire.lua`, `shares_acquire.lua`): `{1, token}`,
@@ -147,17 +144,14 @@ pub(crate) fn acquire_many(
     for keys in locks {
         invocation.key(&keys.lock).key(&keys.fence).key(&keys.queue);
     }
-    // "<i> <arrival µs> <hand-over lease ms> <valid ms>" each, i counted from 1.
-    let leftovers = leftovers.iter().enumerate().flat_map(|(i, each)| {
-        each.iter()
-            .map(move |leftover| format!("{} {}", i + 1, leftover_arg(leftover)))
-    });
-    let reply: RedisResult<Vec<i64>> = invocation
+    invocation
         .arg(owner)
         .arg(millis(lease))
-        .arg(millis(fence_retention))
-        .arg(leftovers.collect::<Vec<_>>().join(" "))
-        .invoke(con);
+        .arg(millis(fence_retention));
+    for each in leftovers {
+        invocation.arg(leftovers_arg(each));
+    }
+    let reply: RedisResult<Vec<i64>> = invocation.invoke(con);
     let reply = match reply {
         Ok(reply) => reply,
         Err(e) if e.code() == Some("WRONGTYPE") => {
