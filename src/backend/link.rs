@@ -18,8 +18,9 @@
 //! - A request (one command, or a pipeline of them) must be answered in full within the
 //!   response timeout from when it was sent.
 //!
-//! It speaks RESP2 only and parses replies with the `redis` crate's own parser, so a `Link` is
-//! a `redis::ConnectionLike` that every script call and command runs on unchanged, and a
+//! It speaks RESP2 only and reads replies as the `redis` crate's `Value`s (with a reader of its
+//! own, `reply`, that is several times cheaper than the crate's parser), so a `Link` is a
+//! `redis::ConnectionLike` that every script call and command runs on unchanged, and a
 //! `redis::cluster::Connect`, so the cluster connection routes over links too.
 
 use std::cell::Cell;
@@ -27,10 +28,11 @@ use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
 use redis::{
-    Cmd, ConnectionInfo, ConnectionLike, ErrorKind, IntoConnectionInfo, Parser, RedisError,
-    RedisResult, Value,
+    Cmd, ConnectionInfo, ConnectionLike, ErrorKind, IntoConnectionInfo, RedisError, RedisResult,
+    Value,
 };
 
+use super::reply::Replies;
 use super::stream::Socket;
 use crate::backend::tls::TlsConfig;
 
@@ -48,7 +50,7 @@ pub(crate) struct LinkSettings {
 /// A connection to one Redis server whose every request has a deadline (see the module docs).
 pub(crate) struct Link {
     socket: Socket,
-    parser: Parser,
+    replies: Replies,
     db: i64,
     /// Cleared by any transport or protocol failure: the stream may be out of step.
     open: bool,
@@ -65,7 +67,7 @@ impl Link {
         let socket = Socket::connect(info.addr(), deadline, &settings.tls)?;
         let mut link = Link {
             socket,
-            parser: Parser::new(),
+            replies: Replies::default(),
             db: info.redis_settings().db(),
             open: true,
             response_timeout: Cell::new(Some(settings.response_timeout)),
@@ -145,7 +147,7 @@ impl Link {
         self.socket.flush()?;
         let mut replies = Vec::with_capacity(count);
         for index in 0..offset + count {
-            let reply = self.parser.parse_value(&mut self.socket)?;
+            let reply = self.replies.next(&mut self.socket)?;
             if index >= offset {
                 replies.push(reply);
             } else if let Value::ServerError(e) = reply {
@@ -264,7 +266,7 @@ impl Link {
             return Err(closed());
         }
         self.socket.set_deadline(self.deadline());
-        let reply = self.parser.parse_value(&mut self.socket);
+        let reply = self.replies.next(&mut self.socket);
         if reply.is_err() {
             self.open = false;
         }

@@ -7,6 +7,7 @@
 //! server a pub/sub connection should go to; none of them knows which deployment it is.
 //!
 //! - `link`: one connection, whose every request has a deadline;
+//! - `reply`: the replies a link reads;
 //! - `stream`: the bytes under a link (TCP, unix, TLS), each read and write bounded by it;
 //! - `tls`: the TLS configuration all connections of a client share;
 //! - `pool`: the command connections, without threads or PINGs;
@@ -17,6 +18,7 @@
 mod cluster;
 pub(crate) mod link;
 mod pool;
+mod reply;
 mod retry;
 pub(crate) mod sentinel;
 pub(crate) mod stream;
