@@ -131,7 +131,7 @@ fn round(core: &Core, lease: Duration, period: Duration, stop: &Receiver<()>) ->
                     if hold.mark_lost(cause) {
                         log::warn!(
                             "lock {:?} is no longer held by us ({cause:?}); marked lost",
-                            hold.keys.name
+                            hold.keys.name()
                         );
                     }
                 }

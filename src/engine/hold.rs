@@ -162,7 +162,7 @@ impl Hold {
         if first {
             // The receiver is gone only when the client is: nobody left to tell.
             self.to_renewal.lost(LostLock {
-                name: self.keys.name.clone(),
+                name: self.keys.name().to_string(),
                 fencing_token: self.token,
                 cause,
                 kind: self.kind(),
@@ -195,7 +195,7 @@ impl Hold {
             if self.mark_lost(cause) {
                 log::warn!(
                     "lock {:?}: lease ran out before it was renewed; lost",
-                    self.keys.name
+                    self.keys.name()
                 );
             }
             return true;
@@ -234,12 +234,12 @@ impl Holds {
     pub fn insert(&self, hold: Arc<Hold>) {
         let mut map = self.map.lock();
         let owner = hold.owner.clone();
-        match map.get_mut(hold.keys.lock.as_str()) {
+        match map.get_mut(hold.keys.lock()) {
             Some(owners) => {
                 owners.insert(owner, hold);
             }
             None => {
-                let key = Arc::from(hold.keys.lock.as_str());
+                let key = Arc::from(hold.keys.lock());
                 map.insert(key, HashMap::from([(owner, hold)]));
             }
         }
@@ -248,7 +248,7 @@ impl Holds {
     /// Removes `hold` if it is still the registered one.
     pub fn remove(&self, hold: &Arc<Hold>) {
         let mut map = self.map.lock();
-        let lock_key = hold.keys.lock.as_str();
+        let lock_key = hold.keys.lock();
         let Some(owners) = map.get_mut(lock_key) else {
             return;
         };
@@ -266,7 +266,7 @@ impl Holds {
     /// Still registered: the renewal thread checks this before reporting a hold lost, since
     /// its owner may have released it while the renewal was in flight.
     pub fn contains(&self, hold: &Arc<Hold>) -> bool {
-        self.get(&hold.keys.lock, &hold.owner)
+        self.get(&hold.keys.lock(), &hold.owner)
             .is_some_and(|h| Arc::ptr_eq(&h, hold))
     }
 

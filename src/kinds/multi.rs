@@ -164,7 +164,7 @@ impl MultiLock {
         let lease = terms.lease_set();
         let owner = core.thread_owner();
         let keys: Vec<_> = group.iter().map(|&i| &**self.locks[i].keys()).collect();
-        let lock_keys: Vec<&str> = keys.iter().map(|k| k.lock.as_str()).collect();
+        let lock_keys: Vec<&str> = keys.iter().map(|k| k.lock()).collect();
         let sent = Instant::now();
         // Failed waits of this thread for a member may have left places in its queue: the
         // call voids them, as the lock's own attempt does.
@@ -183,8 +183,10 @@ impl MultiLock {
             AcquireMany::Busy { index, .. } => return Ok(Some(index)),
             AcquireMany::Foreign { index, fence } => {
                 let keys = self.locks[group[index]].keys();
-                let key = if fence { &keys.fence } else { &keys.lock };
-                return Err(Error::WrongType { key: key.clone() }); // `held` is released
+                let key = if fence { keys.fence() } else { keys.lock() };
+                return Err(Error::WrongType {
+                    key: key.to_string(),
+                }); // `held` is released
             }
         };
         engine::count_taken_at_once(core, group.len(), sent.elapsed());

@@ -142,7 +142,7 @@ impl Held {
     }
 
     pub fn name(&self) -> &str {
-        &self.share.keys.name
+        &self.share.keys.name()
     }
 
     pub fn is_lost(&self) -> bool {
@@ -177,7 +177,7 @@ impl Held {
 impl std::fmt::Debug for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Held")
-            .field("name", &self.share.keys.name)
+            .field("name", &self.share.keys.name())
             .field("wants", &self.share.wants)
             .field("fencing_token", &self.hold.token)
             .finish()
@@ -194,6 +194,6 @@ impl Drop for Held {
             Wants::Permits(_) => "permits of semaphore",
             Wants::Read { .. } | Wants::Write => "read-write lock",
         };
-        super::log_dropped_release(what, &self.share.keys.name, released);
+        super::log_dropped_release(what, &self.share.keys.name(), released);
     }
 }

@@ -35,10 +35,10 @@ pub(crate) fn acquire(
 ) -> RedisResult<Acquire> {
     let (holds, token) = hold.unwrap_or((0, 0));
     let reply: Vec<i64> = ACQUIRE
-        .key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.queue)
-        .key(&keys.granted)
+        .key(&keys.lock())
+        .key(&keys.fence())
+        .key(&keys.queue())
+        .key(&keys.granted())
         .arg(owner)
         .arg(holds)
         .arg(millis(lease))
@@ -142,7 +142,10 @@ pub(crate) fn acquire_many(
 ) -> RedisResult<AcquireMany> {
     let mut invocation = ACQUIRE_MANY.prepare_invoke();
     for keys in locks {
-        invocation.key(&keys.lock).key(&keys.fence).key(&keys.queue);
+        invocation
+            .key(&keys.lock())
+            .key(&keys.fence())
+            .key(&keys.queue());
     }
     invocation
         .arg(owner)
@@ -196,10 +199,10 @@ pub(crate) fn withdraw(
     fence_retention: Duration,
 ) -> RedisResult<Option<u64>> {
     let (granted, token): (i64, i64) = WITHDRAW
-        .key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.queue)
-        .key(&keys.granted)
+        .key(&keys.lock())
+        .key(&keys.fence())
+        .key(&keys.queue())
+        .key(&keys.granted())
         .arg(owner)
         .arg(millis(lease))
         .arg(millis(fence_retention))
@@ -218,12 +221,12 @@ pub(crate) fn release(
     how: Releasing,
     freeing: Freeing,
 ) -> RedisResult<Release> {
-    let mut invocation = RELEASE.key(&keys.lock);
+    let mut invocation = RELEASE.key(&keys.lock());
     invocation
-        .key(&keys.fence)
-        .key(&keys.channel)
-        .key(&keys.queue)
-        .key(&keys.granted)
+        .key(&keys.fence())
+        .key(&keys.channel())
+        .key(&keys.queue())
+        .key(&keys.granted())
         .key(keys.forced_mark());
     let latch_ttl = if freeing.retries_unseen {
         invocation.key(keys.release_latch(owner, token));
@@ -259,8 +262,8 @@ pub(super) fn renewal<'a>(
     invocation.arg(millis(lease)).arg(millis(fence_retention));
     for r in batch {
         invocation
-            .key(&r.keys.lock)
-            .key(&r.keys.fence)
+            .key(&r.keys.lock())
+            .key(&r.keys.fence())
             .arg(r.owner)
             .arg(r.token);
     }
@@ -275,11 +278,11 @@ pub(crate) fn force_unlock(
     freeing: Freeing,
 ) -> RedisResult<bool> {
     let reply: i64 = FORCE_UNLOCK
-        .key(&keys.lock)
-        .key(&keys.channel)
+        .key(&keys.lock())
+        .key(&keys.channel())
         .key(keys.force_latch(request))
         .key(keys.forced_mark())
-        .key(&keys.fence)
+        .key(&keys.fence())
         .arg(freeing.publish)
         .arg(millis(freeing.latch_ttl))
         .invoke(con)?;
@@ -298,7 +301,8 @@ pub(crate) fn inspect(
     keys: &LockKeys,
     owner: &str,
 ) -> RedisResult<Inspection> {
-    let (locked, holds, pttl): (i64, i64, i64) = INSPECT.key(&keys.lock).arg(owner).invoke(con)?;
+    let (locked, holds, pttl): (i64, i64, i64) =
+        INSPECT.key(&keys.lock()).arg(owner).invoke(con)?;
     Ok(Inspection {
         locked: locked == 1,
         holds: holds.clamp(0, u32::MAX as i64) as u32,

@@ -132,12 +132,12 @@ pub(crate) fn failure(keys: &LockKeys, e: RedisError) -> Error {
         return Error::Redis(e);
     }
     let key = match e.detail().and_then(|d| d.split_whitespace().next()) {
-        Some("fence") => keys.fence.clone(),
+        Some("fence") => keys.fence().to_string(),
         Some("queue") => keys.queue.clone(),
         Some("waiters") => keys.waiters.clone(),
         Some("leases") => keys.leases(),
         Some("permits") => keys.permits(),
-        _ => keys.lock.clone(),
+        _ => keys.lock().to_string(),
     };
     Error::WrongType { key }
 }

@@ -149,7 +149,9 @@ impl Shared {
             }
             match arriving.get_mut(owner) {
                 // Its attempt's reply and this message crossed: the thread joins in a moment.
-                Some(a) if a.keys.channel == channel => a.handed = Some(HandOver { token, lease }),
+                Some(a) if a.keys.channel() == channel => {
+                    a.handed = Some(HandOver { token, lease })
+                }
                 // Its thread no longer waits: it gave up, or took the object up with an
                 // attempt of its own, or the message came very late. Give it back if nobody
                 // took it up (the give-back checks that, see `Errand::GiveBack`).
@@ -365,7 +367,7 @@ impl Subscriber {
             .shared
             .entries
             .lock()
-            .get(&keys.channel)
+            .get(keys.channel())
             .and_then(|entry| {
                 let state = entry.state.lock();
                 let confirmations = state.confirmed.then_some(state.confirmations)?;
@@ -408,7 +410,7 @@ impl Subscriber {
             let mut arriving = self.shared.arriving.lock();
             let handed = arriving.remove(&owner).and_then(|a| a.handed);
             let mut entries = self.shared.entries.lock();
-            let (entry, created) = match entries.get(&keys.channel) {
+            let (entry, created) = match entries.get(keys.channel()) {
                 Some(entry) => (entry.clone(), false),
                 None => {
                     let entry = Arc::new(Entry {
@@ -423,7 +425,7 @@ impl Subscriber {
                             idle_since: None,
                         }),
                     });
-                    entries.insert(keys.channel.clone(), entry.clone());
+                    entries.insert(keys.channel().to_string(), entry.clone());
                     (entry, true)
                 }
             };

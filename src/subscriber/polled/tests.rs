@@ -58,7 +58,7 @@ fn push(kind: &str, channel: &str) -> Frame {
 /// The answers a node gives to one (S)SUBSCRIBE or (S)UNSUBSCRIBE of a lock: its grant
 /// channel's, then its channel's.
 fn answers(kind: &str, keys: &LockKeys) -> [Frame; 2] {
-    [push(kind, &grant(keys)), push(kind, &keys.channel)]
+    [push(kind, &grant(keys)), push(kind, &keys.channel())]
 }
 
 /// Lock `keys`'s grant channel for this test's client.
@@ -68,11 +68,11 @@ fn grant(keys: &LockKeys) -> String {
 
 /// What a subscription of lock `keys` names: its grant channel, then its channel.
 fn both(keys: &LockKeys) -> VecDeque<String> {
-    VecDeque::from([grant(keys), keys.channel.clone()])
+    VecDeque::from([grant(keys), keys.channel().to_string()])
 }
 
 fn confirmed(sub: &Subscriber, keys: &LockKeys) -> bool {
-    sub.shared.entries.lock()[&keys.channel]
+    sub.shared.entries.lock()[keys.channel()]
         .state
         .lock()
         .confirmed
@@ -212,7 +212,7 @@ fn a_channel_too_long_to_read_back_is_not_subscribed_and_costs_the_others_nothin
         "{} subscriptions sent, the long channel's among them",
         subscribed.len()
     );
-    assert!(task.unreadable.contains(&long.channel));
+    assert!(task.unreadable.contains(long.channel()));
     assert!(task.paused_until.is_none());
 }
 
@@ -305,7 +305,7 @@ fn a_subscription_is_confirmed_only_by_the_answer_that_names_its_channel() {
     // Each subscription names the lock's grant channel first, which is answered first.
     let frames = [
         push("sunsubscribe", &grant(&x)),
-        push("sunsubscribe", &x.channel),
+        push("sunsubscribe", x.channel()),
         Frame::Error("MOVED 1 127.0.0.1:1".into()),
         push("ssubscribe", &format!("{stays}:c0ffee")),
         push("ssubscribe", stays),

@@ -46,7 +46,7 @@ fn entry_of(sub: &Subscriber, keys: &LockKeys) -> Arc<Entry> {
     sub.shared
         .entries
         .lock()
-        .get(&keys.channel)
+        .get(keys.channel())
         .cloned()
         .unwrap()
 }
@@ -308,14 +308,14 @@ fn the_entry_lingers_after_its_last_waiter_leaves_then_goes() {
     let left = Instant::now();
     let ends = sub.shared.drop_idle_entries(left, linger).expect("lingers");
     assert!(ends > left && ends <= left + linger);
-    assert!(sub.shared.entries.lock().contains_key(&keys.channel));
+    assert!(sub.shared.entries.lock().contains_key(keys.channel()));
     // A thread that comes back meanwhile keeps it.
     let c = sub.join(sub.expect(&keys, &owner(3)));
     assert_eq!(
         sub.shared.drop_idle_entries(left + 2 * linger, linger),
         None
     );
-    assert!(sub.shared.entries.lock().contains_key(&keys.channel));
+    assert!(sub.shared.entries.lock().contains_key(keys.channel()));
     // A hand-over: its waiter leaves without a ring, so the thread looks again later.
     sub.deliver(CH, &grant(7, 1000, &owner(3)));
     let now = Instant::now();
@@ -327,7 +327,7 @@ fn the_entry_lingers_after_its_last_waiter_leaves_then_goes() {
     drop(c);
     sub.shared
         .drop_idle_entries(Instant::now() + 2 * linger, linger);
-    assert!(!sub.shared.entries.lock().contains_key(&keys.channel));
+    assert!(!sub.shared.entries.lock().contains_key(keys.channel()));
 }
 
 #[test]
