@@ -245,7 +245,7 @@ impl Client {
         let subscribe = if sharded { "SSUBSCRIBE" } else { "SUBSCRIBE" };
         link.send(
             &redis::cmd(subscribe)
-                .arg(&keys.channel())
+                .arg(keys.channel())
                 .get_packed_command(),
         )?;
         let mut watch = Watch {
@@ -257,7 +257,7 @@ impl Client {
         let mut following = None;
         if keys.grant_channel("").is_some() {
             let by_pattern = !sharded && {
-                let pattern = format!("{}:*", glob_escape(&keys.channel()));
+                let pattern = format!("{}:*", glob_escape(keys.channel()));
                 link.send(&redis::cmd("PSUBSCRIBE").arg(pattern).get_packed_command())?;
                 watch.until_answer(&mut link, "psubscribe")?
             };
@@ -334,7 +334,7 @@ impl<F: FnMut(SystemTime, &str) -> bool> Watch<'_, F> {
 /// <valid ms>"`, `acquire.lua`) and its arrival, µs; [`scripts::Place::parse`] reads them.
 fn lock_places(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResult<Vec<(String, u64)>> {
     redis::cmd("ZRANGE")
-        .arg(&keys.queue())
+        .arg(keys.queue())
         .arg(0)
         .arg(-1)
         .arg("WITHSCORES")
@@ -362,7 +362,7 @@ fn follow_queued(
             .collect()
     } else {
         core.backend
-            .run(|con| redis::cmd("HKEYS").arg(&keys.waiters()).query(con))
+            .run(|con| redis::cmd("HKEYS").arg(keys.waiters()).query(con))
             .map_err(Error::Redis)?
     };
     for owner in owners {
@@ -430,10 +430,10 @@ fn read_report(
     kind: ObjectKind,
     keys: &LockKeys,
 ) -> RedisResult<Report> {
-    let pttl: i64 = redis::cmd("PTTL").arg(&keys.lock()).query(con)?;
+    let pttl: i64 = redis::cmd("PTTL").arg(keys.lock()).query(con)?;
     let ttl = (pttl >= 0).then(|| Duration::from_millis(pttl as u64));
     let fence: Option<String> = redis::cmd("GET")
-        .arg(&keys.fence())
+        .arg(keys.fence())
         .query(con)
         .unwrap_or(None);
     let mut report = Report {
@@ -449,12 +449,12 @@ fn read_report(
     };
     match kind {
         ObjectKind::CountDownLatch => {
-            let count: Option<String> = redis::cmd("GET").arg(&keys.lock()).query(con)?;
+            let count: Option<String> = redis::cmd("GET").arg(keys.lock()).query(con)?;
             report.count = Some(count.and_then(|c| c.parse().ok()).unwrap_or(0));
             return Ok(report);
         }
         ObjectKind::Lock => {
-            let holders: Vec<(String, u64)> = redis::cmd("HGETALL").arg(&keys.lock()).query(con)?;
+            let holders: Vec<(String, u64)> = redis::cmd("HGETALL").arg(keys.lock()).query(con)?;
             report.holders = holders
                 .into_iter()
                 .map(|(owner, count)| Holder {
@@ -470,7 +470,7 @@ fn read_report(
             let (secs, micros): (u64, u64) = redis::cmd("TIME").query(con)?;
             let now_ms = secs * 1000 + micros / 1000;
             let fields: Vec<(String, String)> =
-                redis::cmd("HGETALL").arg(&keys.lock()).query(con)?;
+                redis::cmd("HGETALL").arg(keys.lock()).query(con)?;
             let writer = fields
                 .iter()
                 .find(|(f, _)| f == "writer")
@@ -522,13 +522,13 @@ fn read_report(
         return Ok(report);
     }
     let queued: Vec<String> = redis::cmd("ZRANGE")
-        .arg(&keys.queue())
+        .arg(keys.queue())
         .arg(0)
         .arg(-1)
         .query(con)?;
     if !queued.is_empty() {
         let terms: Vec<Option<String>> = redis::cmd("HMGET")
-            .arg(&keys.waiters())
+            .arg(keys.waiters())
             .arg(&queued)
             .query(con)?;
         report.queue = queued

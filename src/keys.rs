@@ -338,20 +338,20 @@ mod tests {
         for family in Family::ALL {
             let keys = LockKeys::of(family, "p", "foo");
             assert_eq!(keys.slot(), 12182);
-            let back = LockKeys::from_channel("p", &keys.channel()).unwrap();
+            let back = LockKeys::from_channel("p", keys.channel()).unwrap();
             assert_eq!((back.family, back.name()), (family, "foo"));
             let tricky = LockKeys::of(family, "p", "a}:b}");
             let back = LockKeys::from_channel("p", tricky.channel()).unwrap();
             assert_eq!((back.family, back.name()), (family, "a}:b}"));
         }
-        assert!(LockKeys::from_channel("q", &keys.channel()).is_none());
+        assert!(LockKeys::from_channel("q", keys.channel()).is_none());
         assert!(LockKeys::from_channel("p", "p:{foo}:other").is_none());
         for key in [
-            &keys.fence(),
-            &keys.queue(),
-            &keys.waiters(),
-            &keys.granted(),
-            &keys.channel(),
+            keys.fence(),
+            keys.queue(),
+            keys.waiters(),
+            keys.granted(),
+            keys.channel(),
         ] {
             assert_eq!(key_slot(key.as_bytes()), keys.slot());
         }

@@ -78,7 +78,7 @@ fn acquire_counted(
     let keys = kind.keys();
     // A wait too long to represent is a wait without end.
     let deadline = deadline_after(wait);
-    let existing = core.holds.get(&keys.lock(), &owner);
+    let existing = core.holds.get(keys.lock(), &owner);
     // A re-entry never waits (it either succeeds or finds its hold lost), and a single
     // attempt does not queue.
     let queues = wait != Some(Duration::ZERO) && existing.is_none();
@@ -98,7 +98,7 @@ fn acquire_counted(
     };
     let reply = core
         .leftovers
-        .voiding(&[&keys.lock()], &waiting.owner, |places| {
+        .voiding(&[keys.lock()], &waiting.owner, |places| {
             first.leftovers = places[0].clone();
             attempt(core, kind, &waiting.owner, existing, terms, &first)
         });
@@ -129,7 +129,7 @@ fn acquire_counted(
         };
         let until = busy.sent + core.watchdog_timeout + QUEUE_SLACK + PLACE_MARGIN;
         core.leftovers
-            .remember(&keys.lock(), &waiting.owner, [(leftover, until)]);
+            .remember(keys.lock(), &waiting.owner, [(leftover, until)]);
     }
     waited
 }
@@ -248,7 +248,7 @@ impl Wait<'_> {
             let place = [(queueing.first_place(), until)];
             self.core
                 .leftovers
-                .remember(&keys.lock(), &self.owner, place);
+                .remember(keys.lock(), &self.owner, place);
         }
     }
 
@@ -434,7 +434,7 @@ pub(crate) fn give_back(core: &Core, keys: &LockKeys, owner: &str, token: u64, l
     // the registry of holds does know.
     if core
         .holds
-        .get(&keys.lock(), owner)
+        .get(keys.lock(), owner)
         .is_some_and(|hold| hold.token == token)
     {
         return;
@@ -500,7 +500,7 @@ pub(crate) fn why_gone(
 /// This client's holds of lock `keys`, which it just force-unlocked: lost, and told so at
 /// once (other clients' holders learn it from Redis).
 pub(crate) fn forced(core: &Core, keys: &LockKeys) {
-    for hold in core.holds.of_lock(&keys.lock()) {
+    for hold in core.holds.of_lock(keys.lock()) {
         if hold.mark_lost(LossCause::ForceUnlocked) {
             log::warn!("lock {:?} was force-unlocked under its holder", keys.name());
         }

@@ -266,7 +266,7 @@ impl Holds {
     /// Still registered: the renewal thread checks this before reporting a hold lost, since
     /// its owner may have released it while the renewal was in flight.
     pub fn contains(&self, hold: &Arc<Hold>) -> bool {
-        self.get(&hold.keys.lock(), &hold.owner)
+        self.get(hold.keys.lock(), &hold.owner)
             .is_some_and(|h| Arc::ptr_eq(&h, hold))
     }
 

@@ -67,14 +67,14 @@ pub(crate) fn spin(
     let started = Instant::now();
     let deadline = deadline_after(wait);
     let keys = kind.keys();
-    let existing = core.holds.get(&keys.lock(), &owner);
+    let existing = core.holds.get(keys.lock(), &owner);
     let mut jitter = Jitter::new();
     let mut step = backoff.min;
     let mut outcome = Outcome::AtOnce;
     loop {
         // A wait of the lock's own that failed may have left places of this owner in the
         // queue (a spin lock is that lock): an attempt voids them, as the lock's does.
-        let reply = core.leftovers.voiding(&[&keys.lock()], &owner, |places| {
+        let reply = core.leftovers.voiding(&[keys.lock()], &owner, |places| {
             let voiding = Queueing {
                 leftovers: places[0].clone(),
                 ..Queueing::NONE

@@ -74,7 +74,7 @@ impl CountDownLatch {
     /// The latch's name, as given to
     /// [`Client::count_down_latch`](crate::Client::count_down_latch).
     pub fn name(&self) -> &str {
-        &self.keys.name()
+        self.keys.name()
     }
 
     /// Starts a round of `n`: `true` if it did, `false` if a count is already running
@@ -124,7 +124,7 @@ impl CountDownLatch {
     }
 
     fn check_name(&self) -> Result<()> {
-        engine::check_name(&self.runtime.core, &self.keys.name())
+        engine::check_name(&self.runtime.core, self.keys.name())
     }
 }
 

@@ -73,7 +73,7 @@ impl Lock {
 
     /// The lock's name, as given to [`Client::lock`](crate::Client::lock).
     pub fn name(&self) -> &str {
-        &self.keys.name()
+        self.keys.name()
     }
 
     /// Waits as long as it takes, then holds the lock with the watchdog: the renewal thread
@@ -156,7 +156,7 @@ impl Lock {
     pub(crate) fn is_held_here(&self) -> bool {
         let core = self.core();
         core.holds
-            .get(&self.keys.lock(), &core.thread_owner())
+            .get(self.keys.lock(), &core.thread_owner())
             .is_some()
     }
 
@@ -165,7 +165,7 @@ impl Lock {
     }
 
     pub(crate) fn validate_name(&self) -> Result<()> {
-        engine::check_name(self.core(), &self.keys.name())
+        engine::check_name(self.core(), self.keys.name())
     }
 
     /// The lease terms of an acquisition asking for `lease`.
@@ -308,7 +308,7 @@ impl LockGuard {
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.lock.keys.name()
+        self.lock.keys.name()
     }
 
     pub(crate) fn hold(&self) -> &Arc<Hold> {
@@ -351,6 +351,6 @@ impl Drop for LockGuard {
             return;
         }
         let released = self.release();
-        super::log_dropped_release("lock", &self.lock.keys.name(), released);
+        super::log_dropped_release("lock", self.lock.keys.name(), released);
     }
 }

@@ -79,7 +79,7 @@ impl ReadWriteLock {
     /// The lock's name, as given to
     /// [`Client::read_write_lock`](crate::Client::read_write_lock).
     pub fn name(&self) -> &str {
-        &self.keys.name()
+        self.keys.name()
     }
 
     /// Waits as long as it takes, then reads with the watchdog.
@@ -111,7 +111,7 @@ impl ReadWriteLock {
     }
 
     fn check(&self, lease: Option<Duration>) -> Result<()> {
-        engine::check_name(&self.runtime.core, &self.keys.name())?;
+        engine::check_name(&self.runtime.core, self.keys.name())?;
         validate_lease(lease)
     }
 
@@ -142,9 +142,9 @@ impl ReadWriteLock {
         let owner = core.thread_owner();
         let reads = core
             .holds
-            .get(&self.keys.lock(), &format!("{owner}:r"))
+            .get(self.keys.lock(), &format!("{owner}:r"))
             .is_some();
-        if reads && core.holds.get(&self.keys.lock(), &owner).is_none() {
+        if reads && core.holds.get(self.keys.lock(), &owner).is_none() {
             return Err(Error::WouldDeadlock {
                 name: self.keys.name().to_string(),
             });

@@ -78,7 +78,7 @@ impl Semaphore {
 
     /// The semaphore's name, as given to [`Client::semaphore`](crate::Client::semaphore).
     pub fn name(&self) -> &str {
-        &self.keys.name()
+        self.keys.name()
     }
 
     /// Sets the total number of permits. Holders keep theirs; waiters that now fit are
@@ -121,7 +121,7 @@ impl Semaphore {
     }
 
     fn check_name(&self) -> Result<()> {
-        engine::check_name(&self.runtime.core, &self.keys.name())
+        engine::check_name(&self.runtime.core, self.keys.name())
     }
 
     fn take(

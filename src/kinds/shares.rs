@@ -142,7 +142,7 @@ impl Held {
     }
 
     pub fn name(&self) -> &str {
-        &self.share.keys.name()
+        self.share.keys.name()
     }
 
     pub fn is_lost(&self) -> bool {
@@ -194,6 +194,6 @@ impl Drop for Held {
             Wants::Permits(_) => "permits of semaphore",
             Wants::Read { .. } | Wants::Write => "read-write lock",
         };
-        super::log_dropped_release(what, &self.share.keys.name(), released);
+        super::log_dropped_release(what, self.share.keys.name(), released);
     }
 }

@@ -22,7 +22,7 @@ pub(crate) fn set_count(
     freeing: Freeing,
 ) -> RedisResult<bool> {
     let reply: i64 = SET
-        .key(&keys.lock())
+        .key(keys.lock())
         .key(keys.request_marker(request))
         .arg(n)
         .arg(millis(freeing.latch_ttl))
@@ -39,8 +39,8 @@ pub(crate) fn count_down(
     freeing: Freeing,
 ) -> RedisResult<u64> {
     let left: String = COUNT_DOWN
-        .key(&keys.lock())
-        .key(&keys.channel())
+        .key(keys.lock())
+        .key(keys.channel())
         .key(keys.request_marker(request))
         .arg(millis(freeing.latch_ttl))
         .arg(freeing.publish)
@@ -50,7 +50,7 @@ pub(crate) fn count_down(
 
 /// The count now: 0 for a latch never set.
 pub(crate) fn count(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResult<u64> {
-    let count: String = COUNT.key(&keys.lock()).invoke(con)?;
+    let count: String = COUNT.key(keys.lock()).invoke(con)?;
     parse(&count)
 }
 

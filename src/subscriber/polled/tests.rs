@@ -58,7 +58,7 @@ fn push(kind: &str, channel: &str) -> Frame {
 /// The answers a node gives to one (S)SUBSCRIBE or (S)UNSUBSCRIBE of a lock: its grant
 /// channel's, then its channel's.
 fn answers(kind: &str, keys: &LockKeys) -> [Frame; 2] {
-    [push(kind, &grant(keys)), push(kind, &keys.channel())]
+    [push(kind, &grant(keys)), push(kind, keys.channel())]
 }
 
 /// Lock `keys`'s grant channel for this test's client.
