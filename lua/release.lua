@@ -88,25 +88,57 @@
 -- HDEL), the release goes on, wakes or hands over as usual and answers 1.
 -- The intermediate release (holds > 1) frees nothing and is refused at maxmemory like any
 -- write; the count left in Redis is then one too high, which the final release ignores.
+-- Cost (instructions per cycle under callgrind, as acquire.lua's notes say): each
+-- redis.call costs about as much as the script's dispatch: the free path makes three (GET,
+-- HDEL, ZPOPMIN), a hand-over nine (GET, HDEL, ZPOPMIN, TIME, the mark's SET, the fence's SET,
+-- HSET, PEXPIRE, PUBLISH).
 -- Numbers: a Lua number passed to redis.call costs Redis 7.0 a "%.17g" conversion, about as
--- much as a cheap command, and string.format as much: the hand-over makes its token's text
--- once and passes the lease as the member gave it; the fence's life, a sum of the lease and
--- the retention, is its one number.
--- Each redis.call costs about as much as the script's dispatch: the free path makes three,
--- a hand-over nine (GET, HDEL, ZPOPMIN, TIME, the mark's SET, the fence's SET, HSET, PEXPIRE,
--- PUBLISH).
+-- much as a cheap command, and string.format and tonumber as much: the hand-over makes its
+-- token's text once and passes the lease as the member gave it; the fence's life, a sum of
+-- the lease and the retention, is its one number.
+-- Closures: a `local function` is made anew by every run that reaches it, and reading ARGV
+-- into locals costs too. So the usual case (the last hold, nobody queued, no latch) returns
+-- before anything but the head's helper is made: 3,400 instructions fewer than with the
+-- helpers and locals in front.
 
 local lock, fence, channel, queue, granted, forced, latch =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local owner, holds, token = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local latch_ttl, publish, unused_only = ARGV[4], ARGV[5], ARGV[6] == '1'
+local owner, token, latch_ttl = ARGV[1], ARGV[3], ARGV[4]
 
-if unused_only and redis.pcall('get', granted) ~= owner .. ' ' .. token then
+if ARGV[6] == '1' and redis.pcall('get', granted) ~= owner .. ' ' .. token then
   return 0
 end
 
+-- The oldest place in the queue, if any, taken out of it: whether its owner is handed the
+-- lock or the place is dropped as stale below, it is gone either way. { member, arrival }.
+local function pop_head()
+  local popped = redis.pcall('zpopmin', queue)
+  if type(popped) == 'table' and not popped.err and popped[1] then
+    return popped
+  end
+  return nil
+end
+
+-- The hold is ours while the fence shows its token. A final release (ARGV[2] "1") deletes
+-- the owner's field with the HDEL, the script's first write and the check that the field is
+-- there: from here on a server at maxmemory refuses nothing. The lock has no other field (a
+-- lock has one owner), so it goes with it.
+local fenced = redis.pcall('get', fence)
+local released = fenced == token and ARGV[2] == '1' and redis.pcall('hdel', lock, owner) == 1
+local head
+if released then
+  head = pop_head()
+  if not head and latch_ttl == '0' then
+    -- The usual case, done before anything else is made (see "Closures" above). Nobody
+    -- waits: a waiter queues in the attempt that finds the lock busy, before it sleeps.
+    return 1
+  end
+end
+
+local holds = tonumber(ARGV[2])
+
 -- The reply when the hold is not in Redis. A key of another type is not ours either.
-local function gone(fenced)
+local function gone()
   if holds > 1 then
     return 0
   end
@@ -123,12 +155,10 @@ local function gone(fenced)
   return 0
 end
 
-local fenced = redis.pcall('get', fence)
-if fenced ~= token then
-  return gone(fenced)
-end
-
-if holds > 1 then
+if not released then
+  if fenced ~= token or holds <= 1 then
+    return gone() -- for a final release, the HDEL found no field of the owner's
+  end
   if redis.pcall('hexists', lock, owner) ~= 1 then
     return 0
   end
@@ -136,30 +166,13 @@ if holds > 1 then
   return 2
 end
 
--- The HDEL is the script's first write, and the check that the field is there: from here on
--- a server at maxmemory refuses nothing. The lock has no other field (a lock has one owner),
--- so it goes with it.
-if redis.pcall('hdel', lock, owner) ~= 1 then
-  return gone(fenced)
-end
+local publish = ARGV[5]
 
--- The oldest place in the queue, if any, taken out of it: whether its owner is handed the
--- lock or the place is dropped as stale below, it is gone either way. { member, arrival }.
-local function pop_head()
-  local popped = redis.pcall('zpopmin', queue)
-  if type(popped) == 'table' and not popped.err and popped[1] then
-    return popped
-  end
-  return nil
-end
-
-local head = pop_head()
 if latch_ttl ~= '0' then
   -- A pcall: the lock is already free, and a refused latch must not stop the wake-up below.
   redis.pcall('set', latch, '1', 'px', latch_ttl)
 end
 if not head then
-  -- Nobody waits: a waiter queues in the attempt that finds the lock busy, before it sleeps.
   return 1
 end
 
