@@ -211,7 +211,7 @@ fn a_hand_over_given_back_at_maxmemory_goes_to_the_next_waiter() {
     // queued by the real script, under a thread number no thread of this process has.
     let gone = format!("{}:{}", other.id(), u32::MAX);
     let busy: Vec<i64> = redis::cmd("EVAL")
-        .arg(support::ACQUIRE_LUA)
+        .arg(&*support::ACQUIRE_LUA)
         .arg(4)
         .arg(&[&lock, &fence, &queue, &mark])
         .arg(&support::acquire_args(&gone, "30000", "", ""))
@@ -291,7 +291,7 @@ fn an_attempt_that_voids_leftovers_is_still_refused_at_maxmemory() {
         .unwrap();
     fill_to_maxmemory(&mut admin);
     let refused: redis::RedisResult<Vec<i64>> = redis::cmd("EVAL")
-        .arg(support::ACQUIRE_LUA)
+        .arg(&*support::ACQUIRE_LUA)
         .arg(4)
         .arg(&[
             &lock,

@@ -4,7 +4,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{ConnectionLike, RedisResult};
+use redis::{ConnectionLike, RedisResult, Value};
 
 use super::{
     Acquire, Freeing, Invocation, Leftover, Lua, QueuePlace, Queueing, Release, Releasing, Renewal,
@@ -34,11 +34,11 @@ pub(crate) fn acquire(
     fence_retention: Duration,
 ) -> RedisResult<Acquire> {
     let (holds, token) = hold.unwrap_or((0, 0));
-    let reply: Vec<i64> = ACQUIRE
-        .key(&keys.lock())
-        .key(&keys.fence())
-        .key(&keys.queue())
-        .key(&keys.granted())
+    let reply: Value = ACQUIRE
+        .key(keys.lock())
+        .key(keys.fence())
+        .key(keys.queue())
+        .key(keys.granted())
         .arg(owner)
         .arg(holds)
         .arg(millis(lease))
@@ -50,7 +50,7 @@ pub(crate) fn acquire(
         .arg(millis(lease).saturating_add(millis(fence_retention)))
         .arg(leftovers_arg(&queueing.leftovers))
         .invoke(con)?;
-    Ok(acquire_reply(&reply))
+    acquire_reply(reply)
 }
 
 /// A place as `acquire.lua` and `withdraw.lua` take it: `"<arrival µs> <valid ms>"`, or "".
@@ -70,10 +70,17 @@ fn leftovers_arg(leftovers: &[Leftover]) -> String {
     each.collect::<Vec<_>>().join(" ")
 }
 
-/// An attempt's reply (`acquire.lua`, `shares_acquire.lua`): `{1, token}`,
+/// An attempt's reply (`acquire.lua`, `shares_acquire.lua`): the token alone (`acquire.lua`,
+/// as text) or `{1, token}` (`shares_acquire.lua`) when acquired, else
 /// `{0, ttl, fence[, arrival, valid]}` or `{-1, 0}`.
-pub(super) fn acquire_reply(reply: &[i64]) -> Acquire {
-    match reply {
+pub(super) fn acquire_reply(reply: Value) -> RedisResult<Acquire> {
+    if !matches!(reply, Value::Array(_)) {
+        return Ok(Acquire::Acquired {
+            token: redis::from_redis_value(reply)?,
+        });
+    }
+    let reply: Vec<i64> = redis::from_redis_value(reply)?;
+    Ok(match reply.as_slice() {
         [1, token, ..] => Acquire::Acquired {
             token: *token as u64,
         },
@@ -89,7 +96,7 @@ pub(super) fn acquire_reply(reply: &[i64]) -> Acquire {
             },
         },
         _ => Acquire::Lost,
-    }
+    })
 }
 
 /// One place in a lock's queue, as `acquire.lua` writes it: the member
@@ -143,9 +150,9 @@ pub(crate) fn acquire_many(
     let mut invocation = ACQUIRE_MANY.prepare_invoke();
     for keys in locks {
         invocation
-            .key(&keys.lock())
-            .key(&keys.fence())
-            .key(&keys.queue());
+            .key(keys.lock())
+            .key(keys.fence())
+            .key(keys.queue());
     }
     invocation
         .arg(owner)
@@ -199,10 +206,10 @@ pub(crate) fn withdraw(
     fence_retention: Duration,
 ) -> RedisResult<Option<u64>> {
     let (granted, token): (i64, i64) = WITHDRAW
-        .key(&keys.lock())
-        .key(&keys.fence())
-        .key(&keys.queue())
-        .key(&keys.granted())
+        .key(keys.lock())
+        .key(keys.fence())
+        .key(keys.queue())
+        .key(keys.granted())
         .arg(owner)
         .arg(millis(lease))
         .arg(millis(fence_retention))
@@ -221,12 +228,12 @@ pub(crate) fn release(
     how: Releasing,
     freeing: Freeing,
 ) -> RedisResult<Release> {
-    let mut invocation = RELEASE.key(&keys.lock());
+    let mut invocation = RELEASE.key(keys.lock());
     invocation
-        .key(&keys.fence())
-        .key(&keys.channel())
-        .key(&keys.queue())
-        .key(&keys.granted())
+        .key(keys.fence())
+        .key(keys.channel())
+        .key(keys.queue())
+        .key(keys.granted())
         .key(keys.forced_mark());
     let latch_ttl = if freeing.retries_unseen {
         invocation.key(keys.release_latch(owner, token));
@@ -262,8 +269,8 @@ pub(super) fn renewal<'a>(
     invocation.arg(millis(lease)).arg(millis(fence_retention));
     for r in batch {
         invocation
-            .key(&r.keys.lock())
-            .key(&r.keys.fence())
+            .key(r.keys.lock())
+            .key(r.keys.fence())
             .arg(r.owner)
             .arg(r.token);
     }
@@ -278,11 +285,11 @@ pub(crate) fn force_unlock(
     freeing: Freeing,
 ) -> RedisResult<bool> {
     let reply: i64 = FORCE_UNLOCK
-        .key(&keys.lock())
-        .key(&keys.channel())
+        .key(keys.lock())
+        .key(keys.channel())
         .key(keys.force_latch(request))
         .key(keys.forced_mark())
-        .key(&keys.fence())
+        .key(keys.fence())
         .arg(freeing.publish)
         .arg(millis(freeing.latch_ttl))
         .invoke(con)?;
@@ -301,8 +308,7 @@ pub(crate) fn inspect(
     keys: &LockKeys,
     owner: &str,
 ) -> RedisResult<Inspection> {
-    let (locked, holds, pttl): (i64, i64, i64) =
-        INSPECT.key(&keys.lock()).arg(owner).invoke(con)?;
+    let (locked, holds, pttl): (i64, i64, i64) = INSPECT.key(keys.lock()).arg(owner).invoke(con)?;
     Ok(Inspection {
         locked: locked == 1,
         holds: holds.clamp(0, u32::MAX as i64) as u32,

@@ -21,16 +21,26 @@ use crate::backend::Backend;
 use crate::error::Error;
 use crate::keys::{Family, LockKeys};
 
-/// The text of `lua/<file>` with `lua/<prelude>` in front of it: a prelude is code that several
-/// scripts share (`shares.lua`, `places.lua`), not a script of its own.
+/// The text of `lua/<file>` with `lua/<prelude>` in it: a prelude is code that several scripts
+/// share (`shares.lua`, `places.lua`), not a script of its own. It goes where the file has the
+/// line `-- <prelude> goes here`, else in front. A script places it further down so that its
+/// usual case returns before the prelude's functions are made (`acquire.lua`).
 macro_rules! with_prelude {
     ($prelude:literal, $file:literal) => {
-        concat!(
+        super::splice(
             include_str!(concat!("../../lua/", $prelude)),
-            "\n",
-            include_str!(concat!("../../lua/", $file))
+            include_str!(concat!("../../lua/", $file)),
+            concat!("-- ", $prelude, " goes here\n"),
         )
     };
+}
+
+/// `file` with `prelude` in place of its line `marker`, or in front of it.
+fn splice(prelude: &str, file: &str, marker: &str) -> String {
+    match file.split_once(marker) {
+        Some((before, after)) => [before, prelude, "\n", after].concat(),
+        None => [prelude, "\n", file].concat(),
+    }
 }
 
 pub(crate) mod latch;
@@ -49,15 +59,16 @@ pub(crate) use lock::{
 /// error, and a release that failed so left its lock held until the lease ran out. EVAL loads
 /// and runs in one command, so nothing can come between; it is also one round trip fewer.
 struct Lua {
-    code: &'static str,
+    code: String,
     hash: String,
 }
 
 impl Lua {
-    fn new(code: &'static str) -> Lua {
+    fn new(code: impl Into<String>) -> Lua {
+        let code = code.into();
         Lua {
+            hash: Script::new(&code).get_hash().to_string(),
             code,
-            hash: Script::new(code).get_hash().to_string(),
         }
     }
 
@@ -101,7 +112,7 @@ impl Invocation<'_> {
     fn invoke<T: FromRedisValue>(&self, con: &mut dyn ConnectionLike) -> RedisResult<T> {
         match self.query(con, "EVALSHA", &self.lua.hash) {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.query(con, "EVAL", self.lua.code)
+                self.query(con, "EVAL", &self.lua.code)
             }
             other => other,
         }

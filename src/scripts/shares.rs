@@ -42,13 +42,13 @@ pub(crate) enum Need<'a> {
 /// An invocation of one of the scripts that start with `shares.lua`: its seven keys and
 /// three arguments.
 fn prelude<'a>(lua: &'a Lua, keys: &LockKeys, freeing: Freeing) -> Invocation<'a> {
-    let mut invocation = lua.key(&keys.lock());
+    let mut invocation = lua.key(keys.lock());
     invocation
-        .key(&keys.fence())
-        .key(&keys.queue())
-        .key(&keys.waiters())
+        .key(keys.fence())
+        .key(keys.queue())
+        .key(keys.waiters())
         .key(keys.leases())
-        .key(&keys.channel())
+        .key(keys.channel())
         .key(match keys.family {
             Family::Semaphore => keys.permits(),
             _ => keys.lock().to_string(),
@@ -80,7 +80,7 @@ pub(crate) fn acquire(
         Need::Write => ("w".to_string(), ""),
         Need::Permits(n) => (n.to_string(), ""),
     };
-    let reply: Vec<i64> = prelude(&ACQUIRE, keys, freeing)
+    let reply: redis::Value = prelude(&ACQUIRE, keys, freeing)
         .arg(owner)
         .arg(holds)
         .arg(millis(lease))
@@ -91,7 +91,7 @@ pub(crate) fn acquire(
         .arg(need)
         .arg(writer)
         .invoke(con)?;
-    Ok(super::lock::acquire_reply(&reply))
+    super::lock::acquire_reply(reply)
 }
 
 /// Takes `owner` out of the queue; `Some(token)` if it had been granted its share.
@@ -140,7 +140,7 @@ pub(super) fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) -> Invocation<
     invocation.arg(millis(lease));
     for r in batch {
         invocation
-            .key(&r.keys.lock())
+            .key(r.keys.lock())
             .key(r.keys.leases())
             .arg(r.owner)
             .arg(r.token);
@@ -164,7 +164,7 @@ pub(crate) fn set_permits(
 /// The permits of a semaphore free now.
 pub(crate) fn available(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResult<u32> {
     let n: i64 = AVAILABLE
-        .key(&keys.lock())
+        .key(keys.lock())
         .key(keys.leases())
         .key(keys.permits())
         .invoke(con)?;

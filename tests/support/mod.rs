@@ -297,7 +297,8 @@ pub fn run_on_lock<T: redis::FromRedisValue>(
 pub const SCRIPT_OWNER: &str = "00000000-0000-4000-8000-000000000000:7";
 
 /// One run of `acquire.lua` on lock `name`, as [`acquire_args`] describes its arguments: its
-/// reply.
+/// reply, with an acquisition's token (which the script answers alone) as `[1, token]`, so
+/// that every reply begins with its kind as the busy and lost ones do.
 pub fn attempt_on_lock(
     admin: &mut redis::Connection,
     name: &str,
@@ -307,7 +308,10 @@ pub fn attempt_on_lock(
     leftovers: &str,
 ) -> Vec<i64> {
     let args = acquire_args(owner, queue_for_ms, place, leftovers);
-    run_on_lock(admin, ACQUIRE_LUA, name, &args)
+    match run_on_lock(admin, &ACQUIRE_LUA, name, &args) {
+        redis::Value::Array(reply) => redis::from_redis_value(redis::Value::Array(reply)).unwrap(),
+        token => vec![1, redis::from_redis_value(token).unwrap()],
+    }
 }
 
 /// `acquire.lua`'s arguments for a first acquisition by `owner` (30 s lease, 30 s hand-over
@@ -333,13 +337,14 @@ pub fn acquire_args<'a>(
     ]
 }
 
-/// `lua/acquire.lua` with `lua/places.lua` in front, as the client runs it, to run with
+/// `lua/acquire.lua` with `lua/places.lua` where it says, as the client runs it, to run with
 /// [`run_on_lock`].
-pub const ACQUIRE_LUA: &str = concat!(
-    include_str!("../../lua/places.lua"),
-    "\n",
-    include_str!("../../lua/acquire.lua")
-);
+pub static ACQUIRE_LUA: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let (before, after) = include_str!("../../lua/acquire.lua")
+        .split_once("-- places.lua goes here\n")
+        .expect("acquire.lua places places.lua");
+    [before, include_str!("../../lua/places.lua"), "\n", after].concat()
+});
 /// `lua/withdraw.lua` with `lua/places.lua` in front, to run with [`run_on_lock`].
 pub const WITHDRAW_LUA: &str = concat!(
     include_str!("../../lua/places.lua"),
