@@ -598,6 +598,22 @@ fn millis(d: Duration) -> u64 {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_prelude_goes_where_its_script_says_else_in_front() {
+        assert_eq!(
+            splice("P", "a\n-- p goes here\nb\n", "-- p goes here\n"),
+            "a\nP\nb\n"
+        );
+        assert_eq!(splice("P", "a\nb\n", "-- p goes here\n"), "P\na\nb\n");
+        // acquire.lua's usual case returns before places.lua's helpers are made.
+        let acquire = with_prelude!("places.lua", "acquire.lua");
+        let usual_case = acquire.find("  return token\nend").unwrap();
+        let helpers = acquire.find("local function place_member").unwrap();
+        assert!(usual_case < helpers && !acquire.contains("goes here"));
+        let withdraw = with_prelude!("places.lua", "withdraw.lua");
+        assert!(withdraw.starts_with(include_str!("../../lua/places.lua")));
+    }
+
     /// The text `release.lua` and `force_unlock.lua` publish (their `string.format` and
     /// literals), and what is not theirs.
     #[test]
