@@ -432,8 +432,9 @@ fn main() {
         scenario::many_keys(&url, 4, 4, 1000, scenario::MAX_WAIT, secs)
     });
     let (seed_per_s, seed_client_cpu, seed_server_cpu) = cpu_per_acquisition(&mut admin, &|| {
-        scenario::many_keys_seed(&url, 16, 1000, secs)
+        scenario::many_keys_seed(&url, 16, 1000, secs, false)
     });
+    let seed_fenced_per_s = scenario::many_keys_seed(&url, 16, 1000, secs, true);
     let raw_per_s = scenario::raw_evalsha(&url, 16, secs);
     let try_per_s = scenario::many_keys(&url, 4, 4, 1000, Duration::ZERO, secs);
     f.put(
@@ -441,6 +442,18 @@ fn main() {
         acq_per_s / seed_per_s,
         ">= 0.85",
         "acquisitions/s over the seed HSET scripts', 16 threads, 1,000 locks, hold 0",
+    );
+    f.put(
+        "seed_fenced_many_keys_over_seed_hset",
+        seed_fenced_per_s / seed_per_s,
+        "",
+        "the same for the seed scripts with a fencing token added as ours keeps one / the seed scripts'",
+    );
+    f.put(
+        "many_keys_over_seed_fenced",
+        acq_per_s / seed_fenced_per_s,
+        "",
+        "ours / that fenced seed's",
     );
     f.put(
         "many_keys_cpu_us_per_acq",

@@ -222,11 +222,24 @@ pub fn many_keys(
 }
 
 /// The same as [`many_keys`] with the seed articles' HSET lock and unlock scripts, each
-/// thread on its own connection: acquisitions per second.
-pub fn many_keys_seed(url: &str, threads: usize, locks: usize, duration: Duration) -> f64 {
+/// thread on its own connection: acquisitions per second. With `fenced`, the lock script is
+/// the seed's with a fencing token added as ours keeps one
+/// ([`seed_fenced_lock_script`](crate::contenders::seed_fenced_lock_script)).
+pub fn many_keys_seed(
+    url: &str,
+    threads: usize,
+    locks: usize,
+    duration: Duration,
+    fenced: bool,
+) -> f64 {
     let end = Instant::now() + duration;
     let total = Mutex::new(0u64);
-    let (lock, unlock) = crate::contenders::seed_scripts();
+    let (plain, unlock) = crate::contenders::seed_scripts();
+    let lock = if fenced {
+        crate::contenders::seed_fenced_lock_script()
+    } else {
+        plain
+    };
     thread::scope(|scope| {
         for t in 0..threads {
             let (total, lock, unlock) = (&total, &lock, &unlock);
@@ -238,12 +251,15 @@ pub fn many_keys_seed(url: &str, threads: usize, locks: usize, duration: Duratio
                 let mut n = 0u64;
                 while Instant::now() < end {
                     let key = format!("seed-many-{}", rng.next() as usize % locks);
-                    let busy: Option<i64> = lock
-                        .key(&key)
-                        .arg(&owner)
-                        .arg(30_000)
-                        .invoke(&mut con)
-                        .unwrap();
+                    let mut call = lock.key(&key);
+                    if fenced {
+                        call.key(format!("{key}:fence"));
+                    }
+                    call.arg(&owner).arg(30_000);
+                    if fenced {
+                        call.arg(3_630_000);
+                    }
+                    let busy: Option<i64> = call.invoke(&mut con).unwrap();
                     if busy.is_none() {
                         let _: Option<i64> = unlock
                             .key(&key)
