@@ -92,6 +92,27 @@ fn format_value(v: f64) -> String {
     }
 }
 
+/// Acquisitions and the CPU they took, over a scenario's blocks.
+#[derive(Default, Clone, Copy)]
+struct CpuTally {
+    acquisitions: f64,
+    time: Duration,
+    client: Duration,
+    server: Duration,
+}
+
+impl CpuTally {
+    /// Acquisitions per second, and the client's and the server's CPU per acquisition (µs).
+    fn figures(&self) -> (f64, f64, f64) {
+        let micros = |d: Duration| d.as_secs_f64() * 1e6 / self.acquisitions.max(1.0);
+        (
+            self.acquisitions / self.time.as_secs_f64(),
+            micros(self.client),
+            micros(self.server),
+        )
+    }
+}
+
 fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64()
 }
@@ -418,25 +439,34 @@ fn main() {
 
     eprintln!("16 threads over 1000 locks, no hold");
     // CPU per acquisition, this process's and the server's: the scenario keeps both cores
-    // busy, so the two together bound it.
+    // busy, so the two together bound it. Each contender runs in four blocks, interleaved
+    // with the others', so that a slow spell of the machine (they last seconds here) falls
+    // on all of them alike rather than on whichever ran then.
     let mut admin = connection(&url);
-    let cpu_per_acquisition = |admin: &mut redis::Connection, run: &dyn Fn() -> f64| {
-        let (ours, server) = (cpu::process_cpu(), cpu::server_cpu(admin));
-        let per_s = run();
-        let acquisitions = per_s * secs.as_secs_f64();
-        let micros = |d: Duration| d.as_secs_f64() * 1e6 / acquisitions.max(1.0);
-        let client = micros(cpu::process_cpu() - ours);
-        (per_s, client, micros(cpu::server_cpu(admin) - server))
-    };
-    let (acq_per_s, client_cpu, server_cpu) = cpu_per_acquisition(&mut admin, &|| {
-        scenario::many_keys(&url, 4, 4, 1000, scenario::MAX_WAIT, secs)
-    });
-    let (seed_per_s, seed_client_cpu, seed_server_cpu) = cpu_per_acquisition(&mut admin, &|| {
-        scenario::many_keys_seed(&url, 16, 1000, secs, false)
-    });
-    let seed_fenced_per_s = scenario::many_keys_seed(&url, 16, 1000, secs, true);
-    let raw_per_s = scenario::raw_evalsha(&url, 16, secs);
-    let try_per_s = scenario::many_keys(&url, 4, 4, 1000, Duration::ZERO, secs);
+    let block = secs / 4;
+    let contenders: [&dyn Fn() -> f64; 5] = [
+        &|| scenario::many_keys(&url, 4, 4, 1000, scenario::MAX_WAIT, block),
+        &|| scenario::many_keys_seed(&url, 16, 1000, block, false),
+        &|| scenario::many_keys_seed(&url, 16, 1000, block, true),
+        &|| scenario::raw_evalsha(&url, 16, block),
+        &|| scenario::many_keys(&url, 4, 4, 1000, Duration::ZERO, block),
+    ];
+    let mut tallies = [CpuTally::default(); 5];
+    for _ in 0..4 {
+        for (run, tally) in contenders.iter().zip(tallies.iter_mut()) {
+            let (ours, server) = (cpu::process_cpu(), cpu::server_cpu(&mut admin));
+            tally.acquisitions += run() * block.as_secs_f64();
+            tally.client += cpu::process_cpu() - ours;
+            tally.server += cpu::server_cpu(&mut admin) - server;
+            tally.time += block;
+        }
+    }
+    let [ours, seed, seed_fenced, raw, try_zero] = tallies;
+    let (acq_per_s, client_cpu, server_cpu) = ours.figures();
+    let (seed_per_s, seed_client_cpu, seed_server_cpu) = seed.figures();
+    let seed_fenced_per_s = seed_fenced.figures().0;
+    let raw_per_s = raw.figures().0;
+    let try_per_s = try_zero.figures().0;
     f.put(
         "many_keys_over_seed_hset",
         acq_per_s / seed_per_s,
