@@ -2,7 +2,7 @@
 //! withdraw, release and renew a share, and set or read a semaphore's total.
 //!
 //! Their common Lua (`lua/shares.lua`: the keys, the purge of ended leases, the grant rule)
-//! is put in front of each script's own text at compile time, so every script stays one
+//! is put in front of each script's own text (`with_prelude!`), so every script stays one
 //! EVALSHA with no library to load first.
 
 use std::sync::LazyLock;
