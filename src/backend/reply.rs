@@ -12,6 +12,11 @@
 //! everything above a link (`FromRedisValue`, the cluster connection's redirections) works
 //! unchanged. A server's error is handed to that parser, so it is classified exactly as the
 //! crate classifies it; errors are rare, and not worth a copy of its table.
+//!
+//! The subscriber has a RESP2 reader of its own (`subscriber/resp.rs`) for another job: its
+//! sockets never block, and anyone may publish a huge message on a channel it listens on,
+//! which it must read past without keeping. A link's replies answer our own commands, are
+//! read whole, and are handed on as the crate's values.
 
 use std::io::{self, Read};
 
