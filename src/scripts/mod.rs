@@ -27,7 +27,7 @@ use crate::keys::{Family, LockKeys};
 /// usual case returns before the prelude's functions are made (`acquire.lua`).
 macro_rules! with_prelude {
     ($prelude:literal, $file:literal) => {
-        super::splice(
+        $crate::scripts::splice(
             include_str!(concat!("../../lua/", $prelude)),
             include_str!(concat!("../../lua/", $file)),
             concat!("-- ", $prelude, " goes here\n"),
@@ -609,7 +609,7 @@ mod tests {
         let acquire = with_prelude!("places.lua", "acquire.lua");
         let usual_case = acquire.find("  return token\nend").unwrap();
         let helpers = acquire.find("local function place_member").unwrap();
-        assert!(usual_case < helpers && !acquire.contains("goes here"));
+        assert!(usual_case < helpers && !acquire.contains("-- places.lua goes here\n"));
         let withdraw = with_prelude!("places.lua", "withdraw.lua");
         assert!(withdraw.starts_with(include_str!("../../lua/places.lua")));
     }
