@@ -8,6 +8,11 @@
 //! the cycle. Here the buffer is zeroed once, when it grows, and a reply is parsed when its
 //! bytes are all in.
 //!
+//! A reply that arrives in several reads is parsed again from its start after each: nothing
+//! for the replies of our commands (a few dozen bytes; an inspection or a renewal pipeline of
+//! some thousands of items, in a handful of reads), quadratic for one of millions of items,
+//! which no command of ours asks for.
+//!
 //! The replies are the `redis` crate's [`Value`]s, as its parser makes them for RESP2, so that
 //! everything above a link (`FromRedisValue`, the cluster connection's redirections) works
 //! unchanged. A server's error is handed to that parser, so it is classified exactly as the
