@@ -302,7 +302,8 @@ end
 if holds == 0 then
   -- Our field without a hold of ours: take it up.
   local fenced = redis.pcall('get', fence)
-  if type(fenced) == 'table' then
+  if type(fenced) == 'table' or (fenced and not string.match(fenced, '^%d+$')) then
+    -- Not a fence of ours: neither its text is a token, nor can one follow it (next_token).
     return failed(redis.error_reply('WRONGTYPE fence'))
   end
   local token

@@ -1,7 +1,7 @@
 -- places.lua: a caller's places in a lock's queue, for the lock's scripts that take them out
 -- (acquire.lua, withdraw.lua, acquire_many.lua). Not a script of its own: scripts/lock.rs
 -- puts it in front of each of them, except in acquire.lua, where it goes after the usual
--- case (its line "-- places.lua goes here"); the test support does the same.
+-- case, on the line that script marks for it; the test support does the same.
 --
 -- A place, as acquire.lua writes it: member "<owner> <hand-over lease, ms> <valid, ms>" in the
 -- queue (a zset), scored with its arrival (µs, server clock). The arrival names the place

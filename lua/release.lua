@@ -11,7 +11,8 @@
 -- KEYS[7]  the release latch <prefix>:{<name>}:released:<owner>:<token>   (passed only when
 --                          ARGV[4] > 0, below: the usual release sends no key it does not use)
 -- ARGV[1]  owner id
--- ARGV[2]  holds             how many holds the caller has before this release (>= 1)
+-- ARGV[2]  holds             how many holds the caller has before this release (>= 1, in
+--                          decimal: the usual case tests for "1" as text)
 -- ARGV[3]  token             the fencing token of the hold being released
 -- ARGV[4]  latch ttl         ms a latch records a final release; 0 = write none (below)
 -- ARGV[5]  publish command   PUBLISH (or SPUBLISH on a sharded cluster)

@@ -126,10 +126,13 @@ fn parse(buf: &[u8], depth: usize) -> RedisResult<Option<(Value, usize)>> {
         // Parsed by the `redis` crate, so that its kind (MOVED, NOSCRIPT, ...) is its own.
         b'-' => redis::parse_redis_value(&buf[..next])?,
         b'$' => {
-            let Ok(len) = usize::try_from(integer(line)?) else {
+            let Some(len) = length(line)? else {
                 return Ok(Some((Value::Nil, next)));
             };
-            let Some(end) = next.checked_add(len).filter(|end| end + 2 <= buf.len()) else {
+            let Some(end) = next
+                .checked_add(len)
+                .filter(|end| end.checked_add(2).is_some_and(|e| e <= buf.len()))
+            else {
                 return Ok(None);
             };
             if &buf[end..end + 2] != b"\r\n" {
@@ -138,7 +141,7 @@ fn parse(buf: &[u8], depth: usize) -> RedisResult<Option<(Value, usize)>> {
             return Ok(Some((Value::BulkString(buf[next..end].to_vec()), end + 2)));
         }
         b'*' => {
-            let Ok(len) = usize::try_from(integer(line)?) else {
+            let Some(len) = length(line)? else {
                 return Ok(Some((Value::Nil, next)));
             };
             if depth >= MAX_DEPTH {
@@ -172,6 +175,19 @@ fn find_crlf(buf: &[u8]) -> Option<usize> {
         }
         from = cr + 1;
     }
+}
+
+/// A bulk string's or an array's length; `None` for a negative one (RESP2's nil, as the
+/// `redis` crate reads any negative length). One beyond this machine's address space is no
+/// reply we can read.
+fn length(line: &[u8]) -> RedisResult<Option<usize>> {
+    let len = integer(line)?;
+    if len < 0 {
+        return Ok(None);
+    }
+    usize::try_from(len)
+        .map(Some)
+        .map_err(|_| malformed("a length beyond this machine's memory"))
 }
 
 fn integer(line: &[u8]) -> RedisResult<i64> {

@@ -30,15 +30,16 @@ macro_rules! with_prelude {
         $crate::scripts::splice(
             include_str!(concat!("../../lua/", $prelude)),
             include_str!(concat!("../../lua/", $file)),
-            concat!("-- ", $prelude, " goes here\n"),
+            concat!("-- ", $prelude, " goes here"),
         )
     };
 }
 
-/// `file` with `prelude` in place of its line `marker`, or in front of it.
+/// `file` with `prelude` in place of `marker`, or in front of it. The marker's line end stays
+/// (a checkout with CRLF line ends finds it too).
 fn splice(prelude: &str, file: &str, marker: &str) -> String {
     match file.split_once(marker) {
-        Some((before, after)) => [before, prelude, "\n", after].concat(),
+        Some((before, after)) => [before, prelude, after].concat(),
         None => [prelude, "\n", file].concat(),
     }
 }
@@ -557,10 +558,10 @@ pub(crate) fn renew_pipelined(
     lease: Duration,
     fence_retention: Duration,
 ) -> RedisResult<Vec<Vec<bool>>> {
-    let pipeline: Vec<u8> = batches
-        .iter()
-        .flat_map(|batch| renewal(batch, lease, fence_retention).packed_sha())
-        .collect();
+    let mut pipeline = Vec::new();
+    for batch in batches {
+        pipeline.extend(renewal(batch, lease, fence_retention).packed_sha());
+    }
     // Straight to the connection: `Pipeline::query` refuses a cluster connection, which sends
     // a pipeline to the node of its first command.
     let replies = con.req_packed_commands(&pipeline, 0, batches.len())?;
@@ -601,15 +602,15 @@ mod tests {
     #[test]
     fn a_prelude_goes_where_its_script_says_else_in_front() {
         assert_eq!(
-            splice("P", "a\n-- p goes here\nb\n", "-- p goes here\n"),
+            splice("P", "a\n-- p goes here\nb\n", "-- p goes here"),
             "a\nP\nb\n"
         );
-        assert_eq!(splice("P", "a\nb\n", "-- p goes here\n"), "P\na\nb\n");
+        assert_eq!(splice("P", "a\nb\n", "-- p goes here"), "P\na\nb\n");
         // acquire.lua's usual case returns before places.lua's helpers are made.
         let acquire = with_prelude!("places.lua", "acquire.lua");
         let usual_case = acquire.find("  return token\nend").unwrap();
         let helpers = acquire.find("local function place_member").unwrap();
-        assert!(usual_case < helpers && !acquire.contains("-- places.lua goes here\n"));
+        assert!(usual_case < helpers && !acquire.contains("goes here"));
         let withdraw = with_prelude!("places.lua", "withdraw.lua");
         assert!(withdraw.starts_with(include_str!("../../lua/places.lua")));
     }

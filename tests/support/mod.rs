@@ -341,9 +341,9 @@ pub fn acquire_args<'a>(
 /// [`run_on_lock`].
 pub static ACQUIRE_LUA: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     let (before, after) = include_str!("../../lua/acquire.lua")
-        .split_once("-- places.lua goes here\n")
+        .split_once("-- places.lua goes here")
         .expect("acquire.lua places places.lua");
-    [before, include_str!("../../lua/places.lua"), "\n", after].concat()
+    [before, include_str!("../../lua/places.lua"), after].concat()
 });
 /// `lua/withdraw.lua` with `lua/places.lua` in front, to run with [`run_on_lock`].
 pub const WITHDRAW_LUA: &str = concat!(
