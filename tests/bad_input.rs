@@ -385,6 +385,71 @@ fn foreign_data_under_our_keys_is_reported_and_left_alone() {
     ));
 }
 
+/// A waiter that takes up a hand-over (the lock holds its field and the mark names it and the
+/// fence) must find a fence of ours: one that is not digits is reported, and nothing is
+/// written, rather than its text being answered as a token.
+#[test]
+fn a_take_up_that_finds_a_foreign_fence_reports_it_and_writes_nothing() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("takeup");
+    let lock = format!("redlatch:{{{name}}}");
+    let (fence, queue, mark) = (
+        format!("{lock}:fence"),
+        format!("{lock}:queue"),
+        format!("{lock}:granted"),
+    );
+    let owner = support::SCRIPT_OWNER;
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(&lock)
+        .arg(owner)
+        .arg(1)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(&lock)
+        .arg(30_000)
+        .ignore()
+        .cmd("SET")
+        .arg(&fence)
+        .arg("precious")
+        .ignore()
+        .cmd("SET")
+        .arg(&mark)
+        .arg(format!("{owner} precious"))
+        .ignore()
+        .cmd("ZADD")
+        .arg(&queue)
+        .arg(1_000_000)
+        .arg(format!("{owner} 30000 5000"))
+        .ignore()
+        .query(&mut admin)
+        .unwrap();
+    // A later attempt of the waiter's wait, at its place.
+    let reply: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
+        .arg(&*support::ACQUIRE_LUA)
+        .arg(4)
+        .arg(&[&lock, &fence, &queue, &mark])
+        .arg(&support::acquire_args(owner, "0", "1000000 5000", ""))
+        .query(&mut admin);
+    match reply {
+        Err(e) if e.code() == Some("WRONGTYPE") && e.detail() == Some("fence") => {}
+        other => panic!("expected WRONGTYPE fence, got {other:?}"),
+    }
+    let fence_now: String = redis::cmd("GET").arg(&fence).query(&mut admin).unwrap();
+    let mark_now: String = redis::cmd("GET").arg(&mark).query(&mut admin).unwrap();
+    let holds: String = redis::cmd("HGET")
+        .arg(&lock)
+        .arg(owner)
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(
+        (fence_now.as_str(), mark_now, holds.as_str()),
+        ("precious", format!("{owner} precious"), "1"),
+        "foreign data changed"
+    );
+}
+
 #[test]
 fn foreign_data_under_the_queue_key_is_reported_and_left_alone() {
     let server = RedisServer::start();
