@@ -157,17 +157,20 @@ end
 -- PTTL answers for a key of any type: -2 absent, -1 no expiry.
 local pttl = redis.call('pttl', lock)
 
--- The usual case first, before anything else is read or made (see "Closures" above): a free
--- lock, taken by a first acquisition (ARGV[2] "0") that has no place to leave (ARGV[6] "")
--- and no leftover to void (ARGV[9] "").
-if pttl == -2 and ARGV[2] == '0' and ARGV[6] == '' and ARGV[9] == '' then
-  local token, failure = next_token()
-  if not token then
-    return failure
+-- A free lock, taken by a first acquisition (ARGV[2] "0"): its writes are made here,
+-- whoever calls. The usual case, with no place to leave (ARGV[6] "") and no leftover to void
+-- (ARGV[9] ""), is then done, before anything else is read or made (see "Closures" above);
+-- the others carry on below with the lock taken (`taken`, or the error that refused it).
+local taken, taking_failed
+if pttl == -2 and ARGV[2] == '0' then
+  taken, taking_failed = next_token()
+  if taken then
+    redis.call('hset', lock, ARGV[1], '1')
+    redis.call('pexpire', lock, ARGV[3])
   end
-  redis.call('hset', lock, ARGV[1], '1')
-  redis.call('pexpire', lock, ARGV[3])
-  return token
+  if ARGV[6] == '' and ARGV[9] == '' then
+    return taken or taking_failed
+  end
 end
 
 -- places.lua goes here
@@ -177,18 +180,6 @@ local owner, holds, lease, held_token = ARGV[1], tonumber(ARGV[2]), tonumber(ARG
 local queue_for, handover_lease = tonumber(ARGV[5]), ARGV[7]
 local arrival_was, valid_was = string.match(ARGV[6], '^(%d+) (%d+)$')
 local queued = arrival_was ~= nil
-
--- A free lock taken by a first acquisition that may have a place to leave or leftovers to
--- void: its writes are made here, and the rest carries on below with the lock taken
--- (`taken`, or the error that refused it).
-local taken, taking_failed
-if pttl == -2 and holds == 0 then
-  taken, taking_failed = next_token()
-  if taken then
-    redis.call('hset', lock, owner, '1')
-    redis.call('pexpire', lock, ARGV[3])
-  end
-end
 
 -- The member of a place of the caller's, valid for `valid` ms after its arrival.
 local function member(lease_ms, valid)
