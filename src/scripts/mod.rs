@@ -140,14 +140,13 @@ impl Invocation<'_> {
         let (keys, args) = (&self.keys, &self.args);
         let mut packed =
             Vec::with_capacity(64 + script.len() + keys.bytes.len() + args.bytes.len());
+        let mut digits = [0; 20];
         packed.push(b'*');
-        push_decimal(&mut packed, 3 + keys.count + args.count);
+        packed.extend_from_slice(decimal(3 + keys.count + args.count, &mut digits));
         packed.extend_from_slice(b"\r\n");
         push_bulk(&mut packed, eval.as_bytes());
         push_bulk(&mut packed, script.as_bytes());
-        let mut digits = Vec::with_capacity(20);
-        push_decimal(&mut digits, keys.count);
-        push_bulk(&mut packed, &digits);
+        push_bulk(&mut packed, decimal(keys.count, &mut digits));
         packed.extend_from_slice(&keys.bytes);
         packed.extend_from_slice(&args.bytes);
         packed
@@ -206,14 +205,14 @@ impl RedisWrite for Args {
 /// `$<length>\r\n<arg>\r\n`
 fn push_bulk(out: &mut Vec<u8>, arg: &[u8]) {
     out.push(b'$');
-    push_decimal(out, arg.len());
+    out.extend_from_slice(decimal(arg.len(), &mut [0; 20]));
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(arg);
     out.extend_from_slice(b"\r\n");
 }
 
-fn push_decimal(out: &mut Vec<u8>, mut n: usize) {
-    let mut digits = [0u8; 20];
+/// `n` in decimal, written at the end of `digits`.
+fn decimal(mut n: usize, digits: &mut [u8; 20]) -> &[u8] {
     let mut at = digits.len();
     loop {
         at -= 1;
@@ -223,7 +222,7 @@ fn push_decimal(out: &mut Vec<u8>, mut n: usize) {
             break;
         }
     }
-    out.extend_from_slice(&digits[at..]);
+    &digits[at..]
 }
 
 /// The error a failed script call on the lock `keys` means. Our scripts refuse foreign data
