@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlatch::Client;
-use support::RedisServer;
+use support::{RedisServer, eventually};
 
 /// Short timeouts make short retry latches (the longest a retried call can take), and a short
 /// watchdog short leases, so that everything expires within seconds.
@@ -119,11 +119,7 @@ fn ten_thousand_names_and_every_kind_leave_nothing_after_the_retention() {
     // of: a lease (1 s) plus the retention (1 s), a retry latch (about 4 s with these
     // timeouts), a queue (twice a wait's place, about 6 s).
     let started = Instant::now();
-    let mut left = dbsize(&mut admin);
-    while left > 5 && started.elapsed() < Duration::from_secs(30) {
-        thread::sleep(Duration::from_millis(500));
-        left = dbsize(&mut admin);
-    }
+    eventually(Duration::from_secs(30), || dbsize(&mut admin) <= 5);
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut admin).unwrap();
     let mut expected: Vec<String> = (0..5)
         .map(|i| format!("redlatch:{{sem:{i}}}:semaphore:permits"))
