@@ -3,25 +3,33 @@
 -- case (see "Closures" below).
 --
 -- KEYS[1]  the lock hash        <prefix>:{<name>}          field = owner, value = hold count
--- KEYS[2]  the fencing counter  <prefix>:{<name>}:fence    lives ARGV[8]: the hold's lease plus
+-- KEYS[2]  the fencing counter  <prefix>:{<name>}:fence    lives ARGV[3]: the hold's lease plus
 --                                                           the retention
--- KEYS[3]  the wait queue       <prefix>:{<name>}:queue    zset, below
--- KEYS[4]  the hand-over mark   <prefix>:{<name>}:granted  "<owner> <token>" (release.lua)
+-- KEYS[3]  the wait queue       <prefix>:{<name>}:queue    zset, below. Passed when the caller
+--                                                           may queue (ARGV[4] > 0), names a
+--                                                           place or has leftovers (ARGV[5], [9])
+-- KEYS[4]  the hand-over mark   <prefix>:{<name>}:granted  "<owner> <token>" (release.lua).
+--                                                           Passed when ARGV[5] names a place
 -- ARGV[1]  owner id             "<client uuid>:<thread number>"
--- ARGV[2]  holds                how many holds the caller has (0 = a first acquisition)
--- ARGV[3]  lease                milliseconds
--- ARGV[4]  token                the fencing token of the caller's hold (when holds > 0)
--- ARGV[5]  queue for            ms the caller will wait if the lock is busy (0: don't queue)
--- ARGV[6]  place                "" on a wait's first attempt; after that, the place the last
---                               reply of this wait named: "<arrival µs> <valid ms>" (below)
--- ARGV[7]  hand-over lease      ms the lock is handed over for, if handed to the caller
--- ARGV[8]  fence life           ms the fencing counter lives: the lease plus the retention
+-- ARGV[2]  lease                milliseconds
+-- ARGV[3]  fence life           ms the fencing counter lives: the lease plus the retention
 --                               (the client's builder setting), after which it expires and
 --                               tokens restart from the server's clock
+-- ARGV[4]  queue for            ms the caller will wait if the lock is busy (0: don't queue)
+-- ARGV[5]  place                "" on a wait's first attempt; after that, the place the last
+--                               reply of this wait named: "<arrival µs> <valid ms>" (below)
+-- ARGV[6]  holds                how many holds the caller has (0 = a first acquisition)
+-- ARGV[7]  token                the fencing token of the caller's hold (when holds > 0)
+-- ARGV[8]  hand-over lease      ms the lock is handed over for, if handed to the caller
 -- ARGV[9]  leftovers            places earlier waits of the caller left when they failed (they
 --                               could not withdraw): "<arrival µs> <hand-over lease> <valid>"
 --                               each, space-separated (arrival 0: not known), or "". Voided
 --                               on the way out, so that no release hands the lock to them
+-- Arguments after the third may be left off the end when they are what nothing says: 0
+-- (ARGV[4], [6]), "" (ARGV[5], [7], [9]), and the lease (ARGV[8]). Every key and argument
+-- costs Redis about 1,300 instructions (callgrind), a tenth of a PTTL's run, so the client
+-- sends only what the attempt can use: a try_lock(ZERO) of a free lock sends two keys and
+-- three arguments, a first attempt that would queue three keys and four.
 --
 -- The queue holds each waiter's terms in its member, so that the release that hands the
 -- lock over reads them with the ZPOPMIN that takes the waiter out of the line:
@@ -40,8 +48,8 @@
 --   { 0, pttl, fence, arrival, valid }
 --                         held by another owner; pttl bounds how long the caller should sleep,
 --                         fence is the fencing counter now (a hand-over that comes later has a
---                         larger token); with ARGV[5] > 0 the caller is now in the queue, at
---                         the place its next attempt passes as ARGV[6] (else 0, 0)
+--                         larger token); with ARGV[4] > 0 the caller is now in the queue, at
+--                         the place its next attempt passes as ARGV[5] (else 0, 0)
 --   {-1, 0 }              the caller believed it held the lock (holds > 0) but its hold is gone
 -- Errors: "WRONGTYPE lock" / "WRONGTYPE fence" / "WRONGTYPE queue" when that key holds data
 -- that is not ours; Redis's own error when it refuses a write (READONLY, OOM, ...).
@@ -49,7 +57,7 @@
 -- Idempotent: the hold count is *set* to holds + 1, never incremented, so a retry after a
 -- lost reply changes nothing it should not. A first acquisition that finds the caller's
 -- field already there takes that hold up: a hand-over made during the caller's current wait
--- (ARGV[6] names a place, and the mark names the caller and the current token) whose message
+-- (ARGV[5] names a place, and the mark names the caller and the current token) whose message
 -- was lost keeps the hand-over's token; anything else (its own earlier attempt whose reply was lost,
 -- a release that never reached Redis, a hand-over from an earlier wait) gets a *new* token,
 -- so tokens are never handed out twice. Neither ever shortens the lease. Taking a hand-over
@@ -62,7 +70,7 @@
 -- Queueing never shortens the expiry of the queue, only extends it.
 -- Nothing is written before every check has passed, so an error leaves no partial change,
 -- with two exceptions, both removals: leftovers are voided whatever the reply, and an error
--- ends the caller's wait, so a caller that may be queued (ARGV[6] names a place) leaves the
+-- ends the caller's wait, so a caller that may be queued (ARGV[5] names a place) leaves the
 -- queue with it. Otherwise a release would hand the lock to a thread
 -- that no longer waits, and the lock would stay held, by nobody, for the hand-over's lease.
 --
@@ -75,61 +83,52 @@
 -- back). Leftovers are voided last, after any write that may need memory: a removal before
 -- it would let that write through.
 -- Cost: Redis's instructions per lock+unlock cycle under callgrind (repeatable, unlike
--- SLOWLOG's microseconds) measure every change here; the seed scripts take 75,000, the seed
--- lock with our fence 100,000.
+-- SLOWLOG's microseconds) measure every change here: with release.lua's usual case, 111,000
+-- for a try_lock(ZERO) and its unlock; the seed scripts take 80,000, the seed lock with our
+-- fence 104,000 (redis-server 7.0.15, the same driver).
 -- Each redis.call costs about as much as the script's dispatch: the free path makes five
 -- (PTTL, TIME, the fence's SET, HSET, PEXPIRE), a first queueing attempt six (PTTL, HEXISTS,
 -- TIME, ZADD, the queue's PTTL, GET), a later one five (ZSCORE for ZADD and PTTL) while its
 -- place is valid long enough, eight when it moves the place's validity on (ZSCORE, ZREM,
--- ZADD, PTTL).
+-- ZADD, PTTL). A PTTL costs about 3,000 instructions, a TIME 6,500 (its reply is a table).
+-- Arguments: every key and argument costs about 1,300 (an object when Redis reads it, a Lua
+-- string in KEYS or ARGV, both freed after), so the client leaves off what the script can
+-- tell by its absence (above): a try_lock(ZERO) sends five, where all of them were thirteen.
 -- Numbers: a Lua number passed to redis.call costs Redis 7.0 a "%.17g" conversion, about as
 -- much as a cheap command; string.format and tonumber (strtod) cost as much. So the hot paths
 -- pass the text they were given (ARGV) or read (TIME) instead, compare tokens as text, and
 -- answer the token as text: 3,000 instructions fewer than comparing numbers. An array reply
 -- costs a conversion of its own, so an acquisition answers its token alone (5,000 fewer).
--- Closures: a `local function` is made anew by every run that reaches it, and reading ARGV
--- into locals costs too. So the usual case (a free lock, a first attempt with nothing to leave
--- or void) comes first, with only the token's helpers made, and returns before anything else
--- exists; places.lua's helpers come in after it (3,000 instructions), the rest of the locals
--- after that. Together about 13,000 instructions, a tenth of the cycle, fewer than with the
--- whole header and places.lua in front.
+-- Closures: a `local function` is made anew by every run that reaches it (600 instructions
+-- and more each), and reading ARGV into locals costs too. So the usual case (a free lock, a
+-- first attempt with nothing to leave or void) comes first, with next_token alone made, and
+-- returns before anything else exists; `refused`, `micros`, places.lua's helpers (3,000
+-- instructions) and the rest of the locals come after it.
 
 local lock, fence = KEYS[1], KEYS[2]
 -- The fence lives as long as the lease it fences, plus the retention: a holder's token stays
 -- checkable while it holds, and an abandoned name leaves nothing behind.
-local fence_ttl = ARGV[8]
+local fence_ttl = ARGV[3]
 
--- The reply to a pcall that failed. Data of another type under the key, or a fence that is
--- not a number, is foreign data: "WRONGTYPE <which>". Anything else (a read-only replica,
--- maxmemory reached, ...) is Redis refusing the command, passed on as Redis said it.
-local function refused(failure, which)
-  local err = failure.err or ''
-  if string.sub(err, 1, 9) == 'WRONGTYPE' or string.find(err, 'not an integer', 1, true) then
-    return redis.error_reply('WRONGTYPE ' .. which)
-  end
-  return failure
-end
-
--- The server's clock, "<seconds><microseconds>" as TIME answered it: the µs since the epoch,
--- as text made without a number's conversion (see "Numbers" above).
-local function micros(now)
-  return now[1] .. string.sub('00000' .. now[2], -6)
-end
-
--- The next fencing token as text, or nil and the error to answer: above the last one, and at least
--- the server's clock in microseconds. The clock is what keeps tokens increasing when the
--- counter went back: a restart without persistence lost it, or a failover promoted a replica
--- that had not received its last tokens (provided the new master's clock is not behind the
--- old one's by more than the time between). A release's hand-over only adds one to a
--- counter this function set on the same master, since a hold exists there.
+-- The next fencing token as text, or nil and why not: the pcall's failure (another type, a
+-- read-only replica...: nothing written, `refused` below says which) or "WRONGTYPE fence".
+-- Above the last token, and at least the server's clock in microseconds. The clock is what
+-- keeps tokens increasing when the counter went back: a restart without persistence lost it,
+-- or a failover promoted a replica that had not received its last tokens (provided the new
+-- master's clock is not behind the old one's by more than the time between). A release's
+-- hand-over only adds one to a counter this function set on the same master, since a hold
+-- exists there.
 -- One SET ... PX ... GET reads the counter, writes it and sets its life: a key of another type
 -- refuses it without writing anything, and a string that is not ours is put back (its value;
 -- an expiry it had is lost, which leaves it persistent: never deleted, at worst kept).
+-- The usual case makes this function alone (see "Closures" above), so the clock's text is
+-- made here as `micros` below makes it.
 local function next_token()
-  local clock = micros(redis.call('time'))
+  local now = redis.call('time')
+  local clock = now[1] .. string.sub('00000' .. now[2], -6)
   local old = redis.pcall('set', fence, clock, 'PX', fence_ttl, 'GET')
   if type(old) == 'table' then
-    return nil, refused(old, 'fence') -- another type, a read-only replica...: nothing written
+    return nil, old
   end
   if not old then
     return clock
@@ -157,28 +156,46 @@ end
 -- PTTL answers for a key of any type: -2 absent, -1 no expiry.
 local pttl = redis.call('pttl', lock)
 
--- A free lock, taken by a first acquisition (ARGV[2] "0"): its writes are made here,
--- whoever calls. The usual case, with no place to leave (ARGV[6] "") and no leftover to void
--- (ARGV[9] ""), is then done, before anything else is read or made (see "Closures" above);
--- the others carry on below with the lock taken (`taken`, or the error that refused it).
+-- A free lock, taken by a first acquisition (no holds, ARGV[6]): its writes are made here,
+-- whoever calls. The usual case, with no place to leave (ARGV[5]) and no leftover to void
+-- (ARGV[9]), is then done, before anything else is read or made (see "Closures" above);
+-- the others, and a failure, carry on below with the lock taken (`taken`, or why not).
 local taken, taking_failed
-if pttl == -2 and ARGV[2] == '0' then
+if pttl == -2 and (ARGV[6] or '0') == '0' then
   taken, taking_failed = next_token()
   if taken then
     redis.call('hset', lock, ARGV[1], '1')
-    redis.call('pexpire', lock, ARGV[3])
+    redis.call('pexpire', lock, ARGV[2])
+    if (ARGV[5] or '') == '' and (ARGV[9] or '') == '' then
+      return taken
+    end
   end
-  if ARGV[6] == '' and ARGV[9] == '' then
-    return taken or taking_failed
+end
+
+-- The reply to a pcall that failed. Data of another type under the key, or a fence that is
+-- not a number, is foreign data: "WRONGTYPE <which>". Anything else (a read-only replica,
+-- maxmemory reached, ...) is Redis refusing the command, passed on as Redis said it.
+local function refused(failure, which)
+  local err = failure.err or ''
+  if string.sub(err, 1, 9) == 'WRONGTYPE' or string.find(err, 'not an integer', 1, true) then
+    return redis.error_reply('WRONGTYPE ' .. which)
   end
+  return failure
+end
+
+-- The server's clock, "<seconds><microseconds>" as TIME answered it: the µs since the epoch,
+-- as text made without a number's conversion (see "Numbers" above).
+local function micros(now)
+  return now[1] .. string.sub('00000' .. now[2], -6)
 end
 
 -- places.lua goes here
 
 local queue, granted = KEYS[3], KEYS[4]
-local owner, holds, lease, held_token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local queue_for, handover_lease = tonumber(ARGV[5]), ARGV[7]
-local arrival_was, valid_was = string.match(ARGV[6], '^(%d+) (%d+)$')
+local owner, lease, queue_for_text = ARGV[1], tonumber(ARGV[2]), ARGV[4] or '0'
+local queue_for, holds, held_token = tonumber(queue_for_text), tonumber(ARGV[6] or '0'), ARGV[7]
+local handover_lease, leftovers = ARGV[8] or ARGV[2], ARGV[9] or ''
+local arrival_was, valid_was = string.match(ARGV[5] or '', '^(%d+) (%d+)$')
 local queued = arrival_was ~= nil
 
 -- The member of a place of the caller's, valid for `valid` ms after its arrival.
@@ -200,7 +217,7 @@ local current
 -- this attempt's own place (a first attempt of the same terms, as a wait without end makes
 -- each time, took a leftover's member over with its ZADD).
 local function done(reply)
-  void_places(queue, owner, ARGV[9], current)
+  void_places(queue, owner, leftovers, current)
   return reply
 end
 
@@ -215,7 +232,7 @@ if pttl == -2 then
     return done({-1, 0})
   end
   if not taken then
-    return failed(taking_failed)
+    return failed(refused(taking_failed, 'fence'))
   end
   leave_queue()
   return done(taken)
@@ -271,7 +288,7 @@ if mine == 0 then
     else
       -- A first attempt, or a place that is gone: at the back.
       local arrival_text = micros(now)
-      arrival, valid, name = tonumber(arrival_text), queue_for, member(handover_lease, ARGV[5])
+      arrival, valid, name = tonumber(arrival_text), queue_for, member(handover_lease, queue_for_text)
       written = redis.pcall('zadd', queue, arrival_text, name)
     end
     if type(written) == 'table' then
@@ -308,7 +325,7 @@ if holds == 0 then
     local failure
     token, failure = next_token()
     if not token then
-      return failed(failure)
+      return failed(refused(failure, 'fence'))
     end
   end
   -- Out of the queue before the HSET: at maxmemory, a first write that frees is what lets
@@ -316,7 +333,7 @@ if holds == 0 then
   leave_queue()
   redis.call('hset', lock, owner, '1')
   if lease > pttl then
-    redis.call('pexpire', lock, ARGV[3])
+    redis.call('pexpire', lock, ARGV[2])
     redis.call('pexpire', fence, fence_ttl)
   end
   return done(token)
@@ -334,7 +351,7 @@ redis.call('hset', lock, owner, holds + 1)
 -- A re-entry never shortens the lease the outer holds rely on; a longer one takes the fence
 -- with it.
 if lease > pttl then
-  redis.call('pexpire', lock, ARGV[3])
+  redis.call('pexpire', lock, ARGV[2])
   redis.call('pexpire', fence, fence_ttl)
 end
 return done(fenced)

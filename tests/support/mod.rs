@@ -326,13 +326,13 @@ pub fn acquire_args<'a>(
 ) -> [&'a str; 9] {
     [
         owner,
-        "0",
-        "30000",
-        "0",
-        queue_for_ms,
-        place,
         "30000",
         "3630000",
+        queue_for_ms,
+        place,
+        "0",
+        "",
+        "30000",
         leftovers,
     ]
 }
