@@ -3,39 +3,38 @@
 --
 -- KEYS[1]  the lock hash     <prefix>:{<name>}
 -- KEYS[2]  the fence         <prefix>:{<name>}:fence
--- KEYS[3]  the channel       <prefix>:{<name>}:unlocked
--- KEYS[4]  the wait queue    <prefix>:{<name>}:queue
--- KEYS[5]  hand-over mark    <prefix>:{<name>}:granted   "<owner> <token>" of the latest
+-- KEYS[3]  the wait queue    <prefix>:{<name>}:queue
+-- KEYS[4]  hand-over mark    <prefix>:{<name>}:granted   "<owner> <token>" of the latest
 --                          hand-over, living its lease
--- KEYS[6]  the forced mark   <prefix>:{<name>}:forced    (force_unlock.lua: the token it freed)
--- KEYS[7]  the release latch <prefix>:{<name>}:released:<owner>:<token>   (passed only when
---                          ARGV[4] > 0, below: the usual release sends no key it does not use)
+-- KEYS[5]  the release latch <prefix>:{<name>}:released:<owner>:<token>   (passed only when
+--                          ARGV[7] > 0, below: the usual release sends no key it does not use)
 -- ARGV[1]  owner id
--- ARGV[2]  holds             how many holds the caller has before this release (>= 1, in
---                          decimal: the usual case tests for "1" as text)
--- ARGV[3]  token             the fencing token of the hold being released
--- ARGV[4]  latch ttl         ms a latch records a final release; 0 = write none (below)
--- ARGV[5]  publish command   PUBLISH (or SPUBLISH on a sharded cluster)
--- ARGV[6]  how the hold was taken:
---          "0" by an attempt of its own;
---          "1" it was not: a hand-over nobody took up, given back. Act only while the mark
---              still says "<owner> <token>" (taking it up, by an attempt or a withdrawal,
---              deletes it; a thread that took it from the message holds it and never gives
---              it back);
---          "2" from a hand-over's message, without a round trip.
--- ARGV[7]  fence retention   ms the fencing counter outlives a hand-over's lease
--- ARGV[8]  held lease        ms: the longest lease the hold ever set, so no more of it was
+-- ARGV[2]  token             the fencing token of the hold being released
+-- ARGV[3]  fence retention   ms the fencing counter outlives a hand-over's lease
+-- ARGV[4]  held lease        ms: the longest lease the hold ever set, so no more of it was
 --                          left (which waiters may be sleeping towards; see "Whom a
 --                          hand-over wakes" below)
+-- ARGV[5]  holds             how many holds the caller has before this release (>= 1, in
+--                          decimal: the usual case tests for "1" as text)
+-- ARGV[6]  a give-back?       "1": the hold is a hand-over nobody took up, given back. Act
+--                          only while the mark still says "<owner> <token>" (taking it up,
+--                          by an attempt or a withdrawal, deletes it; a thread that took it
+--                          from the message holds it and never gives it back). "0": a hold
+--                          taken by an attempt, or from a hand-over's message
+-- ARGV[7]  latch ttl         ms a latch records a final release; 0 = write none (below)
+-- ARGV[8]  publish command   PUBLISH (or SPUBLISH on a sharded cluster)
+-- Arguments after the fourth may be left off the end when they are what nothing says: "1"
+-- (ARGV[5]), "0" (ARGV[6], [7]) and PUBLISH (ARGV[8]); the usual release sends four. Each
+-- costs Redis about 1,300 instructions (see acquire.lua).
 --
 -- Replies:
 --   1  released: the lock went to the next waiter ("grant <token> <lease ms> <owner>"
 --      published on its client's grant channel, or on the channel: below), or was deleted
 --      ("unlock" published on the channel if anyone was queued)
 --   2  still held: the caller's hold count is now holds - 1
---   3  gone, and nothing says it went otherwise than by an earlier run of this release:
---      the lock has no field of the owner's, no force-unlock freed this token, and the
---      fence shows this token or a later one (see "Idempotent" below); nothing was changed
+--   3  gone, and nothing here says it went otherwise than by an earlier run of this
+--      release: the lock has no field of the owner's, and the fence shows this token or a
+--      later one (see "Idempotent" below); nothing was changed
 --   0  not ours: nothing was changed
 -- Errors: Redis's own when it refuses the first write (an intermediate release at maxmemory,
 -- READONLY on a replica); nothing was changed then.
@@ -56,7 +55,7 @@
 -- Whom a hand-over wakes: only the new holder's client, on its grant channel
 -- "<channel>:<client id>" (the owner id up to its first ':'), which that client's subscriber
 -- listens to beside the channel. Waiters of other clients sleep on; each sleeps no later than
--- the lease it last heard of, which ended no later than the released hold's (ARGV[8] from
+-- the lease it last heard of, which ended no later than the released hold's (ARGV[4] from
 -- now), and the new hold lasts at least as long when its lease is no shorter: should the new
 -- holder have died in the queue, they still wake by the time its lease runs out. A shorter
 -- lease is published on the channel instead, and every waiter learns it. Publishing to one
@@ -67,13 +66,15 @@
 -- and #6651). An intermediate release *sets* the count to holds - 1. A retry of the final
 -- release finds the hold gone and answers 3 rather than 0 when what it sees is what that
 -- release leaves: the fence at the hold's token (nobody took the lock since) or later (the
--- release handed it over, or others took it since), and no force-unlock of this token. The
--- caller decides (engine::release): 3 counts as released if an earlier attempt of the same
--- call may have reached Redis and the hold's lease had not run out when the call began, since
--- then the hold cannot have expired; a lock key deleted by hand in that window would be
--- taken for the release. So the uncontended release writes nothing but its HDEL. Where the
+-- release handed it over, or others took it since). The caller decides (engine::release): 3
+-- counts as released if an earlier attempt of the same call may have reached Redis, the
+-- hold's lease had not run out when the call began, since then the hold cannot have expired,
+-- and no force-unlock freed this token: the caller reads that mark (force_unlock.lua) itself,
+-- in this rare case, rather than every release passing its key (each key costs Redis about
+-- 1,300 instructions). A lock key deleted by hand in that window would be taken for the
+-- release. So the uncontended release writes nothing but its HDEL. Where the
 -- connection retries out of the caller's sight (a Cluster's), the caller cannot know of an
--- earlier attempt, and asks for a latch instead (ARGV[4] > 0): the final release records
+-- earlier attempt, and asks for a latch instead (ARGV[7] > 0): the final release records
 -- itself in a short-lived key named after the hold's owner and token, and a retry that finds
 -- it answers 1. The script is atomic, so that the latch is written after the lock is
 -- deleted changes nothing a retry can see.
@@ -99,36 +100,35 @@
 -- the lease and the retention, is its one number.
 -- Closures: a `local function` is made anew by every run that reaches it, and reading ARGV
 -- into locals costs too. So the usual case (the last hold, nobody queued, no latch) returns
--- before anything but the head's helper is made: 3,400 instructions fewer than with the
--- helpers and locals in front.
+-- before any function is made: 4,400 instructions fewer than with the helpers and locals in
+-- front.
+-- Arguments: each key and argument costs about 1,300 instructions (acquire.lua), so the
+-- usual release sends four keys and four arguments, the channel is made from the lock's
+-- name when it is needed, and the forced mark is read by the caller when a hold is gone.
 
-local lock, fence, channel, queue, granted, forced, latch =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local owner, token, latch_ttl = ARGV[1], ARGV[3], ARGV[4]
+local lock, fence, queue, granted, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local owner, token, latch_ttl = ARGV[1], ARGV[2], ARGV[7] or '0'
 
 if ARGV[6] == '1' and redis.pcall('get', granted) ~= owner .. ' ' .. token then
   return 0
 end
 
--- The oldest place in the queue, if any, taken out of it: whether its owner is handed the
--- lock or the place is dropped as stale below, it is gone either way. { member, arrival }.
-local function pop_head()
-  local popped = redis.pcall('zpopmin', queue)
-  if type(popped) == 'table' and not popped.err and popped[1] then
-    return popped
-  end
-  return nil
-end
-
--- The hold is ours while the fence shows its token. A final release (ARGV[2] "1") deletes
+-- The hold is ours while the fence shows its token. A final release (ARGV[5] "1") deletes
 -- the owner's field with the HDEL, the script's first write and the check that the field is
 -- there: from here on a server at maxmemory refuses nothing. The lock has no other field (a
 -- lock has one owner), so it goes with it.
 local fenced = redis.pcall('get', fence)
-local released = fenced == token and ARGV[2] == '1' and redis.pcall('hdel', lock, owner) == 1
+local released = fenced == token and (ARGV[5] or '1') == '1'
+  and redis.pcall('hdel', lock, owner) == 1
+
+-- The oldest place in the queue, if any (else nil), taken out of it: whether its owner is
+-- handed the lock or the place is dropped as stale below, it is gone either way.
+-- { member, arrival }. Popped inline, here and below, not by a function of the script's:
+-- see "Closures" above.
 local head
 if released then
-  head = pop_head()
+  head = redis.pcall('zpopmin', queue)
+  head = type(head) == 'table' and head[1] and head or nil
   if not head and latch_ttl == '0' then
     -- The usual case, done before anything else is made (see "Closures" above). Nobody
     -- waits: a waiter queues in the attempt that finds the lock busy, before it sleeps.
@@ -136,7 +136,7 @@ if released then
   end
 end
 
-local holds = tonumber(ARGV[2])
+local holds = tonumber(ARGV[5] or '1')
 
 -- The reply when the hold is not in Redis. A key of another type is not ours either.
 local function gone()
@@ -145,9 +145,6 @@ local function gone()
   end
   if latch_ttl ~= '0' and redis.call('exists', latch) == 1 then
     return 1
-  end
-  if redis.pcall('get', forced) == token then
-    return 0
   end
   local now_fenced = tonumber(fenced)
   if now_fenced and now_fenced >= tonumber(token) then
@@ -167,7 +164,12 @@ if not released then
   return 2
 end
 
-local publish = ARGV[5]
+local publish = ARGV[8] or 'publish'
+-- The channel, <prefix>:{<name>}:unlocked (keys.rs), made here rather than passed: a channel
+-- is no key (Redis routes the call by KEYS; on a Cluster its name has the lock's hash tag),
+-- and only a release that has waiters publishes, while every release would pay for its
+-- argument (about 1,300 of Redis's instructions, see acquire.lua).
+local channel = lock .. ':unlocked'
 
 if latch_ttl ~= '0' then
   -- A pcall: the lock is already free, and a refused latch must not stop the wake-up below.
@@ -208,17 +210,18 @@ for _ = 1, 64 do
     end
     -- The fence shows the released hold's token (checked above): one SET moves it on and
     -- sets its life.
-    redis.call('set', fence, next_token, 'PX', tonumber(lease) + tonumber(ARGV[7]))
+    redis.call('set', fence, next_token, 'PX', tonumber(lease) + tonumber(ARGV[3]))
     redis.call('hset', lock, who, '1')
     redis.call('pexpire', lock, lease)
     local to = channel
-    if tonumber(lease) >= tonumber(ARGV[8]) then
+    if tonumber(lease) >= tonumber(ARGV[4]) then
       to = channel .. ':' .. string.match(who, '^[^:]*')
     end
     redis.call(publish, to, 'grant ' .. next_token .. ' ' .. lease .. ' ' .. who)
     return 1
   end
-  head = pop_head()
+  head = redis.pcall('zpopmin', queue)
+  head = type(head) == 'table' and head[1] and head or nil
 end
 
 redis.call(publish, channel, 'unlock')

@@ -5,7 +5,8 @@
 //! - `p:{name}:fence`      the fencing counter; expires the fence retention after the lease of
 //!   its latest token; a new one starts from the server's clock in µs, so tokens keep
 //!   increasing across its expiry and across a restart that lost it
-//! - `p:{name}:unlocked`   the channel a release publishes on
+//! - `p:{name}:unlocked`   the channel a release publishes on (the lock's key and
+//!   `:unlocked`, which `release.lua` relies on: it makes the channel rather than take it)
 //! - `p:{name}:unlocked:<client id>`  where a release hands the lock to a waiter of that
 //!   client, so that only its subscriber wakes (unless the hand-over's lease is shorter than
 //!   the one released: then on `p:{name}:unlocked`, which every waiter hears)
@@ -338,6 +339,8 @@ mod tests {
         for family in Family::ALL {
             let keys = LockKeys::of(family, "p", "foo");
             assert_eq!(keys.slot(), 12182);
+            // The main key and ":unlocked", for every family (release.lua makes it so).
+            assert_eq!(keys.channel(), format!("{}:unlocked", keys.lock()));
             let back = LockKeys::from_channel("p", keys.channel()).unwrap();
             assert_eq!((back.family, back.name()), (family, "foo"));
             let tricky = LockKeys::of(family, "p", "a}:b}");

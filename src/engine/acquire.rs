@@ -411,8 +411,18 @@ pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>) -> Result<
         // The hold is gone the way an earlier attempt of this call leaves it, and there was
         // one, whose reply was lost: that attempt released it. It cannot have expired
         // instead, as its lease had not run out when this call began (release.lua says
-        // what else the script rules out, and what it cannot).
-        Ok(Release::Gone) if attempts > 1 && !was_lost => Ok(()),
+        // what else the script rules out, and what it cannot), unless a force-unlock freed
+        // it: release.lua leaves reading that mark to us, here, off the usual path. A mark
+        // that cannot be read leaves the release standing, as the retry found it.
+        Ok(Release::Gone) if attempts > 1 && !was_lost => {
+            match why_gone(core, keys, hold.token, LossCause::FoundGone) {
+                LossCause::ForceUnlocked => {
+                    hold.mark_lost(LossCause::ForceUnlocked);
+                    Err(lost(keys))
+                }
+                _ => Ok(()),
+            }
+        }
         Ok(Release::NotOurs | Release::Gone) => {
             if !was_lost {
                 hold.mark_lost(why_gone(core, keys, hold.token, LossCause::FoundGone));

@@ -491,8 +491,8 @@ pub(crate) struct Releasing {
 }
 
 impl Releasing {
-    /// How a release script is told the hold was taken (`release.lua`'s ARGV[6]): "0" by
-    /// an attempt, "2" from a message, "1" not taken up.
+    /// How `shares_release.lua` is told the hold was taken (its ARGV[8]): "0" by an attempt,
+    /// "2" from a message, "1" not taken up. (`release.lua` tells only "1" apart.)
     fn mode(&self) -> &'static str {
         match self.taken_by {
             Some(TakenBy::Attempt) => "0",
