@@ -972,6 +972,46 @@ fn a_hand_over_is_published_to_the_new_holders_client_alone_unless_its_lease_is_
     assert_ne!(client_of(&owner(grant_a)), client_of(&owner(grant_b)));
 }
 
+/// A waiter queues for a hand-over of the lease it asks for, but never longer than the
+/// watchdog's timeout: one that dies in the queue holds a lock handed to it no longer than a
+/// dead holder would. The client sends that hand-over lease only when it is not the lease
+/// asked for (`acquire.lua` takes its absence for the lease), so both kinds are checked.
+#[test]
+fn a_waiter_queues_for_a_hand_over_of_its_lease_capped_by_the_watchdog() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let name = unique("handover-lease");
+    let held = client(&server).lock(&name).lock().unwrap();
+    let waiter = client_with_watchdog(&server, Duration::from_secs(2));
+    let mut waiters = Vec::new();
+    for (i, lease) in [600, 1].into_iter().enumerate() {
+        let lock = waiter.lock(&name);
+        waiters.push(thread::spawn(move || {
+            let guard = lock
+                .try_lock(Duration::from_secs(20), Some(Duration::from_secs(lease)))
+                .unwrap()
+                .expect("handed over");
+            guard.unlock().unwrap();
+        }));
+        assert!(eventually(Duration::from_secs(5), || queued(
+            &mut admin, &name
+        ) == i + 1));
+    }
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("redlatch:{{{name}}}:queue"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut admin)
+        .unwrap();
+    let handover_leases: Vec<&str> = members
+        .iter()
+        .map(|m| m.rsplit(' ').nth(1).unwrap())
+        .collect();
+    assert_eq!(handover_leases, ["2000", "1000"], "{members:?}");
+    held.unlock().unwrap();
+    support::join_all(waiters, Duration::from_secs(20), "a waiter");
+}
+
 /// A later attempt of a wait that moves its place's validity on renames the place (its member
 /// carries the validity). Run again with the old name, as a retry after its reply was lost
 /// is, it finds the same place by its arrival and takes no second one; a withdrawal that
