@@ -18,7 +18,7 @@
 mod cluster;
 pub(crate) mod link;
 mod pool;
-mod reply;
+pub(crate) mod reply;
 mod retry;
 pub(crate) mod sentinel;
 pub(crate) mod stream;

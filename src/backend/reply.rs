@@ -21,7 +21,8 @@
 //! The subscriber has a RESP2 reader of its own (`subscriber/resp.rs`) for another job: its
 //! sockets never block, and anyone may publish a huge message on a channel it listens on,
 //! which it must read past without keeping. A link's replies answer our own commands, are
-//! read whole, and are handed on as the crate's values.
+//! read whole, and are handed on as the crate's values. The two share how a line's end and
+//! an integer are found ([`line_end`], [`parse_integer`]).
 
 use std::io::{self, Read};
 
@@ -111,7 +112,7 @@ fn parse(buf: &[u8], depth: usize) -> RedisResult<Option<(Value, usize)>> {
     let Some(&kind) = buf.first() else {
         return Ok(None);
     };
-    let Some(line_end) = find_crlf(buf) else {
+    let Some(line_end) = line_end(buf, 1) else {
         return Ok(None);
     };
     let line = &buf[1..line_end];
@@ -165,9 +166,11 @@ fn parse(buf: &[u8], depth: usize) -> RedisResult<Option<(Value, usize)>> {
     Ok(Some((value, next)))
 }
 
-/// Where the first line of `buf` ends: the index of its CR.
-fn find_crlf(buf: &[u8]) -> Option<usize> {
-    let mut from = 1;
+/// Where the line that starts `buf` ends, its CR looked for from `from` on (1 passes over the
+/// type byte): the index of that CR. The subscriber's reader (`subscriber/resp.rs`) finds its
+/// lines with this too.
+pub(crate) fn line_end(buf: &[u8], from: usize) -> Option<usize> {
+    let mut from = from;
     loop {
         let cr = from + buf.get(from..)?.iter().position(|&b| b == b'\r')?;
         if *buf.get(cr + 1)? == b'\n' {
@@ -191,10 +194,13 @@ fn length(line: &[u8]) -> RedisResult<Option<usize>> {
 }
 
 fn integer(line: &[u8]) -> RedisResult<i64> {
-    std::str::from_utf8(line)
-        .ok()
-        .and_then(|text| text.parse().ok())
-        .ok_or_else(|| malformed("an integer that is not one"))
+    parse_integer(line).ok_or_else(|| malformed("an integer that is not one"))
+}
+
+/// The value of a RESP integer line (a length, or a `:` reply's), if it is one. The
+/// subscriber's reader parses its integers with this too.
+pub(crate) fn parse_integer(line: &[u8]) -> Option<i64> {
+    std::str::from_utf8(line).ok()?.parse().ok()
 }
 
 fn malformed(what: &'static str) -> RedisError {

@@ -6,6 +6,10 @@
 //! [`MAX_ITEMS`] items) is read past without being kept and comes out as
 //! [`Frame::Skipped`]: anyone may PUBLISH a huge message on a channel we listen on, and that
 //! must cost no more than that message. Only bytes that are not RESP at all fail the reader.
+//! Lines and integers are found as a link's reader finds them (`backend/reply.rs`), which
+//! reads whole replies on blocking sockets instead.
+
+use crate::backend::reply::{line_end, parse_integer};
 
 /// One reply or push from the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,7 +166,7 @@ fn item(buf: &[u8]) -> Result<Option<(Item, usize)>, String> {
     let Some(&kind) = buf.first() else {
         return Ok(None);
     };
-    let Some(line_end) = find_crlf(buf, 1) else {
+    let Some(line_end) = line_end(buf, 1) else {
         if buf.len() > MAX_LINE {
             return Err(format!("no line end within {MAX_LINE} bytes"));
         }
@@ -207,15 +211,8 @@ fn item(buf: &[u8]) -> Result<Option<(Item, usize)>, String> {
     }
 }
 
-fn find_crlf(buf: &[u8], from: usize) -> Option<usize> {
-    let rest = buf.get(from..)?;
-    rest.windows(2).position(|w| w == b"\r\n").map(|i| from + i)
-}
-
 fn integer(line: &[u8]) -> Result<i64, String> {
-    std::str::from_utf8(line)
-        .ok()
-        .and_then(|s| s.parse().ok())
+    parse_integer(line)
         .ok_or_else(|| format!("bad RESP integer {:?}", String::from_utf8_lossy(line)))
 }
 
