@@ -596,10 +596,19 @@ fn contended_figures(
         &target("<= 4"),
         "commands clients sent per acquisition",
     );
+    if ours {
+        // Issue 14 names the same figure so, with its own target.
+        f.put(
+            "requests_per_acquisition",
+            o.commands as f64 / acquisitions,
+            "<= 2.05",
+            "the same: requests a client sent per contended acquisition",
+        );
+    }
     f.put(
         &format!("{prefix}max_wait_over_mean_wait"),
         ratio(max(&o.waits), mean(&o.waits)),
-        &target("<= 10"),
+        &target("<= 2"),
         "longest wait over mean wait",
     );
     f.put(
