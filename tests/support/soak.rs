@@ -367,8 +367,20 @@ fn inject(
         "stop long" => stopped(server.pid(), watchdog + Duration::from_millis(500)),
         "restart" => server.restart(),
         "pause holder" => {
-            if let Some(pid) = checker.holder_pid(&mut server.admin(), 0) {
-                stopped(pid, watchdog + Duration::from_millis(500));
+            // Lock 0 has a holder only now and then (holds of 2 ms, the workers taking turns
+            // with every kind, latches included): look for one for up to 2 s, so that the
+            // fault lands rather than finding nobody and doing nothing.
+            let mut looking = server.admin();
+            let deadline = Instant::now() + Duration::from_secs(2);
+            for _ in 0..2_000 {
+                if let Some(pid) = checker.holder_pid(&mut looking, 0) {
+                    stopped(pid, watchdog + Duration::from_millis(500));
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(1));
             }
         }
         other => unreachable!("unknown fault {other}"),
