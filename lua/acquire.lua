@@ -27,7 +27,7 @@
 --                               on the way out, so that no release hands the lock to them
 -- Arguments after the third may be left off the end when they are what nothing says: 0
 -- (ARGV[4], [6]), "" (ARGV[5], [7], [9]), and the lease (ARGV[8]). Every key and argument
--- costs Redis about 1,300 instructions (callgrind), a tenth of a PTTL's run, so the client
+-- costs Redis about 1,300 instructions (callgrind), nearly half a PTTL's, so the client
 -- sends only what the attempt can use: a try_lock(ZERO) of a free lock sends two keys and
 -- three arguments, a first attempt that would queue three keys and four.
 --
