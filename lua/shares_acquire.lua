@@ -97,8 +97,8 @@ if writing_thread or (fit == true and (not blocked or blocked == owner)) then
 end
 
 if queue_for > 0 then
-  local t = redis.call('time')
-  redis.call('zadd', queue, 'NX', t[1] * 1000000 + t[2], owner)
+  -- Arrival: the clock this run read first (shares.lua), not a second TIME.
+  redis.call('zadd', queue, 'NX', clock[1] * 1000000 + clock[2], owner)
   redis.call('hset', waiters, owner, string.format('%d %s %s', now + queue_for, handover_lease, need))
   if redis.call('pttl', queue) < queue_for then
     redis.call('pexpire', queue, queue_for)
