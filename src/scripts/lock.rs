@@ -7,8 +7,8 @@ use std::time::Duration;
 use redis::{ConnectionLike, RedisResult, Value};
 
 use super::{
-    Acquire, Freeing, Invocation, Leftover, Lua, QueuePlace, Queueing, Release, Releasing, Renewal,
-    millis,
+    Acquire, Freeing, Invocation, Leftover, Lua, Optional, QueuePlace, Queueing, Release,
+    Releasing, Renewal, millis,
 };
 use crate::keys::LockKeys;
 
@@ -36,28 +36,13 @@ pub(crate) fn acquire(
     let (holds, token) = hold.unwrap_or((0, 0));
     let place = place_arg(queueing.place);
     let leftovers = leftovers_arg(&queueing.leftovers);
-    let lease_ms = millis(lease);
-    let handover_ms = millis(queueing.handover_lease);
-    // How many arguments the attempt needs: those after the third go only as far as the last
-    // one that differs from what the script takes for its absence (each costs Redis about
-    // 1,300 instructions, see acquire.lua).
-    let queues = !queueing.queue_for.is_zero() || !place.is_empty();
-    let needed = if !leftovers.is_empty() {
-        9
-    } else if queues && handover_ms != lease_ms {
-        8
-    } else if holds > 0 {
-        7
-    } else if !place.is_empty() {
-        5
-    } else if queues {
-        4
-    } else {
-        3
-    };
+    let (lease_ms, handover_ms) = (millis(lease), millis(queueing.handover_lease));
+    let queue_for = millis(queueing.queue_for);
+    // The hand-over lease matters only to an attempt that queues, or names its place.
+    let queues = queue_for > 0 || !place.is_empty();
     let mut invocation = ACQUIRE.key(keys.lock());
     invocation.key(keys.fence());
-    if needed > 3 {
+    if queues || !leftovers.is_empty() {
         invocation.key(keys.queue());
     }
     if !place.is_empty() {
@@ -67,22 +52,18 @@ pub(crate) fn acquire(
         .arg(owner)
         .arg(lease_ms)
         // The fence's life, added here: a sum made in Lua costs Redis a number's conversion.
-        .arg(lease_ms.saturating_add(millis(fence_retention)));
-    if needed >= 4 {
-        invocation.arg(millis(queueing.queue_for));
-    }
-    if needed >= 5 {
-        invocation.arg(&place);
-    }
-    if needed >= 7 {
-        invocation.arg(holds).arg(token);
-    }
-    if needed >= 8 {
-        invocation.arg(handover_ms);
-    }
-    if needed >= 9 {
-        invocation.arg(&leftovers);
-    }
+        .arg(lease_ms.saturating_add(millis(fence_retention)))
+        .optional_args(&[
+            (queue_for > 0, Optional::Number(queue_for)),
+            (!place.is_empty(), Optional::Text(&place)),
+            (holds > 0, Optional::Number(holds.into())),
+            (holds > 0, Optional::Number(token)),
+            (
+                queues && handover_ms != lease_ms,
+                Optional::Number(handover_ms),
+            ),
+            (!leftovers.is_empty(), Optional::Text(&leftovers)),
+        ]);
     let reply: Value = invocation.invoke(con)?;
     acquire_reply(reply)
 }
@@ -273,38 +254,25 @@ pub(crate) fn release(
     } else {
         0
     };
+    let gives_back = how.taken_by.is_none();
     invocation
         .arg(owner)
         .arg(token)
         .arg(millis(freeing.fence_retention))
-        .arg(millis(how.lease));
-    // The rest only as far as the last one that differs from what the script takes for its
-    // absence (each costs Redis about 1,300 instructions, see acquire.lua).
-    let gives_back = how.taken_by.is_none();
-    let needed = if freeing.publish != "PUBLISH" {
-        8
-    } else if latch_ttl > 0 {
-        7
-    } else if gives_back {
-        6
-    } else if how.holds != 1 {
-        5
-    } else {
-        4
-    };
-    if needed >= 5 {
-        invocation.arg(how.holds);
-    }
-    if needed >= 6 {
-        // release.lua tells only a give-back ("1") apart.
-        invocation.arg(if gives_back { "1" } else { "0" });
-    }
-    if needed >= 7 {
-        invocation.arg(latch_ttl);
-    }
-    if needed >= 8 {
-        invocation.arg(freeing.publish);
-    }
+        .arg(millis(how.lease))
+        .optional_args(&[
+            (how.holds != 1, Optional::Number(how.holds.into())),
+            // release.lua tells only a give-back ("1") apart.
+            (
+                gives_back,
+                Optional::Text(if gives_back { "1" } else { "0" }),
+            ),
+            (latch_ttl > 0, Optional::Number(latch_ttl)),
+            (
+                freeing.publish != "PUBLISH",
+                Optional::Text(freeing.publish),
+            ),
+        ]);
     let reply: i64 = invocation.invoke(con)?;
     Ok(match reply {
         1 => Release::Released,

@@ -88,6 +88,13 @@ impl Lua {
     }
 }
 
+/// The value of an argument a script may go without ([`Invocation::optional_args`]).
+#[derive(Clone, Copy)]
+enum Optional<'a> {
+    Number(u64),
+    Text(&'a str),
+}
+
 /// A call of a [`Lua`] script with its KEYS and ARGV, each already encoded as the command will
 /// carry them, so that the command is put together with one allocation. Encoding through a
 /// `redis::Cmd` instead (arguments, then the command, then its packed bytes) reallocated
@@ -107,6 +114,24 @@ impl Invocation<'_> {
 
     fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
         arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    /// Adds the arguments a script may go without, in order, each with whether it differs
+    /// from what the script takes for its absence: only as far as the last one that does.
+    /// Every key and argument costs Redis about 1,300 instructions (`acquire.lua`), so a
+    /// call sends none it can leave off the end.
+    fn optional_args(&mut self, optional: &[(bool, Optional<'_>)]) -> &mut Self {
+        let sent = optional
+            .iter()
+            .rposition(|&(differs, _)| differs)
+            .map_or(0, |last| last + 1);
+        for (_, arg) in &optional[..sent] {
+            match *arg {
+                Optional::Number(n) => self.arg(n),
+                Optional::Text(text) => self.arg(text),
+            };
+        }
         self
     }
 
