@@ -408,29 +408,23 @@ pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>) -> Result<
         kind.release(con, &hold.owner, hold.token, how, freeing)
     });
     match reply {
-        // The hold is gone the way an earlier attempt of this call leaves it, and there was
-        // one, whose reply was lost: that attempt released it. It cannot have expired
-        // instead, as its lease had not run out when this call began (release.lua says
-        // what else the script rules out, and what it cannot), unless a force-unlock freed
-        // it: release.lua leaves reading that mark to us, here, off the usual path. A mark
-        // that cannot be read leaves the release standing, as the retry found it.
-        Ok(Release::Gone) if attempts > 1 && !was_lost => {
-            match why_gone(core, keys, hold.token, LossCause::FoundGone) {
-                LossCause::ForceUnlocked => {
-                    hold.mark_lost(LossCause::ForceUnlocked);
-                    Err(lost(keys))
-                }
-                _ => Ok(()),
-            }
-        }
-        Ok(Release::NotOurs | Release::Gone) => {
-            if !was_lost {
-                hold.mark_lost(why_gone(core, keys, hold.token, LossCause::FoundGone));
-            }
-            Err(lost(keys))
-        }
         // Whatever Redis said, the holder was told it had lost the lock: stay consistent.
         _ if was_lost => Err(lost(keys)),
+        Ok(reply @ (Release::NotOurs | Release::Gone)) => {
+            let cause = why_gone(core, keys, hold.token, LossCause::FoundGone);
+            // The hold is gone the way an earlier attempt of this call leaves it, and there
+            // was one, whose reply was lost: that attempt released it. It cannot have expired
+            // instead, as its lease had not run out when this call began (release.lua says
+            // what else the script rules out, and what it cannot), unless a force-unlock
+            // freed it: release.lua leaves reading that mark to `why_gone`, off the usual
+            // path. A mark that cannot be read leaves the release standing, as the retry
+            // found it.
+            if reply == Release::Gone && attempts > 1 && cause != LossCause::ForceUnlocked {
+                return Ok(());
+            }
+            hold.mark_lost(cause);
+            Err(lost(keys))
+        }
         Ok(Release::Released | Release::StillHeld) => Ok(()),
         Err(e) => Err(scripts::failure(keys, e)),
     }
