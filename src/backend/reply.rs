@@ -112,7 +112,7 @@ fn parse(buf: &[u8], depth: usize) -> RedisResult<Option<(Value, usize)>> {
     let Some(&kind) = buf.first() else {
         return Ok(None);
     };
-    let Some(line_end) = line_end(buf, 1) else {
+    let Some(line_end) = line_end(buf) else {
         return Ok(None);
     };
     let line = &buf[1..line_end];
@@ -166,11 +166,11 @@ fn parse(buf: &[u8], depth: usize) -> RedisResult<Option<(Value, usize)>> {
     Ok(Some((value, next)))
 }
 
-/// Where the line that starts `buf` ends, its CR looked for from `from` on (1 passes over the
-/// type byte): the index of that CR. The subscriber's reader (`subscriber/resp.rs`) finds its
-/// lines with this too.
-pub(crate) fn line_end(buf: &[u8], from: usize) -> Option<usize> {
-    let mut from = from;
+/// Where the line that starts `buf` ends (a RESP line: its type byte, then text): the index of
+/// its CR. The subscriber's reader (`subscriber/resp.rs`) finds its lines with this too.
+pub(crate) fn line_end(buf: &[u8]) -> Option<usize> {
+    // Past the type byte, which may be anything.
+    let mut from = 1;
     loop {
         let cr = from + buf.get(from..)?.iter().position(|&b| b == b'\r')?;
         if *buf.get(cr + 1)? == b'\n' {

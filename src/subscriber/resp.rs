@@ -166,7 +166,7 @@ fn item(buf: &[u8]) -> Result<Option<(Item, usize)>, String> {
     let Some(&kind) = buf.first() else {
         return Ok(None);
     };
-    let Some(line_end) = line_end(buf, 1) else {
+    let Some(line_end) = line_end(buf) else {
         if buf.len() > MAX_LINE {
             return Err(format!("no line end within {MAX_LINE} bytes"));
         }
