@@ -426,12 +426,12 @@ fn a_take_up_that_finds_a_foreign_fence_reports_it_and_writes_nothing() {
         .query(&mut admin)
         .unwrap();
     // A later attempt of the waiter's wait, at its place.
-    let reply: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
-        .arg(&*support::ACQUIRE_LUA)
-        .arg(4)
-        .arg(&[&lock, &fence, &queue, &mark])
-        .arg(&support::acquire_args(owner, "0", "1000000 5000", ""))
-        .query(&mut admin);
+    let reply: redis::RedisResult<redis::Value> = support::eval_on_lock(
+        &mut admin,
+        &support::ACQUIRE_LUA,
+        &name,
+        &support::acquire_args(owner, "0", "1000000 5000", ""),
+    );
     match reply {
         Err(e) if e.code() == Some("WRONGTYPE") && e.detail() == Some("fence") => {}
         other => panic!("expected WRONGTYPE fence, got {other:?}"),

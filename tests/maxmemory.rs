@@ -204,19 +204,18 @@ fn a_hand_over_given_back_at_maxmemory_goes_to_the_next_waiter() {
         format!("redlatch:{{{name}}}"),
         format!("redlatch:{{{name}}}:fence"),
     );
-    let (queue, mark) = (format!("{lock}:queue"), format!("{lock}:granted"));
+    let mark = format!("{lock}:granted");
     let guard = holder.lock(&name).lock().unwrap();
 
     // A thread of `other` that queued and left without withdrawing (its withdrawal lost, say):
     // queued by the real script, under a thread number no thread of this process has.
     let gone = format!("{}:{}", other.id(), u32::MAX);
-    let busy: Vec<i64> = redis::cmd("EVAL")
-        .arg(&*support::ACQUIRE_LUA)
-        .arg(4)
-        .arg(&[&lock, &fence, &queue, &mark])
-        .arg(&support::acquire_args(&gone, "30000", "", ""))
-        .query(&mut admin)
-        .unwrap();
+    let busy: Vec<i64> = support::run_on_lock(
+        &mut admin,
+        &support::ACQUIRE_LUA,
+        &name,
+        &support::acquire_args(&gone, "30000", "", ""),
+    );
     assert_eq!(busy[0], 0, "queued behind the holder: {busy:?}");
     // Released while `other` has nobody waiting, so its subscriber misses the grant: the lock
     // is the gone thread's now, for 30 s.
@@ -290,17 +289,12 @@ fn an_attempt_that_voids_leftovers_is_still_refused_at_maxmemory() {
         .query(&mut admin)
         .unwrap();
     fill_to_maxmemory(&mut admin);
-    let refused: redis::RedisResult<Vec<i64>> = redis::cmd("EVAL")
-        .arg(&*support::ACQUIRE_LUA)
-        .arg(4)
-        .arg(&[
-            &lock,
-            &format!("{lock}:fence"),
-            &queue,
-            &format!("{lock}:granted"),
-        ])
-        .arg(&support::acquire_args(owner, "0", "", "0 30000 6000"))
-        .query(&mut admin);
+    let refused: redis::RedisResult<Vec<i64>> = support::eval_on_lock(
+        &mut admin,
+        &support::ACQUIRE_LUA,
+        &name,
+        &support::acquire_args(owner, "0", "", "0 30000 6000"),
+    );
     match refused {
         Err(e) if e.code() == Some("OOM") => {}
         other => panic!("expected the server's OOM refusal, got {other:?}"),

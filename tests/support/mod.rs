@@ -277,6 +277,16 @@ pub fn run_on_lock<T: redis::FromRedisValue>(
     name: &str,
     args: &[&str],
 ) -> T {
+    eval_on_lock(admin, script, name, args).unwrap()
+}
+
+/// [`run_on_lock`], for a run that may fail: what Redis answered.
+pub fn eval_on_lock<T: redis::FromRedisValue>(
+    admin: &mut redis::Connection,
+    script: &str,
+    name: &str,
+    args: &[&str],
+) -> redis::RedisResult<T> {
     let lock = format!("redlatch:{{{name}}}");
     let keys = [
         lock.clone(),
@@ -290,7 +300,6 @@ pub fn run_on_lock<T: redis::FromRedisValue>(
         .arg(&keys)
         .arg(args)
         .query(admin)
-        .unwrap()
 }
 
 /// The owner id of a thread of no client: what script-level tests (`run_on_lock`) act as.
