@@ -402,6 +402,21 @@ fn queued(admin: &mut redis::Connection, name: &str) -> usize {
         .unwrap()
 }
 
+/// Starts one thread per `wait`, in order, each only once the one before it is in lock
+/// `name`'s queue, so that they queue in that order.
+fn queue_in_turn<F: FnOnce() + Send + 'static>(
+    admin: &mut redis::Connection,
+    name: &str,
+    waits: impl IntoIterator<Item = F>,
+) -> Vec<thread::JoinHandle<()>> {
+    let mut waiters = Vec::new();
+    for (i, wait) in waits.into_iter().enumerate() {
+        waiters.push(thread::spawn(wait));
+        assert!(eventually(Duration::from_secs(5), || queued(admin, name) == i + 1));
+    }
+    waiters
+}
+
 #[test]
 fn waiters_in_different_clients_get_the_lock_in_arrival_order() {
     let server = RedisServer::start();
@@ -410,24 +425,23 @@ fn waiters_in_different_clients_get_the_lock_in_arrival_order() {
     let holder = client(&server);
     let held = holder.lock(&name).lock().unwrap();
     let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
-    let mut waiters = Vec::new();
-    for i in 0..4 {
-        let lock = client(&server).lock(&name);
-        let order = order.clone();
-        waiters.push(thread::spawn(move || {
-            let guard = lock
-                .try_lock(Duration::from_secs(20), None)
-                .unwrap()
-                .expect("acquired");
-            order.lock().push(i);
-            thread::sleep(Duration::from_millis(20));
-            drop(guard);
-        }));
-        // The next one arrives only once this one is queued.
-        assert!(eventually(Duration::from_secs(5), || queued(
-            &mut admin, &name
-        ) == i + 1));
-    }
+    let waiters = queue_in_turn(
+        &mut admin,
+        &name,
+        (0..4).map(|i| {
+            let lock = client(&server).lock(&name);
+            let order = order.clone();
+            move || {
+                let guard = lock
+                    .try_lock(Duration::from_secs(20), None)
+                    .unwrap()
+                    .expect("acquired");
+                order.lock().push(i);
+                thread::sleep(Duration::from_millis(20));
+                drop(guard);
+            }
+        }),
+    );
     support::await_waiting(&mut admin, &name);
     held.unlock().unwrap();
     for w in waiters {
@@ -940,21 +954,21 @@ fn a_hand_over_is_published_to_the_new_holders_client_alone_unless_its_lease_is_
         .unwrap();
     // `a` asks for the holder's lease, `b` for a shorter one, and queues second.
     let (a, b) = (client(&server), client(&server));
-    let mut waiters = Vec::new();
-    for (i, (waiter, lease)) in [(&a, 10), (&b, 1)].into_iter().enumerate() {
-        let lock = waiter.lock(&name);
-        waiters.push(thread::spawn(move || {
-            let guard = lock
-                .try_lock(Duration::from_secs(20), Some(Duration::from_secs(lease)))
-                .unwrap()
-                .expect("handed over");
-            thread::sleep(Duration::from_millis(20));
-            guard.unlock().unwrap();
-        }));
-        assert!(eventually(Duration::from_secs(5), || queued(
-            &mut admin, &name
-        ) == i + 1));
-    }
+    let waiters = queue_in_turn(
+        &mut admin,
+        &name,
+        [(&a, 10), (&b, 1)].map(|(waiter, lease)| {
+            let lock = waiter.lock(&name);
+            move || {
+                let guard = lock
+                    .try_lock(Duration::from_secs(20), Some(Duration::from_secs(lease)))
+                    .unwrap()
+                    .expect("handed over");
+                thread::sleep(Duration::from_millis(20));
+                guard.unlock().unwrap();
+            }
+        }),
+    );
     support::await_waiting(&mut admin, &name);
     held.unlock().unwrap();
     support::join_all(waiters, Duration::from_secs(20), "a waiter");
@@ -983,20 +997,20 @@ fn a_waiter_queues_for_a_hand_over_of_its_lease_capped_by_the_watchdog() {
     let name = unique("handover-lease");
     let held = client(&server).lock(&name).lock().unwrap();
     let waiter = client_with_watchdog(&server, Duration::from_secs(2));
-    let mut waiters = Vec::new();
-    for (i, lease) in [600, 1].into_iter().enumerate() {
-        let lock = waiter.lock(&name);
-        waiters.push(thread::spawn(move || {
-            let guard = lock
-                .try_lock(Duration::from_secs(20), Some(Duration::from_secs(lease)))
-                .unwrap()
-                .expect("handed over");
-            guard.unlock().unwrap();
-        }));
-        assert!(eventually(Duration::from_secs(5), || queued(
-            &mut admin, &name
-        ) == i + 1));
-    }
+    let waiters = queue_in_turn(
+        &mut admin,
+        &name,
+        [600, 1].map(|lease| {
+            let lock = waiter.lock(&name);
+            move || {
+                let guard = lock
+                    .try_lock(Duration::from_secs(20), Some(Duration::from_secs(lease)))
+                    .unwrap()
+                    .expect("handed over");
+                guard.unlock().unwrap();
+            }
+        }),
+    );
     let members: Vec<String> = redis::cmd("ZRANGE")
         .arg(format!("redlatch:{{{name}}}:queue"))
         .arg(0)
