@@ -402,6 +402,23 @@ fn queued(admin: &mut redis::Connection, name: &str) -> usize {
         .unwrap()
 }
 
+/// A waiter's work: wait up to 20 s for `lock` with `lease` (it expects a hand-over), hold it
+/// for `hold`, release it.
+fn handed_over_then_released(
+    lock: redlatch::Lock,
+    lease: Duration,
+    hold: Duration,
+) -> impl FnOnce() + Send + 'static {
+    move || {
+        let guard = lock
+            .try_lock(Duration::from_secs(20), Some(lease))
+            .unwrap()
+            .expect("handed over");
+        thread::sleep(hold);
+        guard.unlock().unwrap();
+    }
+}
+
 /// Starts one thread per `wait`, in order, each only once the one before it is in lock
 /// `name`'s queue, so that they queue in that order.
 fn queue_in_turn<F: FnOnce() + Send + 'static>(
@@ -958,15 +975,8 @@ fn a_hand_over_is_published_to_the_new_holders_client_alone_unless_its_lease_is_
         &mut admin,
         &name,
         [(&a, 10), (&b, 1)].map(|(waiter, lease)| {
-            let lock = waiter.lock(&name);
-            move || {
-                let guard = lock
-                    .try_lock(Duration::from_secs(20), Some(Duration::from_secs(lease)))
-                    .unwrap()
-                    .expect("handed over");
-                thread::sleep(Duration::from_millis(20));
-                guard.unlock().unwrap();
-            }
+            let lease = Duration::from_secs(lease);
+            handed_over_then_released(waiter.lock(&name), lease, Duration::from_millis(20))
         }),
     );
     support::await_waiting(&mut admin, &name);
@@ -1001,14 +1011,8 @@ fn a_waiter_queues_for_a_hand_over_of_its_lease_capped_by_the_watchdog() {
         &mut admin,
         &name,
         [600, 1].map(|lease| {
-            let lock = waiter.lock(&name);
-            move || {
-                let guard = lock
-                    .try_lock(Duration::from_secs(20), Some(Duration::from_secs(lease)))
-                    .unwrap()
-                    .expect("handed over");
-                guard.unlock().unwrap();
-            }
+            let lease = Duration::from_secs(lease);
+            handed_over_then_released(waiter.lock(&name), lease, Duration::ZERO)
         }),
     );
     let members: Vec<String> = redis::cmd("ZRANGE")
