@@ -632,7 +632,7 @@ mod tests {
         assert_eq!(splice("P", "a\nb\n", "-- p goes here"), "P\na\nb\n");
         // acquire.lua's usual case returns before places.lua's helpers are made.
         let acquire = with_prelude!("places.lua", "acquire.lua");
-        let usual_case = acquire.find("      return taken\n").unwrap();
+        let usual_case = acquire.find("return taken\n").unwrap();
         let helpers = acquire.find("local function place_member").unwrap();
         assert!(usual_case < helpers && !acquire.contains("goes here"));
         let withdraw = with_prelude!("places.lua", "withdraw.lua");
