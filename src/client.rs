@@ -23,6 +23,11 @@ use crate::subscriber::Subscriber;
 use redis::TlsCertificates;
 
 const DEFAULT_PREFIX: &str = "redlatch";
+/// What connections are called without [`ClientBuilder::name`].
+const DEFAULT_NAME: &str = "redlatch";
+/// The longest [`ClientBuilder::name`]: room for a service and a host, and short enough that
+/// `CLIENT LIST` stays readable.
+const MAX_CLIENT_NAME_LEN: usize = 64;
 const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// The default [`ClientBuilder::fence_retention`]: an hour, far beyond any clock step a
 /// healthy server takes, and short enough that per-entity names do not pile up.
@@ -267,6 +272,8 @@ pub struct ClientBuilder {
     watchdog_timeout: Duration,
     fence_retention: Duration,
     settings: Settings,
+    /// What the client calls itself on the server (see [`ClientBuilder::name`]).
+    name: Option<String>,
     replicas: Option<Replicas>,
     misused_master_credentials: bool,
     on_lost: Option<LossHook>,
@@ -287,8 +294,10 @@ impl ClientBuilder {
                     connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                     response_timeout: DEFAULT_RESPONSE_TIMEOUT,
                     tls: TlsConfig::default(),
+                    name: None,
                 },
             },
+            name: None,
             replicas: None,
             misused_master_credentials: false,
             on_lost: None,
@@ -329,6 +338,31 @@ impl ClientBuilder {
     /// ```
     pub fn on_lock_lost(mut self, f: impl Fn(&LostLock) + Send + Sync + 'static) -> Self {
         self.on_lost = Some(LossHook::new(f));
+        self
+    }
+
+    /// What this client calls itself on the server, so that an operator can tell whose a
+    /// lock is: a service and host, say `"api@host-7"`. Every connection the client opens
+    /// (commands, the subscriber's, Cluster nodes, the Sentinel master and the sentinels) is
+    /// named `<name>:<client id>` with `CLIENT SETNAME`, so `CLIENT LIST` shows it with the
+    /// connection's address; the client id is the first half of every owner id of this
+    /// client, which is how [`Client::inspect`] and the `redlatch` tool put the name and
+    /// address beside each holder and waiter. Without a name, connections are named
+    /// `redlatch:<client id>`.
+    ///
+    /// 1 to 64 printable ASCII characters without spaces (what `CLIENT SETNAME` takes), else
+    /// `build()` fails with [`Error::InvalidArgument`]. A server whose ACL refuses `CLIENT
+    /// SETNAME` keeps the connection unnamed; nothing else changes.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::builder("redis://127.0.0.1/")
+    ///     .name("api@host-7")
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = Some(name.to_string());
         self
     }
 
@@ -493,16 +527,21 @@ impl ClientBuilder {
                 ));
             }
         }
-        #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
+        let name = self.name.as_deref().unwrap_or(DEFAULT_NAME);
+        check_name(name)?;
+        let id = uuid::Uuid::new_v4().to_string();
         let mut settings = self.settings;
+        settings.link.name = Some(format!("{name}:{id}").into());
         #[cfg(feature = "tls")]
         if let Some(certs) = &self.tls_certificates {
             settings.link.tls = TlsConfig::new(certs)?;
         }
         let backend = Arc::new(Backend::new(&self.deployment, settings)?);
         backend.check()?;
+        if let Some(replicas) = self.replicas {
+            crate::engine::check_replicas(&backend, replicas)?;
+        }
 
-        let id = uuid::Uuid::new_v4().to_string();
         let (errands, errands_received) = crossbeam_channel::unbounded();
         let (notices, notices_received) = crossbeam_channel::unbounded();
         let epoch = Instant::now();
@@ -571,4 +610,21 @@ impl ClientBuilder {
             }),
         })
     }
+}
+
+/// Checks a [`ClientBuilder::name`]: what `CLIENT SETNAME` takes (no spaces, newlines or
+/// other characters outside `!`..`~`), and short.
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_CLIENT_NAME_LEN {
+        return Err(Error::invalid(format!(
+            "client name {name:?} must be 1 to {MAX_CLIENT_NAME_LEN} characters long"
+        )));
+    }
+    if let Some(c) = name.chars().find(|c| !('!'..='~').contains(c)) {
+        return Err(Error::invalid(format!(
+            "client name {name:?} contains {c:?}: CLIENT SETNAME takes printable ASCII \
+             without spaces"
+        )));
+    }
+    Ok(())
 }

@@ -81,6 +81,11 @@ pub use lost::{HoldKind, LossCause, LostLock};
 pub use redis::{ClientTlsConfig, TlsCertificates};
 pub use stats::Stats;
 
+/// The `redis` crate this one is built on, the version inside [`Error::Redis`]: name its types
+/// through this path (`redlatch::redis::RedisError`, `redlatch::redis::ErrorKind`) and they
+/// are always the ones redlatch uses, whatever version of `redis` your own `Cargo.toml` names.
+pub use redis;
+
 /// Measurement hooks for the crate's own benchmarks. Not part of the API: no stability promise.
 #[doc(hidden)]
 pub mod bench_support {

@@ -89,8 +89,9 @@ fn the_handshake_is_bounded_by_the_connect_timeout() {
 
 #[test]
 fn a_reply_that_trickles_fails_the_call_after_one_response_timeout() {
-    // The server answers `build()`'s PING, then trickles every later reply.
-    let fake = FakeServer::start(Misbehaviour::Trickle { healthy: 1 });
+    // The server answers `build()`'s CLIENT SETNAME and HELLO, then trickles every later
+    // reply.
+    let fake = FakeServer::start(Misbehaviour::Trickle { healthy: 2 });
     let client = timeouts(Client::builder(&fake.url()).pool_size(1))
         .build()
         .expect("the first reply is whole");

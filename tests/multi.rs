@@ -9,6 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlatch::{Client, Error};
+use support::topology::{await_replicas, master_and_replica};
 use support::{RedisServer, command_calls, eventually, unique};
 
 #[test]
@@ -259,14 +260,17 @@ fn a_multi_lock_waiting_for_a_member_holds_none_that_comes_after_it() {
 
 #[test]
 fn wait_for_replicas_applies_to_a_multi_lock_too() {
-    // A master with no replica: every acquisition must be refused with NotReplicated and
-    // leave nothing held, whether one lock is taken or several at once.
-    let server = RedisServer::start();
+    // A master whose one replica went away after the client was built (build() refuses a
+    // master without one): every acquisition must be refused with NotReplicated and leave
+    // nothing held, whether one lock is taken or several at once.
+    let (server, mut replica) = master_and_replica();
     let client = Client::builder(&server.url())
         .response_timeout(Duration::from_secs(1))
         .wait_for_replicas(1, Duration::from_millis(50))
         .build()
         .unwrap();
+    replica.kill();
+    await_replicas(&mut server.admin(), 0);
     let other = Client::open(&server.url()).unwrap();
     let (a, b) = (unique("r-a"), unique("r-b"));
     assert!(matches!(

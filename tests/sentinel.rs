@@ -307,6 +307,23 @@ fn sentinels_and_master_with_their_own_passwords() {
         text.contains("the master it names") && text.contains("authentication failed"),
         "{text}"
     );
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", setup.master_port())),
+        "names the master: {text}"
+    );
+
+    // A sentinel given where a server is expected: said so at build().
+    let port = setup.sentinel_ports()[0];
+    let url = format!("redis://:sentinel-secret@127.0.0.1:{port}/");
+    match Client::open(&url) {
+        Err(Error::InvalidArgument(text)) => assert!(
+            text.contains(&format!("127.0.0.1:{port}"))
+                && text.contains("Sentinel")
+                && text.contains("sentinel_builder"),
+            "{text}"
+        ),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
 }
 
 #[test]
@@ -333,20 +350,22 @@ fn unresponsive_sentinels_do_not_starve_renewal_on_a_healthy_master() {
 
 #[test]
 fn a_refused_wait_gives_the_lock_back() {
-    // A user allowed everything but WAIT: the acquisition itself succeeds, its WAIT does not.
-    let server = support::RedisServer::start();
+    // A user whose WAIT is taken away after the client was built (build() refuses one
+    // without it): the acquisition itself succeeds, its WAIT does not.
+    let (server, _replica) = support::topology::master_and_replica();
     let mut admin = server.admin();
-    let _: () = redis::cmd("ACL")
-        .arg(&[
-            "SETUSER", "nowait", "on", ">pw", "~*", "&*", "+@all", "-wait",
-        ])
-        .query(&mut admin)
-        .unwrap();
+    let user = |rules: &[&str]| {
+        let mut acl = redis::cmd("ACL");
+        acl.arg(&["SETUSER", "nowait", "on", ">pw", "~*", "&*", "+@all"]).arg(rules);
+        let _: () = acl.query(&mut server.admin()).unwrap();
+    };
+    user(&[]);
     let url = format!("redis://nowait:pw@127.0.0.1:{}/", server.port);
     let client = Client::builder(&url)
         .wait_for_replicas(1, Duration::from_millis(100))
         .build()
         .unwrap();
+    user(&["-wait"]);
     match client.lock("refused-wait").lock() {
         Err(Error::NotReplicated {
             acknowledged: 0, ..

@@ -307,7 +307,7 @@ impl ClusterTarget {
     /// worked last.
     pub(super) fn connect_node(&self, settings: &Settings) -> RedisResult<Link> {
         let first = self.next_node.load(Ordering::Relaxed);
-        let mut failure = None;
+        let mut failures = Vec::new();
         for i in 0..self.nodes.len() {
             let n = (first + i) % self.nodes.len();
             match link_to(&self.nodes[n], settings) {
@@ -315,10 +315,10 @@ impl ClusterTarget {
                     self.next_node.store(n, Ordering::Relaxed);
                     return Ok(con);
                 }
-                Err(e) => failure = Some(e),
+                Err(e) => failures.push(e),
             }
         }
-        Err(failure.expect("at least one seed node"))
+        Err(all_failed(failures))
     }
 
     /// The next pub/sub connection starts with the seed after the one that worked last.
@@ -330,6 +330,20 @@ impl ClusterTarget {
                 Some((n + 1) % len)
             });
     }
+}
+
+/// One error for every seed node that failed, each of which names its node: with several
+/// seeds, the user must see which one is wrong. The one failure as it is, if there is one.
+pub(super) fn all_failed(mut failures: Vec<redis::RedisError>) -> redis::RedisError {
+    if failures.len() == 1 {
+        return failures.remove(0);
+    }
+    let each: Vec<String> = failures.iter().map(|e| e.to_string()).collect();
+    redis::RedisError::from((
+        redis::ErrorKind::Io,
+        "no seed node of the cluster answered",
+        each.join("; "),
+    ))
 }
 
 #[cfg(test)]
@@ -384,6 +398,7 @@ mod tests {
                 connect_timeout: Duration::from_millis(200),
                 response_timeout: Duration::from_millis(200),
                 tls: Default::default(),
+                name: None,
             },
         };
         let seeds = vec!["redis://127.0.0.1:1/".to_string()];

@@ -23,8 +23,9 @@
 //! `redis::ConnectionLike` that every script call and command runs on unchanged, and a
 //! `redis::cluster::Connect`, so the cluster connection routes over links too.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io::{self, Write};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::{
@@ -33,22 +34,58 @@ use redis::{
 };
 
 use super::reply::Replies;
-use super::stream::Socket;
+use super::stream::{Socket, with_context};
 use crate::backend::tls::TlsConfig;
 
-/// How links are made: the builder's timeouts and TLS settings.
+/// How links are made: the builder's timeouts, TLS settings and connection name.
 #[derive(Clone, Debug)]
 pub(crate) struct LinkSettings {
-    /// For making a link: connect, TLS handshake, AUTH, SELECT.
+    /// For making a link: connect, TLS handshake, AUTH, SELECT, CLIENT SETNAME.
     pub connect_timeout: Duration,
     /// For each request, from when it is sent until its reply is complete.
     pub response_timeout: Duration,
     /// For `rediss://` servers.
     pub tls: TlsConfig,
+    /// What every connection is called on the server (`CLIENT SETNAME`), so that `CLIENT
+    /// LIST` says whose it is: `<name>:<client id>` (see `ClientBuilder::name`).
+    pub name: Option<Arc<str>>,
+}
+
+thread_local! {
+    static LENT: RefCell<Option<LinkSettings>> = const { RefCell::new(None) };
+}
+
+impl LinkSettings {
+    /// Runs `f` with these settings lent to the links made on this thread meanwhile.
+    ///
+    /// The cluster connection of the `redis` crate makes its node connections itself, through
+    /// `redis::cluster::Connect`, which is given a URL and a timeout only. It makes them
+    /// inside our calls, on our thread, so the client's TLS configuration and connection name
+    /// reach them through a thread-local ([`LinkSettings::lent`]).
+    pub fn scoped<T>(&self, f: impl FnOnce() -> T) -> T {
+        let previous = LENT.with(|lent| lent.replace(Some(self.clone())));
+        // Given back even if `f` panics: a later call on this thread must not see it.
+        struct Restore(Option<LinkSettings>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                let previous = self.0.take();
+                LENT.with(|lent| *lent.borrow_mut() = previous);
+            }
+        }
+        let _restore = Restore(previous);
+        f()
+    }
+
+    /// The settings [lent](LinkSettings::scoped) to this thread, if any.
+    fn lent() -> Option<LinkSettings> {
+        LENT.with(|lent| lent.borrow().clone())
+    }
 }
 
 /// A connection to one Redis server whose every request has a deadline (see the module docs).
 pub(crate) struct Link {
+    /// The server, `host:port` or a socket's path, for the errors that name it.
+    addr: String,
     socket: Socket,
     replies: Replies,
     db: i64,
@@ -60,59 +97,101 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    /// Connects to the server `info` names and authenticates, all within the connect timeout.
-    /// Requests are then answered within the response timeout each.
+    /// Connects to the server `info` names, authenticates and names the connection, all within
+    /// the connect timeout. Requests are then answered within the response timeout each. A
+    /// failure names the server and the step (see `stream::with_context`).
     pub fn connect(info: &ConnectionInfo, settings: &LinkSettings) -> RedisResult<Link> {
         let deadline = Instant::now() + settings.connect_timeout;
-        let socket = Socket::connect(info.addr(), deadline, &settings.tls)?;
+        let addr = info.addr().to_string();
+        let socket = Socket::connect(info.addr(), deadline, &settings.tls)
+            .map_err(|e| with_context(e, &addr))?;
         let mut link = Link {
+            addr,
             socket,
             replies: Replies::default(),
             db: info.redis_settings().db(),
             open: true,
             response_timeout: Cell::new(Some(settings.response_timeout)),
         };
-        link.handshake(info, deadline)?;
-        Ok(link)
+        match link.handshake(info, deadline, settings.name.as_deref()) {
+            Ok(()) => Ok(link),
+            Err(e) => Err(link.failed(e)),
+        }
     }
 
-    /// AUTH and SELECT, in one round trip that must be over by `deadline`.
-    fn handshake(&mut self, info: &ConnectionInfo, deadline: Instant) -> RedisResult<()> {
+    /// The server, `host:port` or a unix socket's path.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// `e`, a failure of this link, said with the server's address; a reply that is not
+    /// RESP2 says that the server is not Redis.
+    pub fn failed(&self, e: RedisError) -> RedisError {
+        let e = match e.kind() {
+            ErrorKind::Parse => with_context(e, "answered something that is not Redis"),
+            _ => e,
+        };
+        with_context(e, &self.addr)
+    }
+
+    /// AUTH, SELECT and CLIENT SETNAME, in one round trip that must be over by `deadline`.
+    fn handshake(
+        &mut self,
+        info: &ConnectionInfo,
+        deadline: Instant,
+        name: Option<&str>,
+    ) -> RedisResult<()> {
+        enum Step {
+            Auth,
+            Select(i64),
+            Name,
+        }
         let settings = info.redis_settings();
         let mut setup = redis::pipe();
-        let authenticates = settings.password().is_some();
+        let mut steps = Vec::new();
         if let Some(password) = settings.password() {
             let auth = setup.cmd("AUTH");
             if let Some(username) = settings.username() {
                 auth.arg(username);
             }
             auth.arg(password);
+            steps.push(Step::Auth);
         }
         if settings.db() != 0 {
             setup.cmd("SELECT").arg(settings.db());
+            steps.push(Step::Select(settings.db()));
         }
-        if setup.is_empty() {
+        if let Some(name) = name {
+            setup.cmd("CLIENT").arg("SETNAME").arg(name);
+            steps.push(Step::Name);
+        }
+        if steps.is_empty() {
             return Ok(());
         }
         let packed = setup.get_packed_pipeline();
-        let replies = self.request(&packed, 0, setup.len(), Some(deadline))?;
-        for (index, reply) in replies.into_iter().enumerate() {
+        let replies = self.request(&packed, 0, steps.len(), Some(deadline))?;
+        for (step, reply) in steps.into_iter().zip(replies) {
             let Value::ServerError(e) = reply else {
                 continue;
             };
-            self.open = false;
-            if index == 0 && authenticates {
-                // Classified as the `redis` crate does, so callers can tell a wrong password
-                // (`ErrorKind::AuthenticationFailed`) from a refused command.
-                let detail = RedisError::from(e).to_string();
-                return Err((
-                    ErrorKind::AuthenticationFailed,
-                    "authentication failed",
-                    detail,
-                )
-                    .into());
+            let e = RedisError::from(e);
+            match step {
+                Step::Auth => {
+                    self.open = false;
+                    // Classified as the `redis` crate does, so callers can tell a wrong
+                    // password (`ErrorKind::AuthenticationFailed`) from a refused command.
+                    let detail = format!("AUTH refused: {e}");
+                    return Err((ErrorKind::AuthenticationFailed, "authentication failed", detail)
+                        .into());
+                }
+                Step::Select(db) => {
+                    self.open = false;
+                    return Err(with_context(e, format!("SELECT {db} refused")));
+                }
+                // A name only helps operators: an ACL that forbids `CLIENT` (the least
+                // privilege the README shows) must not cost the connection.
+                Step::Name => log::debug!("{}: CLIENT SETNAME refused ({e})", self.addr),
             }
-            return Err(e.into());
         }
         Ok(())
     }
@@ -130,11 +209,18 @@ impl Link {
             return Err(closed());
         }
         self.socket.set_deadline(deadline);
-        let result = self.send_and_read(packed, offset, count);
-        if result.is_err() {
-            self.open = false;
+        self.send_and_read(packed, offset, count)
+            .map_err(|e| self.broken(e))
+    }
+
+    /// Closes the link after `e` (the stream may be out of step). A failure of the transport
+    /// or of the protocol names the server; a refusal (MULTI's) is the server's own words.
+    fn broken(&mut self, e: RedisError) -> RedisError {
+        self.open = false;
+        match e.kind() {
+            ErrorKind::Server(_) | ErrorKind::Extension => e,
+            _ => self.failed(e),
         }
-        result
     }
 
     fn send_and_read(
@@ -213,10 +299,12 @@ impl redis::cluster::Connect for Link {
         // The cluster connection sets the response timeout right after connecting; until
         // then (its first PING) the connect timeout bounds the answer too.
         let timeout = timeout.unwrap_or(Duration::from_secs(5));
+        let lent = LinkSettings::lent();
         let settings = LinkSettings {
             connect_timeout: timeout,
             response_timeout: timeout,
-            tls: TlsConfig::current(),
+            tls: lent.as_ref().map(|s| s.tls.clone()).unwrap_or_default(),
+            name: lent.and_then(|s| s.name),
         };
         Link::connect(&info.into_connection_info()?, &settings)
     }
@@ -253,10 +341,7 @@ impl Link {
             .socket
             .write_all(packed)
             .and_then(|()| self.socket.flush());
-        if sent.is_err() {
-            self.open = false;
-        }
-        Ok(sent?)
+        sent.map_err(|e| self.broken(e.into()))
     }
 
     /// Reads one reply or pushed message, which must be complete within the response
@@ -266,11 +351,9 @@ impl Link {
             return Err(closed());
         }
         self.socket.set_deadline(self.deadline());
-        let reply = self.replies.next(&mut self.socket);
-        if reply.is_err() {
-            self.open = false;
-        }
-        reply
+        self.replies
+            .next(&mut self.socket)
+            .map_err(|e| self.broken(e))
     }
 
     /// Sets how long a request, a send or a receive may take from now on; `None`: no limit.

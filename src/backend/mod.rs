@@ -145,36 +145,50 @@ impl Backend {
         }
     }
 
-    /// Checks that the deployment answers and takes our credentials: one PING. On a Cluster,
-    /// to one node only: the cluster connection would send it to every master, and a client
-    /// must be able to start while a master is down (the locks of the other slots work).
+    /// Checks that the deployment answers, takes our credentials, is Redis, new enough, and
+    /// of the topology the builder was for (a Cluster node given to `Client::open` would
+    /// refuse every lock with MOVED; a plain server given to `cluster_builder` has no slots).
+    /// One HELLO, on a connection of its own so that a failure names the server. On a
+    /// Cluster, to one node only: the cluster connection would send it to every master, and
+    /// a client must be able to start while a master is down (the locks of the other slots
+    /// work).
     pub fn check(&self) -> Result<()> {
         match &self.target {
             Target::Cluster(cluster) => {
-                let mut failure = None;
+                let mut failures = Vec::new();
                 // A stopped node accepts the connection and never answers: try the next.
                 for _ in 0..cluster.nodes.len() {
-                    let pinged = cluster.connect_node(&self.settings).and_then(|mut con| {
-                        check_version(&mut con)?;
+                    let n = cluster.next_node.load(Ordering::Relaxed) % cluster.nodes.len();
+                    let checked = link_to(&cluster.nodes[n], &self.settings).and_then(|mut con| {
+                        let hello = check_hello(&mut con, Mode::Cluster)?;
                         // One reply per name: nil for a command the server does not know.
                         let spublish: Vec<Value> = redis::cmd("COMMAND")
                             .arg("INFO")
                             .arg("SPUBLISH")
-                            .query(&mut con)?;
-                        Ok(matches!(spublish.first(), Some(Value::Array(_))))
+                            .query(&mut con)
+                            .map_err(|e| con.failed(e))?;
+                        Ok((hello, matches!(spublish.first(), Some(Value::Array(_)))))
                     });
-                    match pinged {
-                        Ok(has_spublish) => {
+                    match checked {
+                        Ok((Ok(()), has_spublish)) => {
                             cluster.sharded.store(has_spublish, Ordering::Relaxed);
                             return Ok(());
                         }
-                        Err(e) => failure = Some(e),
+                        // The node answered: what it said holds for the whole cluster.
+                        Ok((Err(refusal), _)) => return Err(refusal),
+                        Err(e) => failures.push(e),
                     }
                     cluster.skip_node();
                 }
-                Err(failure_of_version(failure.expect("at least one seed node")))
+                Err(Error::Redis(cluster::all_failed(failures)))
             }
-            _ => self.run(check_version).map_err(failure_of_version),
+            Target::Direct(_) | Target::Sentinel(_) => {
+                let epoch = self.pool.epoch();
+                let mut con = self.connect()?;
+                check_hello(&mut con, Mode::Standalone)??;
+                self.pool.adopt(Box::new(con), epoch);
+                Ok(())
+            }
         }
     }
 
@@ -191,6 +205,12 @@ impl Backend {
     /// How long making a connection may take.
     pub fn connect_timeout(&self) -> Duration {
         self.settings.link.connect_timeout
+    }
+
+    /// What every connection of this client is called on the server (`CLIENT SETNAME`), the
+    /// subscriber's too.
+    pub fn connection_name(&self) -> Option<&str> {
+        self.settings.link.name.as_deref()
     }
 
     /// The TLS configuration every connection of this client uses, the subscriber's too.
@@ -384,7 +404,7 @@ impl Backend {
             },
         };
         // The cluster connection may connect to a node inside `op` (see `tls`).
-        let result = self.settings.link.tls.scoped(|| op(&mut *con));
+        let result = self.settings.link.scoped(|| op(&mut *con));
         match &result {
             // On a Cluster a timeout says one node does not answer, not that the others are
             // gone: drop this connection (a late reply would put it out of step), keep the
@@ -413,7 +433,6 @@ impl Backend {
             let connection = self
                 .settings
                 .link
-                .tls
                 .scoped(|| cluster.client.get_generic_connection::<Link>())?;
             return Ok(Box::new(connection));
         }
@@ -426,11 +445,34 @@ fn link_to(client: &redis::Client, settings: &Settings) -> RedisResult<Link> {
     Link::connect(client.get_connection_info(), &settings.link)
 }
 
+/// The server `url` names; `what` says whose URL it is in the error ("redis URL",
+/// "sentinel URL"). A URL the `redis` crate cannot read is refused with what was expected.
+pub(crate) fn parse_url(what: &str, url: &str) -> Result<ConnectionInfo> {
+    const EXPECTED: &str = "expected redis://[user:password@]host:port[/db], \
+                            rediss://host:port (TLS) or redis+unix:///path";
+    match url.split_once("://") {
+        None => {
+            return Err(Error::invalid(format!(
+                "{what} {url:?} has no scheme: {EXPECTED}"
+            )));
+        }
+        Some((scheme, _)) if !matches!(
+                scheme,
+                "redis" | "rediss" | "redis+unix" | "unix" | "valkey" | "valkeys" | "valkey+unix"
+            ) => {
+            return Err(Error::invalid(format!(
+                "{what} {url:?}: {scheme}:// is not a Redis scheme; {EXPECTED}"
+            )));
+        }
+        Some(_) => {}
+    }
+    url.into_connection_info()
+        .map_err(|e| Error::invalid(format!("{what} {url:?} cannot be read ({e}); {EXPECTED}")))
+}
+
 /// A client for the server at `url`.
 fn direct_client(url: &str) -> Result<redis::Client> {
-    let info: ConnectionInfo = url
-        .into_connection_info()
-        .map_err(|e| Error::invalid(format!("redis URL {url:?}: {e}")))?;
+    let info = parse_url("redis URL", url)?;
     if !info.addr().is_supported() {
         return Err(Error::invalid(format!(
             "redis URL {url:?}: this build has no TLS support (enable the `tls` feature)"
@@ -461,6 +503,7 @@ mod test_support {
                 connect_timeout: Duration::from_secs(5),
                 response_timeout: Duration::from_secs(3),
                 tls: Default::default(),
+                name: None,
             },
         };
         Backend::new(&deployment, settings).unwrap()
@@ -475,56 +518,101 @@ mod test_support {
     }
 }
 
-/// Asks the server its version (`HELLO` without arguments, which every user may send and
-/// which changes nothing) and refuses one older than [`MIN_REDIS_VERSION`] with a reply
-/// that `failure_of_version` turns into [`Error::UnsupportedServer`]. A server that does
-/// not know `HELLO` is older than 6.0.
-fn check_version(con: &mut dyn ConnectionLike) -> RedisResult<()> {
+/// The topology a server runs in, as `HELLO` names it in its `mode` field.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Standalone,
+    Cluster,
+    Sentinel,
+}
+
+impl Mode {
+    fn parse(mode: &str) -> Option<Mode> {
+        match mode {
+            "standalone" => Some(Mode::Standalone),
+            "cluster" => Some(Mode::Cluster),
+            "sentinel" => Some(Mode::Sentinel),
+            _ => None,
+        }
+    }
+}
+
+/// What `HELLO` without arguments (which every user may send, and which changes nothing)
+/// says of the server at the other end of `con`. The outer error is the connection's (it
+/// names the server); the inner one is the refusal of a server that answered: too old,
+/// not Redis, or of another topology than `expected`.
+fn check_hello(con: &mut Link, expected: Mode) -> RedisResult<Result<()>> {
+    let addr = con.addr().to_string();
     let reply = redis::cmd("HELLO").query::<Value>(con);
-    let version = match reply {
-        Ok(hello) => hello_version(&hello),
-        Err(e)
-            if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
-                && e.to_string().to_lowercase().contains("unknown command") =>
-        {
-            Some("older than 6.0".to_string())
+    let hello = match reply {
+        Ok(hello) => hello,
+        Err(e) if is_unknown_command(&e) => {
+            return Ok(Err(Error::UnsupportedServer {
+                version: "older than 6.0".to_string(),
+            }));
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(con.failed(e)),
     };
-    match version {
-        Some(v) if !supported(&v) => {
-            Err(RedisError::from((redis::ErrorKind::Client, UNSUPPORTED, v)))
-        }
-        _ => Ok(()),
+    let fields = hello_fields(&hello);
+    let field = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let Some(version) = field("version") else {
+        // A proxy, a honeypot, a server of another protocol: whatever it answered, a lock
+        // could not be kept there.
+        let said = format!("{hello:?}");
+        let said: String = said.chars().take(80).collect();
+        return Err(con.failed(RedisError::from((
+            redis::ErrorKind::Parse,
+            "not a Redis server",
+            format!("its reply to HELLO was {said}"),
+        ))));
+    };
+    if !supported(version) {
+        return Ok(Err(Error::UnsupportedServer {
+            version: version.to_string(),
+        }));
     }
+    // A server that does not say (a fork, say) is given the benefit of the doubt.
+    let mode = field("mode").and_then(Mode::parse);
+    Ok(match (mode, expected) {
+        (None, _) => Ok(()),
+        (Some(mode), expected) if mode == expected => Ok(()),
+        (Some(Mode::Cluster), _) => Err(Error::invalid(format!(
+            "{addr} is a Redis Cluster node: use Client::cluster_builder"
+        ))),
+        (Some(Mode::Sentinel), _) => Err(Error::invalid(format!(
+            "{addr} is a Redis Sentinel: use Client::sentinel_builder with the master's name"
+        ))),
+        (Some(Mode::Standalone), _) => Err(Error::invalid(format!(
+            "{addr} runs without cluster mode: use Client::open or Client::builder"
+        ))),
+    })
 }
 
-/// The marker of a version refusal, for [`failure_of_version`].
-const UNSUPPORTED: &str = "redlatch: unsupported redis-server";
-
-/// [`Error::UnsupportedServer`] for a version refusal of [`check_version`], else the error.
-pub(crate) fn failure_of_version(e: RedisError) -> Error {
-    if e.kind() == redis::ErrorKind::Client && e.to_string().contains(UNSUPPORTED) {
-        let version = e.detail().unwrap_or("unknown").to_string();
-        return Error::UnsupportedServer { version };
-    }
-    Error::Redis(e)
+/// A refusal of a command the server does not know (`HELLO` before Redis 6.0).
+fn is_unknown_command(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
+        && e.to_string().to_lowercase().contains("unknown command")
 }
 
-/// The `version` of a `HELLO` reply (a map in RESP3, pairs in an array in RESP2).
-fn hello_version(hello: &Value) -> Option<String> {
+/// The text fields of a `HELLO` reply (a map in RESP3, pairs in an array in RESP2); empty
+/// for anything else.
+fn hello_fields(hello: &Value) -> Vec<(String, String)> {
     let pairs: Vec<(&Value, &Value)> = match hello {
         Value::Map(map) => map.iter().map(|(k, v)| (k, v)).collect(),
         Value::Array(items) => items
             .chunks(2)
             .filter_map(|p| Some((p.first()?, p.get(1)?)))
             .collect(),
-        _ => return None,
+        _ => return Vec::new(),
     };
-    pairs.into_iter().find_map(|(k, v)| {
-        let key: String = redis::from_redis_value(k.clone()).ok()?;
-        (key == "version").then(|| redis::from_redis_value(v.clone()).ok())?
-    })
+    pairs
+        .into_iter()
+        .filter_map(|(k, v)| {
+            let key: String = redis::from_redis_value(k.clone()).ok()?;
+            let value: String = redis::from_redis_value(v.clone()).ok()?;
+            Some((key, value))
+        })
+        .collect()
 }
 
 /// Whether `version` ("7.0.15") is at least [`MIN_REDIS_VERSION`]; a version we cannot
@@ -533,7 +621,7 @@ fn supported(version: &str) -> bool {
     let mut parts = version.split('.').map(|p| p.parse::<u32>());
     match (parts.next(), parts.next()) {
         (Some(Ok(major)), Some(Ok(minor))) => (major, minor) >= MIN_REDIS_VERSION,
-        _ => !version.starts_with("older"),
+        _ => true,
     }
 }
 
@@ -550,7 +638,6 @@ mod tests {
             ("10.0.0", true),
             ("6.0.9", false),
             ("5.0.14", false),
-            ("older than 6.0", false),
             ("unstable", true),
         ] {
             assert_eq!(supported(v), ok, "{v}");
@@ -560,8 +647,15 @@ mod tests {
             Value::BulkString(b"redis".to_vec()),
             Value::BulkString(b"version".to_vec()),
             Value::BulkString(b"7.0.15".to_vec()),
+            Value::BulkString(b"proto".to_vec()),
+            Value::Int(2),
         ]);
-        assert_eq!(hello_version(&pairs).as_deref(), Some("7.0.15"));
-        assert_eq!(hello_version(&Value::Okay), None);
+        let fields = hello_fields(&pairs);
+        assert!(fields.contains(&("version".into(), "7.0.15".into())));
+        assert!(fields.contains(&("proto".into(), "2".into())));
+        assert!(hello_fields(&Value::Okay).is_empty());
+        assert!(hello_fields(&Value::Nil).is_empty());
+        assert_eq!(Mode::parse("cluster"), Some(Mode::Cluster));
+        assert_eq!(Mode::parse("replica"), None);
     }
 }

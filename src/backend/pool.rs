@@ -76,6 +76,18 @@ impl Pool {
         }
     }
 
+    /// Takes in a connection made outside the pool (the one `build()` checked the server
+    /// on), if there is room: the first lock then needs no connection of its own.
+    pub(super) fn adopt(&self, con: PooledConnection, epoch: u64) {
+        let mut state = self.state.lock();
+        if state.open < self.max {
+            state.open += 1;
+            state.idle.push((con, epoch));
+            drop(state);
+            self.returned.notify_one();
+        }
+    }
+
     pub(super) fn give_back(&self, con: PooledConnection, epoch: u64) {
         self.state.lock().idle.push((con, epoch));
         self.returned.notify_one();

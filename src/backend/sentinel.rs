@@ -35,6 +35,7 @@ use crossbeam_channel::Receiver;
 
 use super::Backend;
 use super::link::{Link, LinkSettings};
+use super::stream::with_context;
 use crate::error::{Error, Result};
 
 /// How often the renewal thread asks the sentinels whether the master moved.
@@ -89,10 +90,7 @@ impl Sentinels {
             .sentinels
             .iter()
             .map(|url| {
-                let info = url
-                    .as_str()
-                    .into_connection_info()
-                    .map_err(|e| Error::invalid(format!("sentinel URL {url:?}: {e}")))?;
+                let info = super::parse_url("sentinel URL", url)?;
                 match info.addr() {
                     ConnectionAddr::Tcp(..) => {}
                     ConnectionAddr::TcpTls { insecure: true, .. } => {
@@ -221,7 +219,8 @@ impl Sentinels {
                     self.stale.store(false, Ordering::Release);
                     return Ok(master);
                 }
-                Err(e) => failures.push(format!("{}: {e}", sentinels[i].addr())),
+                // Each failure names the sentinel, or the master it named.
+                Err(e) => failures.push(e.to_string()),
             }
         }
         Err(RedisError::from((
@@ -263,11 +262,13 @@ impl Sentinels {
         let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
             .arg("GET-MASTER-ADDR-BY-NAME")
             .arg(&self.master_name)
-            .query(&mut con)?;
+            .query(&mut con)
+            .map_err(|e| con.failed(e))?;
         let Some((host, port)) = addr else {
             return Err(RedisError::from((
                 ErrorKind::MasterNameNotFoundBySentinel,
                 "this sentinel does not know the master",
+                con.addr().to_string(),
             )));
         };
         let info = self
@@ -278,20 +279,14 @@ impl Sentinels {
         let role = self
             .link(&info)
             .and_then(|mut master| redis::cmd("ROLE").query::<Vec<Value>>(&mut master))
-            .map_err(|e| {
-                RedisError::from((
-                    e.kind(),
-                    "the master it names",
-                    format!("{host}:{port}: {e}"),
-                ))
-            })?;
+            .map_err(|e| with_context(e, format!("{}: the master it names", con.addr())))?;
         let is_master = matches!(role.first(),
             Some(Value::BulkString(r)) if r.as_slice() == b"master");
         if !is_master {
             return Err(RedisError::from((
                 ErrorKind::Io,
                 "the server this sentinel names is not a master (yet)",
-                format!("{host}:{port}"),
+                format!("{}: {host}:{port}", con.addr()),
             )));
         }
         let client = redis::Client::open(info)?;
@@ -337,6 +332,7 @@ mod tests {
             connect_timeout: Duration::from_secs(1),
             response_timeout: Duration::from_secs(1),
             tls: Default::default(),
+            name: None,
         };
         Sentinels::new(&spec, &settings)
     }

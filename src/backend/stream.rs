@@ -16,6 +16,56 @@ use redis::{ConnectionAddr, ErrorKind, RedisError, RedisResult};
 
 use crate::backend::tls::TlsConfig;
 
+/// `e` told again with `what` before it (`127.0.0.1:6379: cannot connect: Connection refused`),
+/// so that a user with several servers sees which one failed and at which step. What the
+/// crate and its users ask of the error stays as it was: its kind, whether it is a timeout, a
+/// refusal or a dropped connection. `e` is kept as its source.
+pub(super) fn with_context(e: RedisError, what: impl Into<String>) -> RedisError {
+    let what = what.into();
+    if e.kind() != ErrorKind::Io {
+        // Only I/O errors carry an error of their own; the others carry a detail, which gets
+        // the context. Their description is a static text, so one is chosen by kind.
+        let description = match e.kind() {
+            ErrorKind::AuthenticationFailed => "authentication failed",
+            ErrorKind::Parse => "not a Redis server",
+            _ => "connection failed",
+        };
+        let detail = e.detail().map_or_else(|| e.to_string(), str::to_string);
+        return RedisError::from((e.kind(), description, format!("{what}: {detail}")));
+    }
+    // The `redis` crate answers these from the io::ErrorKind inside; one that answers the same
+    // is chosen, since the error inside cannot be reached from here.
+    let kind = if e.is_timeout() {
+        io::ErrorKind::TimedOut
+    } else if e.is_connection_refusal() {
+        io::ErrorKind::ConnectionRefused
+    } else if e.is_connection_dropped() {
+        io::ErrorKind::ConnectionReset
+    } else {
+        io::ErrorKind::Other
+    };
+    io::Error::new(kind, Context { what, source: e }).into()
+}
+
+/// An error with what was being done, and where, before it (see [`with_context`]).
+#[derive(Debug)]
+struct Context {
+    what: String,
+    source: RedisError,
+}
+
+impl std::fmt::Display for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.what, self.source)
+    }
+}
+
+impl std::error::Error for Context {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
 /// The byte stream under a link; every read and write of the network is [`Deadlined`].
 pub(super) enum Socket {
     Tcp(Deadlined<TcpStream>),
@@ -37,13 +87,13 @@ impl Socket {
         let _ = tls; // used with the `tls` feature only
         match addr {
             ConnectionAddr::Tcp(host, port) => Ok(Socket::Tcp(Deadlined::new(
-                connect_tcp(host, *port, deadline)?,
+                connect_tcp(host, *port, deadline).map_err(cannot_connect)?,
                 deadline,
             ))),
             #[cfg(unix)]
             ConnectionAddr::Unix(path) => {
-                let stream = Deadlined::new(UnixStream::connect(path)?, deadline);
-                Ok(Socket::Unix(stream))
+                let unix = UnixStream::connect(path).map_err(|e| cannot_connect(e.into()))?;
+                Ok(Socket::Unix(Deadlined::new(unix, deadline)))
             }
             #[cfg(feature = "tls")]
             ConnectionAddr::TcpTls {
@@ -69,12 +119,15 @@ impl Socket {
                 let session = rustls::ClientConnection::new(tls.rustls(), name).map_err(|e| {
                     RedisError::from((ErrorKind::InvalidClientConfig, "TLS", e.to_string()))
                 })?;
-                let tcp = Deadlined::new(connect_tcp(host, *port, deadline)?, deadline);
-                let mut stream = rustls::StreamOwned::new(session, tcp);
+                let tcp = connect_tcp(host, *port, deadline).map_err(cannot_connect)?;
+                let mut stream = rustls::StreamOwned::new(session, Deadlined::new(tcp, deadline));
                 // The handshake now, within the connect timeout, rather than inside the first
                 // request; a refused certificate shows here.
                 while stream.conn.is_handshaking() {
-                    stream.conn.complete_io(&mut stream.sock)?;
+                    stream
+                        .conn
+                        .complete_io(&mut stream.sock)
+                        .map_err(|e| with_context(e.into(), "TLS handshake failed"))?;
                 }
                 Ok(Socket::Tls(Box::new(stream)))
             }
@@ -135,6 +188,10 @@ impl Write for Socket {
             Socket::Tls(s) => s.flush(),
         }
     }
+}
+
+fn cannot_connect(e: RedisError) -> RedisError {
+    with_context(e, "cannot connect")
 }
 
 /// Connects to each address `host` resolves to, in order, until one accepts by `deadline`.

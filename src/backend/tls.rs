@@ -4,11 +4,7 @@
 //! there and not at the first lock. Without [`TlsCertificates`] a client trusts the webpki
 //! root certificates (those a browser trusts); with a `root_cert` it trusts that CA only, and
 //! with a `client_tls` it proves itself with that certificate (mutual TLS).
-//!
-//! The cluster connection of the `redis` crate makes its node connections itself, through
-//! `redis::cluster::Connect`, which is given a URL and a timeout only. It makes them inside our
-//! calls, on our thread, so [`TlsConfig::scoped`] lends the client's configuration to those
-//! calls through a thread-local, and [`TlsConfig::current`] finds it there.
+//! The cluster connection's node connections get it through `LinkSettings::scoped`.
 
 #[cfg(feature = "tls")]
 use std::sync::Arc;
@@ -25,11 +21,6 @@ pub(crate) struct TlsConfig {
     /// `None`: the webpki roots, no client certificate.
     #[cfg(feature = "tls")]
     custom: Option<Arc<rustls::ClientConfig>>,
-}
-
-#[cfg(feature = "tls")]
-thread_local! {
-    static LENT: std::cell::RefCell<Option<TlsConfig>> = const { std::cell::RefCell::new(None) };
 }
 
 impl TlsConfig {
@@ -54,36 +45,6 @@ impl TlsConfig {
         }
     }
 
-    /// Runs `f` with this configuration lent to the connections made on this thread meanwhile
-    /// (see the module docs).
-    pub fn scoped<T>(&self, f: impl FnOnce() -> T) -> T {
-        #[cfg(feature = "tls")]
-        {
-            let previous = LENT.with(|lent| lent.replace(Some(self.clone())));
-            // Given back even if `f` panics: a later call on this thread must not see it.
-            struct Restore(Option<TlsConfig>);
-            impl Drop for Restore {
-                fn drop(&mut self) {
-                    let previous = self.0.take();
-                    LENT.with(|lent| *lent.borrow_mut() = previous);
-                }
-            }
-            let _restore = Restore(previous);
-            f()
-        }
-        #[cfg(not(feature = "tls"))]
-        f()
-    }
-
-    /// The configuration [lent](TlsConfig::scoped) to this thread, else the default.
-    pub fn current() -> TlsConfig {
-        #[cfg(feature = "tls")]
-        {
-            LENT.with(|lent| lent.borrow().clone()).unwrap_or_default()
-        }
-        #[cfg(not(feature = "tls"))]
-        TlsConfig::default()
-    }
 }
 
 #[cfg(feature = "tls")]

@@ -517,6 +517,36 @@ fn lost(keys: &LockKeys) -> Error {
     }
 }
 
+/// Checks at `build()` that `replicas` can be had at all: one `WAIT`, on a connection of its
+/// own (it has written nothing, so every connected replica acknowledges at once). With fewer,
+/// or with WAIT refused, every acquisition would fail with [`Error::NotReplicated`]; better
+/// said once, at the start, naming the server.
+pub(crate) fn check_replicas(backend: &crate::backend::Backend, replicas: Replicas) -> Result<()> {
+    let mut con = backend.connect()?;
+    let asked = format!(
+        "wait_for_replicas({}, {:?})",
+        replicas.count, replicas.timeout
+    );
+    let reply = redis::cmd("WAIT")
+        .arg(replicas.count)
+        .arg(replicas.timeout.as_millis() as u64)
+        .query::<u32>(&mut con);
+    match reply {
+        Ok(acknowledged) if acknowledged >= replicas.count => Ok(()),
+        Ok(acknowledged) => Err(Error::invalid(format!(
+            "{asked}: {acknowledged} of the master's replicas at {} acknowledged in time, {} \
+             wanted; every lock would fail with NotReplicated",
+            con.addr(),
+            replicas.count
+        ))),
+        Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_) | redis::ErrorKind::Extension) => Err(Error::invalid(format!(
+            "{asked}: {} refused WAIT ({e}); every lock would fail with NotReplicated",
+            con.addr()
+        ))),
+        Err(e) => Err(Error::Redis(con.failed(e))),
+    }
+}
+
 /// `WAIT` for `replicas` on the connection that just wrote. A refusal (an ACL without WAIT,
 /// say) counts as no replica, so that the caller gives the lock back instead of leaving it
 /// held without a guard; a failed connection is an error, retried with the acquisition.

@@ -40,7 +40,8 @@ use crate::keys::LockKeys;
 use crate::scripts::{self, Acquire, Freeing, Queueing, Release, Releasing};
 
 pub(crate) use acquire::{
-    Acquired, acquire, acquisition, extend_all, forced, give_back, register, release, why_gone,
+    Acquired, acquire, acquisition, check_replicas, extend_all, forced, give_back, register,
+    release, why_gone,
 };
 pub(crate) use hold::Hold;
 pub(crate) use lease::{Terms, deadline_after, validate_duration, validate_lease};

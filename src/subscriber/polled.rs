@@ -501,11 +501,12 @@ impl PolledTask {
                 }
                 Ok(())
             }
-            (Sent::Unsubscribe(_) | Sent::Ping, Frame::Error(e)) => {
+            // A name refused (an ACL without CLIENT) only leaves the connection unnamed.
+            (Sent::Unsubscribe(_) | Sent::Ping | Sent::Name, Frame::Error(e)) => {
                 log::debug!("redlatch subscriber: {} answered {e}", shard.node);
                 Ok(())
             }
-            (Sent::Unsubscribe(_), _) | (Sent::Ping, _) | (Sent::Auth, _) => Ok(()),
+            (Sent::Unsubscribe(_) | Sent::Ping | Sent::Auth | Sent::Name, _) => Ok(()),
             (sent, frame) => Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("answer {frame:?} to {sent:?} from {}", shard.node),

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 /// How a [`FakeServer`] answers.
 #[derive(Clone, Copy, Debug)]
 pub enum Misbehaviour {
-    /// Answers the first `healthy` requests of each connection with `+PONG`, then starts a
+    /// Answers the first `healthy` requests of each connection with `+PONG` (HELLO as Redis
+    /// does), then starts a
     /// simple-string reply (`+`) and sends one more byte of it every 100 ms, never ending it.
     Trickle { healthy: usize },
     /// Reads everything, answers nothing.
@@ -24,7 +25,13 @@ pub enum Misbehaviour {
     /// Answers `HELLO` as a Redis server of this version would (RESP2: name/value pairs), or,
     /// for `None`, as one from before 6.0, which does not know `HELLO`; anything else `+OK`.
     Version(Option<&'static str>),
+    /// Answers every request with `$-5`: a bulk string of negative length, which no Redis
+    /// sends (RESP2's nil is `$-1`).
+    NegativeBulk,
 }
+
+/// What a Redis 7.0 server in standalone mode answers to `HELLO` (RESP2).
+pub const HELLO_REPLY: &str = "*6\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n";
 
 /// A loopback listener that misbehaves (see [`Misbehaviour`]); stops on drop.
 pub struct FakeServer {
@@ -109,6 +116,19 @@ fn serve(mut stream: TcpStream, how: Misbehaviour, stop: &AtomicBool) {
                 }
             }
         }
+        Misbehaviour::NegativeBulk => {
+            while alive() {
+                match stream.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(_) => {
+                        if stream.write_all(b"$-5\r\n").is_err() {
+                            return;
+                        }
+                    }
+                    Err(_) => continue,
+                }
+            }
+        }
         Misbehaviour::Silent => {
             while alive() {
                 match stream.read(&mut buf) {
@@ -122,9 +142,14 @@ fn serve(mut stream: TcpStream, how: Misbehaviour, stop: &AtomicBool) {
             while alive() && answered < healthy {
                 match stream.read(&mut buf) {
                     Ok(0) => return,
-                    Ok(_) => {
-                        // One read per request: the client waits for each answer.
-                        if stream.write_all(b"+PONG\r\n").is_err() {
+                    Ok(n) => {
+                        // One read per request: the client waits for each answer. HELLO
+                        // gets what a Redis server says, so that the client takes it for one.
+                        let hello = String::from_utf8_lossy(&buf[..n])
+                            .to_uppercase()
+                            .contains("HELLO");
+                        let reply = if hello { HELLO_REPLY } else { "+PONG\r\n" };
+                        if stream.write_all(reply.as_bytes()).is_err() {
                             return;
                         }
                         answered += 1;

@@ -119,6 +119,30 @@ fn run_bounded(program: &str, args: &[String], within: Duration) -> String {
     }
 }
 
+/// A master with one replica, in sync (online: it acknowledges writes).
+pub fn master_and_replica() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start();
+    let port = master.port.to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    await_replicas(&mut master.admin(), 1);
+    (master, replica)
+}
+
+/// Waits until the master behind `admin` has `n` replicas online, for at most 10 s.
+pub fn await_replicas(admin: &mut Connection, n: usize) {
+    wait_for("the replicas to come or go", Duration::from_secs(10), || {
+        let replication = info(admin, "replication").ok()?;
+        let online = (0..8)
+            .filter(|i| {
+                replication
+                    .get(&format!("slave{i}"))
+                    .is_some_and(|s| s.contains("state=online"))
+            })
+            .count();
+        (online == n).then_some(())
+    });
+}
+
 /// `INFO <section>` as field -> value.
 pub fn info(con: &mut Connection, section: &str) -> RedisResult<HashMap<String, String>> {
     let text: String = redis::cmd("INFO").arg(section).query(con)?;

@@ -29,6 +29,8 @@ pub(super) enum Sent {
     Unsubscribe(VecDeque<String>),
     /// The first command without credentials, or a heartbeat.
     Ping,
+    /// CLIENT SETNAME, after the first command: see `ClientBuilder::name`.
+    Name,
 }
 
 impl Sent {
@@ -36,7 +38,7 @@ impl Sent {
     pub(super) fn channels_mut(&mut self) -> Option<&mut VecDeque<String>> {
         match self {
             Sent::Subscribe(channels) | Sent::Unsubscribe(channels) => Some(channels),
-            Sent::Auth | Sent::Ping => None,
+            Sent::Auth | Sent::Ping | Sent::Name => None,
         }
     }
 }
@@ -136,6 +138,11 @@ impl Shard {
             Sent::Ping
         };
         shard.sent.push_back((first, deadline));
+        if let Some(name) = backend.connection_name() {
+            let setname = redis::cmd("CLIENT").arg("SETNAME").arg(name).get_packed_command();
+            shard.outbox.extend_from_slice(&setname);
+            shard.sent.push_back((Sent::Name, deadline));
+        }
         Ok(shard)
     }
 

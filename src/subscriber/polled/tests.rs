@@ -19,6 +19,7 @@ fn task() -> (Subscriber, PolledTask, std::net::TcpListener, String) {
             connect_timeout: Duration::from_millis(10),
             response_timeout: Duration::from_secs(10),
             tls: Default::default(),
+            name: None,
         },
     };
     let backend =
@@ -340,6 +341,7 @@ fn cluster_nodes_are_dialled_over_tls_when_the_seeds_are() {
                 connect_timeout: Duration::from_millis(10),
                 response_timeout: Duration::from_millis(10),
                 tls: Default::default(),
+                name: None,
             },
         };
         let deployment = Deployment::Cluster(vec![seed.to_string()]);

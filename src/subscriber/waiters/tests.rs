@@ -22,6 +22,7 @@ fn subscriber() -> (Subscriber, Receiver<Errand>, Arc<LockKeys>) {
             connect_timeout: Duration::from_millis(10),
             response_timeout: Duration::from_millis(10),
             tls: Default::default(),
+            name: None,
         },
     };
     // Never connected, and no thread runs the task: nothing here does I/O.
