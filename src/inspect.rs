@@ -122,16 +122,24 @@ pub struct Report {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Holder {
-    /// Its owner id: `<client id>:<thread>` (a read adds `:r`; permits `<client id>:p<n>`).
+    /// Its owner id: `<client id>:<thread>` (a read adds `:r`; permits `<client id>:p<n>`;
+    /// an [`OwnedLockGuard`](crate::OwnedLockGuard) `<client id>:<n>`).
     pub owner: String,
     /// Its hold count (re-entries), or the permits it holds.
     pub count: u64,
-    /// The token of its hold, where Redis keeps it per holder (read-write lock, semaphore).
+    /// The token of its hold: per holder for a read-write lock or a semaphore; a lock's
+    /// holder has the lock's latest token, its fencing counter.
     pub token: Option<u64>,
-    /// Its own lease left, where each holder has one (read-write lock, semaphore).
+    /// Its lease left: its own for a read-write lock or a semaphore, the lock's for a lock.
     pub lease_left: Option<Duration>,
-    /// Whether it is the writer of a read-write lock.
+    /// Whether it is the writer of a read-write lock (never set for another kind).
     pub writer: bool,
+    /// The [name](crate::ClientBuilder::name) of the client it belongs to, found through
+    /// `CLIENT LIST`; `None` when that client has no connection open, or the ACL does not
+    /// allow `CLIENT LIST`.
+    pub client_name: Option<String>,
+    /// The address (`ip:port`) of one of that client's connections, the same way.
+    pub client_addr: Option<String>,
 }
 
 /// One waiter in a [`Report`].
@@ -140,11 +148,40 @@ pub struct Holder {
 pub struct Waiter {
     /// Its owner id.
     pub owner: String,
-    /// Its terms: `"<valid until, ms> <hand-over lease, ms>[ <need>]"` (valid until: the
-    /// server's clock, after which a release passes it over as gone); for a read-write lock
-    /// or a semaphore, `"granted <token>"` when it was handed the object and has not taken it
-    /// up yet (a lock's waiter leaves the queue when it is handed the lock).
+    /// Its terms in words: `valid for 29.8 s more, hand-over lease 30 s` (and what it asks
+    /// for: `to write`, `3 permits`), or `granted token 42, not taken up yet` for a read-write
+    /// lock's or a semaphore's waiter that was handed the object and has not returned with
+    /// it yet (a lock's waiter leaves the queue when it is handed the lock). What a script of
+    /// ours did not write is shown as Redis has it.
     pub terms: String,
+    /// How long its place stays valid, by the server's clock: a release passes over a waiter
+    /// whose place ran out as gone. Zero once it ran out.
+    pub valid_for: Option<Duration>,
+    /// The lease it is handed the object with, if a release hands it over.
+    pub handover_lease: Option<Duration>,
+    /// A semaphore's waiter: the permits it asks for.
+    pub permits: Option<u64>,
+    /// A read-write lock's waiter: whether it waits to write (else to read).
+    pub writer: bool,
+    /// The token it was granted, when it was handed the object and has not taken it up.
+    pub granted: Option<u64>,
+    /// As [`Holder::client_name`].
+    pub client_name: Option<String>,
+    /// As [`Holder::client_addr`].
+    pub client_addr: Option<String>,
+}
+
+/// A redlatch client with a connection open to Redis, as `CLIENT LIST` shows it (see
+/// [`ClientBuilder::name`](crate::ClientBuilder::name)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectedClient {
+    /// Its client id, the first half of its owner ids ([`Client::id`]).
+    pub id: String,
+    /// Its name (`redlatch` when it was given none).
+    pub name: String,
+    /// The address (`ip:port`) of one of its connections.
+    pub addr: String,
 }
 
 impl Client {
@@ -193,14 +230,58 @@ impl Client {
         Ok(found)
     }
 
+    /// The redlatch clients with a connection open to Redis (on a Cluster, to any master),
+    /// by the names their connections carry (see [`ClientBuilder::name`]), one entry per
+    /// client. Empty where the ACL does not allow `CLIENT LIST` (it is `@admin
+    /// @dangerous`): knowing who is connected is a courtesy to the operator, not a need.
+    ///
+    /// [`ClientBuilder::name`]: crate::ClientBuilder::name
+    pub fn connected_clients(&self) -> Result<Vec<ConnectedClient>> {
+        let core = self.core();
+        let list = |con: &mut dyn ConnectionLike| -> RedisResult<String> {
+            redis::cmd("CLIENT").arg("LIST").query(con)
+        };
+        let lists = match core.backend.on_every_master(list) {
+            Ok(lists) => lists,
+            Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                log::debug!("CLIENT LIST refused ({e}): owners are shown without names");
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(Error::Redis(e)),
+        };
+        let mut clients: Vec<ConnectedClient> =
+            lists.iter().flat_map(|list| parse_client_list(list)).collect();
+        clients.sort_by(|a, b| a.id.cmp(&b.id));
+        clients.dedup_by(|later, earlier| later.id == earlier.id);
+        Ok(clients)
+    }
+
     /// Who holds object `name` of `kind`, its lease, its fencing counter, who waits for it
-    /// and how many clients listen on its channel. Reads only.
+    /// and how many clients listen on its channel, with the name and address of each
+    /// holder's and waiter's client where `CLIENT LIST` tells them. Reads only.
     pub fn inspect(&self, kind: ObjectKind, name: &str) -> Result<Report> {
         let core = self.core();
         engine::check_name(core, name)?;
         let keys = LockKeys::of(kind.family(), &core.prefix, name);
         let read = |con: &mut dyn ConnectionLike| read_report(con, kind, &keys);
         let mut report = core.backend.run(read).map_err(Error::Redis)?;
+        let clients = self.connected_clients()?;
+        let client_of = |owner: &str| {
+            let id = client_id_of(owner);
+            clients.iter().find(|c| c.id == id)
+        };
+        for holder in &mut report.holders {
+            if let Some(client) = client_of(&holder.owner) {
+                holder.client_name = Some(client.name.clone());
+                holder.client_addr = Some(client.addr.clone());
+            }
+        }
+        for waiter in &mut report.queue {
+            if let Some(client) = client_of(&waiter.owner) {
+                waiter.client_name = Some(client.name.clone());
+                waiter.client_addr = Some(client.addr.clone());
+            }
+        }
         let sharded = core.backend.sharded_pubsub();
         let channel = keys.channel().to_string();
         let numsub = |con: &mut dyn ConnectionLike| -> RedisResult<u64> {
@@ -430,6 +511,8 @@ fn read_report(
     kind: ObjectKind,
     keys: &LockKeys,
 ) -> RedisResult<Report> {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(con)?;
+    let now_ms = secs * 1000 + micros / 1000;
     let pttl: i64 = redis::cmd("PTTL").arg(keys.lock()).query(con)?;
     let ttl = (pttl >= 0).then(|| Duration::from_millis(pttl as u64));
     let fence: Option<String> = redis::cmd("GET")
@@ -462,13 +545,13 @@ fn read_report(
                     count,
                     token: report.fence,
                     lease_left: ttl,
-                    writer: true,
+                    writer: false,
+                    client_name: None,
+                    client_addr: None,
                 })
                 .collect();
         }
         ObjectKind::ReadWriteLock | ObjectKind::Semaphore => {
-            let (secs, micros): (u64, u64) = redis::cmd("TIME").query(con)?;
-            let now_ms = secs * 1000 + micros / 1000;
             let fields: Vec<(String, String)> =
                 redis::cmd("HGETALL").arg(keys.lock()).query(con)?;
             let writer = fields
@@ -495,6 +578,8 @@ fn read_report(
                     count,
                     token,
                     lease_left,
+                    client_name: None,
+                    client_addr: None,
                 });
             }
             if kind == ObjectKind::Semaphore {
@@ -508,14 +593,13 @@ fn read_report(
             .iter()
             .map(
                 |(member, arrival)| match scripts::Place::parse(member, *arrival) {
-                    Some(place) => Waiter {
-                        owner: place.owner.to_string(),
-                        terms: format!("{} {}", place.valid_until_ms, place.handover_lease_ms),
-                    },
-                    None => Waiter {
-                        owner: member.clone(),
-                        terms: String::new(),
-                    },
+                    Some(place) => Waiter::waiting(
+                        place.owner,
+                        place.valid_until_ms,
+                        place.handover_lease_ms,
+                        now_ms,
+                    ),
+                    None => Waiter::unread(member, ""),
                 },
             )
             .collect();
@@ -534,11 +618,164 @@ fn read_report(
         report.queue = queued
             .into_iter()
             .zip(terms)
-            .map(|(owner, terms)| Waiter {
-                owner,
-                terms: terms.unwrap_or_default(),
-            })
+            .map(|(owner, terms)| Waiter::of_shares(&owner, &terms.unwrap_or_default(), now_ms))
             .collect();
     }
     Ok(report)
+}
+
+impl Waiter {
+    /// A waiter whose terms no script of ours wrote: shown as Redis has them.
+    fn unread(owner: &str, terms: &str) -> Waiter {
+        Waiter {
+            owner: owner.to_string(),
+            terms: terms.to_string(),
+            valid_for: None,
+            handover_lease: None,
+            permits: None,
+            writer: false,
+            granted: None,
+            client_name: None,
+            client_addr: None,
+        }
+    }
+
+    /// A waiter in the queue whose place is valid until `valid_until_ms` (the server's clock,
+    /// which reads `now_ms`) and who is handed the object with `handover_lease_ms`.
+    fn waiting(owner: &str, valid_until_ms: u64, handover_lease_ms: u64, now_ms: u64) -> Waiter {
+        let valid_for = Duration::from_millis(valid_until_ms.saturating_sub(now_ms));
+        let handover_lease = Duration::from_millis(handover_lease_ms);
+        Waiter {
+            terms: format!(
+                "valid for {} more, hand-over lease {}",
+                short(valid_for),
+                short(handover_lease)
+            ),
+            valid_for: Some(valid_for),
+            handover_lease: Some(handover_lease),
+            ..Waiter::unread(owner, "")
+        }
+    }
+
+    /// A read-write lock's or a semaphore's waiter, whose terms are `"<valid until ms>
+    /// <hand-over lease ms> <need>"` or `"granted <token>"` (`lua/shares.lua`).
+    fn of_shares(owner: &str, terms: &str, now_ms: u64) -> Waiter {
+        let words: Vec<&str> = terms.split(' ').collect();
+        match words.as_slice() {
+            ["granted", token] => match token.parse() {
+                Ok(token) => Waiter {
+                    terms: format!("granted token {token}, not taken up yet"),
+                    granted: Some(token),
+                    ..Waiter::unread(owner, terms)
+                },
+                Err(_) => Waiter::unread(owner, terms),
+            },
+            [valid, lease, need] => match (valid.parse(), lease.parse()) {
+                (Ok(valid), Ok(lease)) => {
+                    let mut waiter = Waiter::waiting(owner, valid, lease, now_ms);
+                    match *need {
+                        "w" => waiter.writer = true,
+                        "r" => {}
+                        n => waiter.permits = n.parse().ok(),
+                    }
+                    let asks = match (*need, waiter.permits) {
+                        ("w", _) => ", to write".to_string(),
+                        ("r", _) => ", to read".to_string(),
+                        (_, Some(1)) => ", 1 permit".to_string(),
+                        (_, Some(n)) => format!(", {n} permits"),
+                        (_, None) => format!(", asks {need}"),
+                    };
+                    waiter.terms.push_str(&asks);
+                    waiter
+                }
+                _ => Waiter::unread(owner, terms),
+            },
+            _ => Waiter::unread(owner, terms),
+        }
+    }
+}
+
+/// `d` as a person reads it in a report: `350 ms`, `29.8 s`, `12 min 5 s`.
+fn short(d: Duration) -> String {
+    let ms = d.as_millis();
+    match ms {
+        0..1_000 => format!("{ms} ms"),
+        1_000..60_000 => format!("{:.1} s", d.as_secs_f64()),
+        _ => {
+            let secs = d.as_secs();
+            match secs {
+                60..3_600 => format!("{} min {} s", secs / 60, secs % 60),
+                _ => format!("{} h {} min", secs / 3_600, secs % 3_600 / 60),
+            }
+        }
+    }
+}
+
+/// The client id an owner id starts with (`<client id>:<thread>...`).
+fn client_id_of(owner: &str) -> &str {
+    owner.split(':').next().unwrap_or_default()
+}
+
+/// The redlatch clients in one server's `CLIENT LIST`: connections named `<name>:<client
+/// id>` (see `ClientBuilder::name`), one entry per connection.
+fn parse_client_list(list: &str) -> Vec<ConnectedClient> {
+    list.lines()
+        .filter_map(|line| {
+            let field = |name: &str| {
+                line.split(' ')
+                    .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+            };
+            let (name, id) = field("name")?.rsplit_once(':')?;
+            uuid::Uuid::try_parse(id).ok()?;
+            Some(ConnectedClient {
+                id: id.to_string(),
+                name: name.to_string(),
+                addr: field("addr")?.to_string(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_named_by_redlatch_are_read_from_client_list() {
+        let id = "4e73c6e3-5b6f-4a8c-9d3e-0123456789ab";
+        let list = format!(
+            "id=3 addr=10.0.0.7:53422 laddr=10.0.0.1:6379 fd=8 name=api@host-7:{id} age=2\n\
+             id=4 addr=10.0.0.8:1000 laddr=10.0.0.1:6379 fd=9 name= age=1\n\
+             id=5 addr=10.0.0.9:1001 laddr=10.0.0.1:6379 fd=9 name=other:not-a-uuid age=1\n\
+             id=6 addr=10.0.0.7:53423 laddr=10.0.0.1:6379 fd=10 name=a:b:{id} age=1"
+        );
+        let clients = parse_client_list(&list);
+        assert_eq!(clients.len(), 2);
+        assert_eq!(clients[0].id, id);
+        assert_eq!(clients[0].name, "api@host-7");
+        assert_eq!(clients[0].addr, "10.0.0.7:53422");
+        assert_eq!(clients[1].name, "a:b", "a name may hold colons");
+        assert_eq!(client_id_of(&format!("{id}:12:r")), id);
+    }
+
+    #[test]
+    fn terms_read_in_words() {
+        let now = 1_795_709_669_379;
+        let w = Waiter::waiting("c:1", now + 29_800, 30_000, now);
+        assert_eq!(w.terms, "valid for 29.8 s more, hand-over lease 30.0 s");
+        assert_eq!(w.valid_for, Some(Duration::from_millis(29_800)));
+        let past = Waiter::waiting("c:1", now - 5, 250, now);
+        assert_eq!(past.terms, "valid for 0 ms more, hand-over lease 250 ms");
+        let sem = Waiter::of_shares("c:p1", &format!("{} 30000 3", now + 1000), now);
+        assert_eq!(sem.permits, Some(3));
+        assert!(sem.terms.ends_with(", 3 permits"), "{}", sem.terms);
+        let write = Waiter::of_shares("c:1", &format!("{} 30000 w", now + 1000), now);
+        assert!(write.writer && write.terms.ends_with(", to write"));
+        let granted = Waiter::of_shares("c:1", "granted 42", now);
+        assert_eq!(granted.granted, Some(42));
+        assert_eq!(granted.terms, "granted token 42, not taken up yet");
+        let foreign = Waiter::of_shares("c:1", "what is this", now);
+        assert_eq!(foreign.terms, "what is this");
+        assert_eq!(short(Duration::from_secs(725)), "12 min 5 s");
+    }
 }

@@ -65,7 +65,7 @@ mod subscriber;
 
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, MIN_REDIS_VERSION, Result};
-pub use inspect::{Holder, Listed, ObjectKind, Report, Waiter};
+pub use inspect::{ConnectedClient, Holder, Listed, ObjectKind, Report, Waiter};
 pub use keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
 pub use kinds::latch::CountDownLatch;
 pub use kinds::lock::{Lock, LockGuard};

@@ -14,7 +14,8 @@
 //! closed: a late reply must never be read as the answer to the next request.
 //!
 //! - Making a link (TCP connect to each resolved address in turn, the TLS handshake, AUTH,
-//!   SELECT) must finish within the connect timeout.
+//!   SELECT, CLIENT SETNAME) must finish within the connect timeout, and its AUTH, SELECT
+//!   and CLIENT SETNAME, one request, within the response timeout too.
 //! - A request (one command, or a pipeline of them) must be answered in full within the
 //!   response timeout from when it was sent.
 //!
@@ -113,7 +114,9 @@ impl Link {
             open: true,
             response_timeout: Cell::new(Some(settings.response_timeout)),
         };
-        match link.handshake(info, deadline, settings.name.as_deref()) {
+        // The handshake is part of making the link and a request of its own: both bounds.
+        let answer_by = deadline.min(Instant::now() + settings.response_timeout);
+        match link.handshake(info, answer_by, settings.name.as_deref()) {
             Ok(()) => Ok(link),
             Err(e) => Err(link.failed(e)),
         }

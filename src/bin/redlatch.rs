@@ -211,8 +211,9 @@ fn run(cli: Cli) -> redlatch::Result<ExitCode> {
         } => {
             let duration = seconds.map(Duration::from_secs);
             eprintln!("watching {} {name:?}", kind.as_str());
+            let mut clients = Clients::read(&client);
             client.watch(kind, &name, duration, |at, payload| {
-                println!("{} {}", timestamp(at), describe(payload));
+                println!("{} {}", timestamp(at), describe(payload, &mut |owner| clients.who(owner)));
                 std::io::stdout().flush().is_ok()
             })?;
         }
@@ -250,14 +251,15 @@ fn print_report(r: &Report) {
     } else {
         println!("  holders:");
         for h in &r.holders {
-            let mut line = format!("    {}  count {}", h.owner, h.count);
+            let who = who(&h.owner, h.client_name.as_deref(), h.client_addr.as_deref());
+            let mut line = format!("    {who}  count {}", h.count);
             if let Some(token) = h.token {
                 line.push_str(&format!("  token {token}"));
             }
             if let Some(left) = h.lease_left {
                 line.push_str(&format!("  lease {left:?} left"));
             }
-            if h.writer && r.kind == ObjectKind::ReadWriteLock {
+            if h.writer {
                 line.push_str("  (writer)");
             }
             println!("{line}");
@@ -268,7 +270,8 @@ fn print_report(r: &Report) {
     } else {
         println!("  queue, oldest first:");
         for (i, w) in r.queue.iter().enumerate() {
-            println!("    {}. {}  {}", i + 1, w.owner, w.terms);
+            let who = who(&w.owner, w.client_name.as_deref(), w.client_addr.as_deref());
+            println!("    {}. {who}  {}", i + 1, w.terms);
         }
     }
 }
@@ -280,12 +283,14 @@ fn report_json(r: &Report) -> String {
         .iter()
         .map(|h| {
             format!(
-                "{{\"owner\":{},\"count\":{},\"token\":{},\"lease_left_ms\":{},\"writer\":{}}}",
+                "{{\"owner\":{},\"count\":{},\"token\":{},\"lease_left_ms\":{},\"writer\":{},\"client_name\":{},\"client_addr\":{}}}",
                 json_string(&h.owner),
                 h.count,
                 opt(h.token),
                 opt(h.lease_left.map(|d| d.as_millis() as u64)),
-                h.writer
+                h.writer,
+                opt_string(h.client_name.as_deref()),
+                opt_string(h.client_addr.as_deref()),
             )
         })
         .collect();
@@ -294,9 +299,16 @@ fn report_json(r: &Report) -> String {
         .iter()
         .map(|w| {
             format!(
-                "{{\"owner\":{},\"terms\":{}}}",
+                "{{\"owner\":{},\"terms\":{},\"valid_for_ms\":{},\"handover_lease_ms\":{},\"permits\":{},\"writer\":{},\"granted\":{},\"client_name\":{},\"client_addr\":{}}}",
                 json_string(&w.owner),
-                json_string(&w.terms)
+                json_string(&w.terms),
+                opt(w.valid_for.map(|d| d.as_millis() as u64)),
+                opt(w.handover_lease.map(|d| d.as_millis() as u64)),
+                opt(w.permits),
+                w.writer,
+                opt(w.granted),
+                opt_string(w.client_name.as_deref()),
+                opt_string(w.client_addr.as_deref()),
             )
         })
         .collect();
@@ -312,6 +324,56 @@ fn report_json(r: &Report) -> String {
         holders.join(","),
         queue.join(",")
     )
+}
+
+/// `s` as a JSON string, or `null`.
+fn opt_string(s: Option<&str>) -> String {
+    s.map_or("null".to_string(), json_string)
+}
+
+/// An owner id with the name and address of its client, where known:
+/// `4e73…:1 (api@host-7 at 10.0.0.7:53422)`.
+fn who(owner: &str, name: Option<&str>, addr: Option<&str>) -> String {
+    match (name, addr) {
+        (Some(name), Some(addr)) => format!("{owner} ({name} at {addr})"),
+        (Some(name), None) => format!("{owner} ({name})"),
+        _ => owner.to_string(),
+    }
+}
+
+/// The clients connected to Redis, by id, for `watch` to name the owners in its messages;
+/// read again when an owner of a client not seen yet shows up (at most once a second).
+struct Clients<'a> {
+    client: &'a Client,
+    known: Vec<redlatch::ConnectedClient>,
+    read_at: std::time::Instant,
+}
+
+impl<'a> Clients<'a> {
+    fn read(client: &'a Client) -> Clients<'a> {
+        Clients {
+            client,
+            known: client.connected_clients().unwrap_or_default(),
+            read_at: std::time::Instant::now(),
+        }
+    }
+
+    /// `owner` with its client's name and address, if they can be found.
+    fn who(&mut self, owner: &str) -> String {
+        let id = owner.split(':').next().unwrap_or_default();
+        let find = |known: &[redlatch::ConnectedClient]| {
+            known.iter().find(|c| c.id == id).map(|c| (c.name.clone(), c.addr.clone()))
+        };
+        let mut found = find(&self.known);
+        if found.is_none() && self.read_at.elapsed() >= Duration::from_secs(1) {
+            *self = Clients::read(self.client);
+            found = find(&self.known);
+        }
+        match found {
+            Some((name, addr)) => who(owner, Some(&name), Some(&addr)),
+            None => owner.to_string(),
+        }
+    }
 }
 
 /// `s` as a JSON string.
@@ -333,15 +395,18 @@ fn json_string(s: &str) -> String {
     out
 }
 
-/// A channel message, in words.
-fn describe(payload: &str) -> String {
+/// A channel message, in words, with each owner said by `who` (which names its client).
+fn describe(payload: &str, who: &mut dyn FnMut(&str) -> String) -> String {
     let words: Vec<&str> = payload.split(' ').collect();
     match words.as_slice() {
         ["grant", token, lease, owner, rest @ ..] => {
-            let mut text = format!("handed over to {owner} (token {token}, lease {lease} ms)");
+            let mut text = format!(
+                "handed over to {} (token {token}, lease {lease} ms)",
+                who(owner)
+            );
             for pair in rest.chunks(2) {
                 if let [token, owner] = pair {
-                    text.push_str(&format!(", and to {owner} (token {token})"));
+                    text.push_str(&format!(", and to {} (token {token})", who(owner)));
                 }
             }
             text
@@ -388,8 +453,8 @@ mod tests {
         assert_eq!(timestamp(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         assert_eq!(json_string("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
         assert_eq!(
-            describe("grant 7 500 c:1 8 c:2"),
-            "handed over to c:1 (token 7, lease 500 ms), and to c:2 (token 8)"
+            describe("grant 7 500 c:1 8 c:2", &mut |o| format!("{o} (api)")),
+            "handed over to c:1 (api) (token 7, lease 500 ms), and to c:2 (api) (token 8)"
         );
     }
 }
