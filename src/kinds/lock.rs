@@ -311,6 +311,14 @@ impl LockGuard {
         self.lock.keys.name()
     }
 
+    /// The owner id this hold has in Redis: the thread's, `<client id>:<thread number>`
+    /// (what [`Client::current_thread_owner_id`](crate::Client::current_thread_owner_id)
+    /// answers on the thread that took it). For tracing and for matching what the operator's
+    /// tools show.
+    pub fn owner_id(&self) -> &str {
+        &self.hold.owner
+    }
+
     pub(crate) fn hold(&self) -> &Arc<Hold> {
         &self.hold
     }
