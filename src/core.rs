@@ -69,6 +69,15 @@ impl Core {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         format!("{}:p{}", self.id, NEXT.fetch_add(1, Ordering::Relaxed)).into()
     }
+
+    /// An owner id of its own for one lock acquisition whose guard may move between threads
+    /// (an [`OwnedLockGuard`](crate::OwnedLockGuard)): `<client id>:<n>`, shaped like a
+    /// thread's, as a Java service that locks with an explicit thread id makes it (DESIGN
+    /// section 7). `n` comes from the thread numbers' counter, so it is never a thread's
+    /// number nor another acquisition's.
+    pub fn fresh_numbered_owner(&self) -> Arc<str> {
+        format!("{}:{}", self.id, next_number()).into()
+    }
 }
 
 /// The next number of the one process-wide count that numbers threads and the acquisitions
