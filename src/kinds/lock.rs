@@ -318,7 +318,9 @@ impl Kind for Lock {
 /// Proof that the current thread holds a lock; releases it when dropped.
 ///
 /// Not `Send`: the hold belongs to the thread that acquired it (its owner id is the client
-/// id plus the thread number). Owns what it needs, so it can live in a request's state.
+/// id plus the thread number). Owns what it needs, so it can live in a request's state; but
+/// where it may outlive the request on a pooled worker thread, take an [`OwnedLockGuard`]
+/// instead (see [`Lock`]'s pooled worker threads).
 /// Dropping it releases the lock, also during a panic; a failure is logged, never raised.
 /// Use [`unlock`](LockGuard::unlock) to see the outcome.
 ///
