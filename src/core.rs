@@ -69,13 +69,28 @@ impl Core {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         format!("{}:p{}", self.id, NEXT.fetch_add(1, Ordering::Relaxed)).into()
     }
+
+    /// An owner id of its own for one lock acquisition whose guard may move between threads
+    /// (an [`OwnedLockGuard`](crate::OwnedLockGuard)): `<client id>:<n>`, shaped like a
+    /// thread's, as a Java service that locks with an explicit thread id makes it (DESIGN
+    /// section 7). `n` comes from the thread numbers' counter, so it is never a thread's
+    /// number nor another acquisition's.
+    pub fn fresh_numbered_owner(&self) -> Arc<str> {
+        format!("{}:{}", self.id, next_number()).into()
+    }
+}
+
+/// The next number of the one process-wide count that numbers threads and the acquisitions
+/// that stand for a thread of their own: unique within the process, never reused.
+fn next_number() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// The calling thread's number: unique within the process, never reused.
 pub(crate) fn thread_number() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
     thread_local! {
-        static NUMBER: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+        static NUMBER: u64 = next_number();
     }
     NUMBER.with(|n| *n)
 }
@@ -99,5 +114,22 @@ impl Drop for Runtime {
         // joined: on a blackholed connection that wake-up waits for TCP keepalive, and a drop
         // must not block that long.
         drop(self.subscriber.take());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_numbers_and_other_numbers_come_from_one_count() {
+        let mine = thread_number();
+        let theirs = std::thread::spawn(thread_number).join().unwrap();
+        let drawn = [next_number(), next_number()];
+        assert_eq!(thread_number(), mine, "a thread keeps its number");
+        let mut all = vec![mine, theirs, drawn[0], drawn[1]];
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 4, "a number is handed out once");
     }
 }

@@ -123,7 +123,8 @@ pub struct Report {
 #[non_exhaustive]
 pub struct Holder {
     /// Its owner id: `<client id>:<thread>` (a read adds `:r`; permits `<client id>:p<n>`;
-    /// an [`OwnedLockGuard`](crate::OwnedLockGuard) `<client id>:<n>`).
+    /// an [`OwnedLockGuard`](crate::OwnedLockGuard) `<client id>:<n>`, shaped like a thread's
+    /// but no thread's). What the guards' `owner_id()` answer.
     pub owner: String,
     /// Its hold count (re-entries), or the permits it holds.
     pub count: u64,

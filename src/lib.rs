@@ -25,6 +25,9 @@
 //!   lease, in batches, and marks a guard [lost](LockGuard::is_lost) when Redis says the lock
 //!   is no longer ours.
 //! - Every acquisition carries a [fencing token](LockGuard::fencing_token).
+//! - A hold belongs to its thread, which re-enters it; on pooled worker threads, where a
+//!   guard may outlive its request or move to another thread, an [`OwnedLockGuard`]
+//!   ([`Lock::lock_owned`]) holds the same lock under an owner id of its own.
 //!
 //! # Deployments and kinds of lock
 //! - One server: [`Client::open`] or [`Client::builder`].
@@ -68,7 +71,7 @@ pub use error::{Error, MIN_REDIS_VERSION, Result};
 pub use inspect::{ConnectedClient, Holder, Listed, ObjectKind, Report, Waiter};
 pub use keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
 pub use kinds::latch::CountDownLatch;
-pub use kinds::lock::{Lock, LockGuard};
+pub use kinds::lock::{Lock, LockGuard, OwnedLockGuard};
 pub use kinds::multi::{MultiLock, MultiLockGuard};
 pub use kinds::read_write::{ReadGuard, ReadWriteLock, WriteGuard};
 pub use kinds::redlock::{Redlock, RedlockClient, RedlockGuard};

@@ -21,8 +21,9 @@ use crate::scripts::TakenBy;
 /// One owner's ownership of one lock: a thread's, or (for a kind whose guards may move
 /// between threads) one acquisition's.
 ///
-/// Invariant: only the owning thread changes `guards`; the renewal thread only reads the
-/// lease deadline, moves it forward, and sets `lost`.
+/// Invariant: only the owner changes `guards` (the owning thread, or whichever thread has an
+/// acquisition's one guard just then); the renewal thread only reads the lease deadline,
+/// moves it forward, and sets `lost`.
 #[derive(Debug)]
 pub(crate) struct Hold {
     pub keys: Arc<LockKeys>,

@@ -1,4 +1,6 @@
-//! [`Lock`], the handle on one named lock, and [`LockGuard`], proof of holding it.
+//! [`Lock`], the handle on one named lock, and its guards: [`LockGuard`], proof that the
+//! current thread holds it, and [`OwnedLockGuard`], proof that one acquisition holds it,
+//! whichever thread has the guard.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -24,6 +26,17 @@ use crate::scripts::{self, Acquire, Freeing, Queueing, Release, Releasing};
 /// guard of a hold was taken without a lease, the watchdog renews the hold until its last
 /// guard is gone. A re-entry into a hold that was [lost](LockGuard::is_lost) fails with
 /// [`Error::LockLost`] until the thread has dropped the lost guards.
+///
+/// # Pooled worker threads
+/// Because a hold belongs to a thread, a thread that holds the lock re-enters it at once. On
+/// a worker pool that is a trap: a guard kept past its request (in a session, a cache, a
+/// task handed to another thread) lets the next request that lands on the same worker
+/// re-enter, and both think they hold the lock alone. Where a guard may outlive the request
+/// or the thread that took it, use [`lock_owned`](Lock::lock_owned) or
+/// [`try_lock_owned`](Lock::try_lock_owned): the [`OwnedLockGuard`] holds the lock under an
+/// owner id of its own, is `Send`, never re-enters, and any thread may release it. It is the
+/// same lock in Redis: owned and thread-owned acquisitions exclude each other and queue in the
+/// one line.
 ///
 /// # Waiting
 /// Waiters queue in Redis in arrival order, across all clients, and the release that frees
@@ -102,17 +115,46 @@ impl Lock {
         self.acquire(Some(wait), lease)
     }
 
+    /// Waits as long as it takes, then holds the lock with the watchdog under an owner id of
+    /// this acquisition's own: see [`OwnedLockGuard`]. A thread that already holds the lock,
+    /// through either kind of guard, waits for itself here: release first.
+    pub fn lock_owned(&self) -> Result<OwnedLockGuard> {
+        self.acquire_owned(None, None)
+            .map(|g| g.expect("an unbounded wait only ends with the lock"))
+    }
+
+    /// [`lock_owned`](Lock::lock_owned), holding the lock for at most `lease` (no renewal).
+    pub fn lock_owned_with_lease(&self, lease: Duration) -> Result<OwnedLockGuard> {
+        self.acquire_owned(None, Some(lease))
+            .map(|g| g.expect("an unbounded wait only ends with the lock"))
+    }
+
+    /// [`try_lock`](Lock::try_lock) under an owner id of this acquisition's own: waits at most
+    /// `wait` (`ZERO`: one attempt), `lease: None` for the watchdog; `Ok(None)` if the lock
+    /// did not come free in time. Never a re-entry: while anybody holds the lock, this very
+    /// thread included, it waits like any other thread.
+    pub fn try_lock_owned(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<OwnedLockGuard>> {
+        validate_duration("wait", wait, Duration::ZERO)?;
+        self.acquire_owned(Some(wait), lease)
+    }
+
     /// Whether anybody holds the lock.
     pub fn is_locked(&self) -> Result<bool> {
         Ok(self.inspect()?.locked)
     }
 
-    /// Whether the calling thread holds the lock (according to Redis).
+    /// Whether the calling thread holds the lock (according to Redis). An
+    /// [`OwnedLockGuard`] is no thread's hold, so it does not count.
     pub fn is_held_by_current_thread(&self) -> Result<bool> {
         Ok(self.inspect()?.holds > 0)
     }
 
-    /// How many holds the calling thread has on the lock (according to Redis): 0 if none.
+    /// How many holds the calling thread has on the lock (according to Redis): 0 if none. An
+    /// [`OwnedLockGuard`] is no thread's hold, so it does not count.
     pub fn hold_count(&self) -> Result<u32> {
         Ok(self.inspect()?.holds)
     }
@@ -182,11 +224,36 @@ impl Lock {
         wait: Option<Duration>,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
+        let owner = self.core().thread_owner();
+        let acquired = self.acquire_as(owner, wait, lease)?;
+        Ok(acquired.map(|acquired| self.guard(acquired)))
+    }
+
+    /// Acquires for an owner id of the acquisition's own; `wait: None` waits forever. The
+    /// fresh owner has no hold for the engine to re-enter, so it waits as another thread would.
+    fn acquire_owned(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<OwnedLockGuard>> {
+        let owner = self.core().fresh_numbered_owner();
+        let acquired = self.acquire_as(owner, wait, lease)?;
+        Ok(acquired.map(|Acquired { hold }| OwnedLockGuard {
+            lock: self.clone(),
+            hold,
+            released: false,
+        }))
+    }
+
+    fn acquire_as(
+        &self,
+        owner: Arc<str>,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<Acquired>> {
         self.validate_name()?;
         validate_lease(lease)?;
-        let core = self.core();
-        let acquired = engine::acquire(core, self, core.thread_owner(), wait, self.terms(lease))?;
-        Ok(acquired.map(|acquired| self.guard(acquired)))
+        engine::acquire(self.core(), self, owner, wait, self.terms(lease))
     }
 
     /// The guard of a hold the engine registered (and counted the guard of).
@@ -251,7 +318,9 @@ impl Kind for Lock {
 /// Proof that the current thread holds a lock; releases it when dropped.
 ///
 /// Not `Send`: the hold belongs to the thread that acquired it (its owner id is the client
-/// id plus the thread number). Owns what it needs, so it can live in a request's state.
+/// id plus the thread number). Owns what it needs, so it can live in a request's state; but
+/// where it may outlive the request on a pooled worker thread, take an [`OwnedLockGuard`]
+/// instead (see [`Lock`]'s pooled worker threads).
 /// Dropping it releases the lock, also during a panic; a failure is logged, never raised.
 /// Use [`unlock`](LockGuard::unlock) to see the outcome.
 ///
@@ -311,6 +380,14 @@ impl LockGuard {
         self.lock.keys.name()
     }
 
+    /// The owner id this hold has in Redis: the thread's, `<client id>:<thread number>`
+    /// (what [`Client::current_thread_owner_id`](crate::Client::current_thread_owner_id)
+    /// answers on the thread that took it). For tracing and for matching what the operator's
+    /// tools show.
+    pub fn owner_id(&self) -> &str {
+        &self.hold.owner
+    }
+
     pub(crate) fn hold(&self) -> &Arc<Hold> {
         &self.hold
     }
@@ -346,6 +423,127 @@ impl LockGuard {
 }
 
 impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let released = self.release();
+        super::log_dropped_release("lock", self.lock.keys.name(), released);
+    }
+}
+
+/// Proof that one acquisition holds a lock, whichever thread has the guard; releases it when
+/// dropped. From [`Lock::lock_owned`] and [`Lock::try_lock_owned`].
+///
+/// A [`LockGuard`]'s hold belongs to its thread, which re-enters it at will. This guard's hold
+/// belongs to the acquisition: it has an owner id of its own (`<client id>:<n>`, with an `n`
+/// no thread and no other acquisition of the process ever has), so
+/// - it is `Send`: keep it in a request's state, hand it to another thread or a pool's next
+///   task, release it from any thread;
+/// - it is not re-entrant: a second acquisition, owned or not and even on the same thread,
+///   waits like any other while this guard holds the lock;
+/// - it is the same lock in Redis as [`Lock`]'s: owned and thread-owned acquisitions exclude
+///   each other, queue in one line, and a release hands the lock to the next waiter of either
+///   kind;
+/// - [`Lock::is_held_by_current_thread`] and [`Lock::hold_count`] do not count it, and a
+///   [`MultiLock`](crate::MultiLock) that includes the lock waits for it, as it would for
+///   another thread.
+///
+/// Renewal, losses ([`on_lock_lost`](crate::ClientBuilder::on_lock_lost)), fencing and the
+/// release on drop (panics included; a failure is logged, never raised) are as
+/// [`LockGuard`]'s. Use [`unlock`](OwnedLockGuard::unlock) to see the outcome.
+///
+/// ```
+/// fn send<T: Send>() {}
+/// send::<redlatch::OwnedLockGuard>();
+/// ```
+///
+/// ```no_run
+/// # fn main() -> redlatch::Result<()> {
+/// use std::time::Duration;
+/// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+/// let lock = client.lock("import:orders");
+/// if let Some(guard) = lock.try_lock_owned(Duration::from_secs(2), None)? {
+///     // The work, and the hold, go on elsewhere; this worker thread is free again.
+///     std::thread::spawn(move || {
+///         println!("importing under token {}", guard.fencing_token());
+///         guard.unlock()
+///     });
+/// }
+/// # Ok(()) }
+/// ```
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct OwnedLockGuard {
+    /// Keeps the client's threads alive while the guard lives.
+    lock: Lock,
+    hold: Arc<Hold>,
+    released: bool,
+}
+
+impl std::fmt::Debug for OwnedLockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedLockGuard")
+            .field("name", &self.lock.keys.name())
+            .field("owner_id", &self.hold.owner)
+            .field("fencing_token", &self.hold.token)
+            .finish()
+    }
+}
+
+impl OwnedLockGuard {
+    /// Releases the lock, from whichever thread calls it. `Err(Error::LockLost)` if the lock
+    /// was no longer ours (then nothing in Redis was changed) or had already been reported
+    /// lost; `Err(Error::Redis)` if Redis could not be reached, in which case the lock expires
+    /// with its lease.
+    pub fn unlock(mut self) -> Result<()> {
+        self.release()
+    }
+
+    /// The fencing token of this acquisition: strictly increasing per lock name across all
+    /// clients and both kinds of guard, as [`LockGuard::fencing_token`] says.
+    pub fn fencing_token(&self) -> u64 {
+        self.hold.token
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.lock.keys.name()
+    }
+
+    /// The owner id this acquisition has in Redis: `<client id>:<n>`, its own, never a
+    /// thread's. For tracing and for matching what the operator's tools show.
+    pub fn owner_id(&self) -> &str {
+        &self.hold.owner
+    }
+
+    /// Whether the lock is known to be lost: renewal found it gone, or the last lease Redis
+    /// confirmed has run out. Advisory, as [`LockGuard::is_lost`].
+    pub fn is_lost(&self) -> bool {
+        self.hold.is_lost()
+    }
+
+    /// How long the lease Redis last confirmed has left, by this client's clock, with no
+    /// round trip: zero once the hold is lost. Advisory, as [`LockGuard::remaining_lease`].
+    pub fn remaining_lease(&self) -> Duration {
+        self.hold.remaining_lease()
+    }
+
+    /// `Err(Error::LockLost)` when [`is_lost`](OwnedLockGuard::is_lost).
+    pub fn check(&self) -> Result<()> {
+        if self.is_lost() {
+            Err(self.lock.lost())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn release(&mut self) -> Result<()> {
+        self.released = true;
+        engine::release(self.lock.core(), &self.lock, &self.hold)
+    }
+}
+
+impl Drop for OwnedLockGuard {
     fn drop(&mut self) {
         if self.released {
             return;

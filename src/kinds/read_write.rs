@@ -159,7 +159,7 @@ impl ReadWriteLock {
 }
 
 macro_rules! guard {
-    ($(#[$doc:meta])* $guard:ident, $what:literal) => {
+    ($(#[$doc:meta])* $guard:ident, $what:literal, $owner:literal) => {
         $(#[$doc])*
         #[must_use = "the hold is released as soon as the guard is dropped"]
         #[derive(Debug)]
@@ -184,6 +184,12 @@ macro_rules! guard {
             /// The lock's name.
             pub fn name(&self) -> &str {
                 self.held.name()
+            }
+
+            #[doc = concat!("The owner id this ", $what, " hold has in Redis: ", $owner, ".")]
+            /// For tracing and for matching what the operator's tools show.
+            pub fn owner_id(&self) -> &str {
+                self.held.owner_id()
             }
 
             /// Whether the hold is known to be lost: renewal found it gone, or the last lease
@@ -213,7 +219,10 @@ guard!(
     /// Proof that the current thread reads a [`ReadWriteLock`]; releases the read when
     /// dropped (also during a panic; a failure is logged). Not `Send`.
     ReadGuard,
-    "read"
+    "read",
+    "the thread's owner id with `:r` after it, \
+     [`Client::current_thread_owner_id`](crate::Client::current_thread_owner_id)`:r`, as \
+     reads and the write of one thread are separate holders of the lock"
 );
 
 guard!(
@@ -221,5 +230,7 @@ guard!(
     /// dropped (also during a panic; a failure is logged). Not `Send`. A read taken while
     /// writing stays held after this is gone (a downgrade).
     WriteGuard,
-    "write"
+    "write",
+    "the thread's, \
+     [`Client::current_thread_owner_id`](crate::Client::current_thread_owner_id)"
 );

@@ -184,6 +184,13 @@ impl Permits {
         self.held.name()
     }
 
+    /// The owner id these permits are held under in Redis: `<client id>:p<n>`, this
+    /// acquisition's own, never a thread's. For tracing and for matching what the operator's
+    /// tools show.
+    pub fn owner_id(&self) -> &str {
+        self.held.owner_id()
+    }
+
     /// Whether the permits are known to be lost: renewal found them gone, or the last lease
     /// Redis confirmed has run out. Advisory, as
     /// [`LockGuard::is_lost`](crate::LockGuard::is_lost).

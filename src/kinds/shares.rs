@@ -145,6 +145,10 @@ impl Held {
         self.share.keys.name()
     }
 
+    pub fn owner_id(&self) -> &str {
+        &self.hold.owner
+    }
+
     pub fn is_lost(&self) -> bool {
         self.hold.is_lost()
     }
