@@ -250,8 +250,10 @@ impl Client {
             }
             Err(e) => return Err(Error::Redis(e)),
         };
-        let mut clients: Vec<ConnectedClient> =
-            lists.iter().flat_map(|list| parse_client_list(list)).collect();
+        let mut clients: Vec<ConnectedClient> = lists
+            .iter()
+            .flat_map(|list| parse_client_list(list))
+            .collect();
         clients.sort_by(|a, b| a.id.cmp(&b.id));
         clients.dedup_by(|later, earlier| later.id == earlier.id);
         Ok(clients)

@@ -62,9 +62,10 @@ fn list_inspect_force_unlock_and_watch_on_one_server() {
     // A short watchdog, so that renewal finds the force-unlock below soon.
     let holder = Client::builder(&url)
         .watchdog_timeout(Duration::from_millis(1500))
+        .name("billing@host-7")
         .build()
         .unwrap();
-    let waiter_client = Client::open(&url).unwrap();
+    let waiter_client = Client::builder(&url).name("api@host-8").build().unwrap();
     let name = unique("cli-lock");
     let guard = holder.lock(&name).lock().unwrap();
     let inner = holder.lock(&name).lock().unwrap();
@@ -111,6 +112,28 @@ fn list_inspect_force_unlock_and_watch_on_one_server() {
         report.contains(&format!("1. {}:", waiter_client.id())),
         "{report}"
     );
+    // Who they are: the names the clients gave, and where they connect from; the waiter's
+    // terms in words, not server-clock numbers.
+    let holder_line = report.lines().find(|l| l.contains("count 2")).unwrap();
+    assert!(
+        holder_line.contains("client billing@host-7 at 127.0.0.1:")
+            && !holder_line.contains("writer"),
+        "{report}"
+    );
+    let waiter_line = report.lines().find(|l| l.contains("1. ")).unwrap();
+    assert!(
+        waiter_line.contains("valid for ")
+            && waiter_line.contains("hand-over lease 30.0 s")
+            && waiter_line.contains("client api@host-8 at 127.0.0.1:"),
+        "{report}"
+    );
+    let json = ok(&["--url", &url, "inspect", &name, "--json"]);
+    assert!(
+        json.contains("\"client_name\":\"billing@host-7\"")
+            && json.contains("\"writer\":false")
+            && json.contains("\"handover_lease_ms\":30000"),
+        "{json}"
+    );
     let json = ok(&["--url", &url, "inspect", &name, "--json"]);
     assert!(
         json.contains("\"count\":2") && json.contains("\"subscribers\":1"),
@@ -150,9 +173,9 @@ fn list_inspect_force_unlock_and_watch_on_one_server() {
         "watch failed: {lines:?}"
     );
     assert!(
-        lines
-            .iter()
-            .any(|l| l.contains("handed over to") && l.contains(waiter_client.id())),
+        lines.iter().any(|l| l.contains("handed over to")
+            && l.contains(waiter_client.id())
+            && l.contains("(api@host-8 at 127.0.0.1:")),
         "{lines:?}"
     );
     assert!(

@@ -12,13 +12,17 @@ use support::topology::{TempDir, master_and_replica};
 use support::{RedisServer, eventually, free_port};
 
 /// The text of an `Error::Redis`, which must keep the `redis` error as its source.
-fn redis_error_text<T: std::fmt::Debug>(result: redlatch::Result<T>) -> (redis::RedisError, String) {
+fn redis_error_text<T: std::fmt::Debug>(
+    result: redlatch::Result<T>,
+) -> (redis::RedisError, String) {
     match result {
         Err(e @ Error::Redis(_)) => {
             let text = e.to_string();
             let source = std::error::Error::source(&e).expect("the redis error is the source");
             assert!(source.downcast_ref::<redis::RedisError>().is_some());
-            let Error::Redis(inner) = e else { unreachable!() };
+            let Error::Redis(inner) = e else {
+                unreachable!()
+            };
             (inner, text)
         }
         other => panic!("expected Error::Redis, got {other:?}"),
@@ -77,7 +81,10 @@ fn with_three_seeds_the_error_names_each_one_that_failed() {
             .build(),
     );
     for port in ports {
-        assert!(text.contains(&format!("127.0.0.1:{port}: cannot connect")), "{text}");
+        assert!(
+            text.contains(&format!("127.0.0.1:{port}: cannot connect")),
+            "{text}"
+        );
     }
 }
 
@@ -101,12 +108,17 @@ fn a_url_without_a_scheme_says_what_was_expected() {
     for url in ["127.0.0.1:6379", "localhost:6379", "http://127.0.0.1:6379/"] {
         let text = invalid_text(Client::open(url));
         assert!(
-            text.contains("redis://") && text.contains("rediss://") && text.contains("redis+unix://"),
+            text.contains("redis://")
+                && text.contains("rediss://")
+                && text.contains("redis+unix://"),
             "{url}: {text}"
         );
     }
     let text = invalid_text(Client::sentinel_builder(&["127.0.0.1:26379"], "m").build());
-    assert!(text.contains("sentinel URL") && text.contains("no scheme"), "{text}");
+    assert!(
+        text.contains("sentinel URL") && text.contains("no scheme"),
+        "{text}"
+    );
     let text = invalid_text(Client::cluster_builder(&["127.0.0.1:7000"]).build());
     assert!(text.contains("no scheme"), "{text}");
 }
@@ -163,7 +175,9 @@ fn wait_for_replicas_without_enough_replicas_fails_build() {
     // An ACL that refuses WAIT: every lock would fail the same way.
     let mut admin = lone.admin();
     let _: () = redis::cmd("ACL")
-        .arg(&["SETUSER", "nowait", "on", ">pw", "~*", "&*", "+@all", "-wait"])
+        .arg(&[
+            "SETUSER", "nowait", "on", ">pw", "~*", "&*", "+@all", "-wait",
+        ])
         .query(&mut admin)
         .unwrap();
     let url = format!("redis://nowait:pw@127.0.0.1:{}/", lone.port);
@@ -179,7 +193,13 @@ fn wait_for_replicas_without_enough_replicas_fails_build() {
         .wait_for_replicas(1, Duration::from_millis(500))
         .build()
         .expect("one replica is enough for one");
-    assert!(client.lock("replicated").try_lock(Duration::ZERO, None).unwrap().is_some());
+    assert!(
+        client
+            .lock("replicated")
+            .try_lock(Duration::ZERO, None)
+            .unwrap()
+            .is_some()
+    );
     let text = invalid_text(
         quick(&master.url())
             .wait_for_replicas(2, Duration::from_millis(100))
@@ -217,7 +237,10 @@ fn every_connection_carries_the_name_and_the_client_id() {
     let holder = client.lock("named").lock().unwrap();
     let waiter = {
         let lock = client.lock("named");
-        std::thread::spawn(move || lock.try_lock(Duration::from_secs(10), None).map(|g| g.is_some()))
+        std::thread::spawn(move || {
+            lock.try_lock(Duration::from_secs(10), None)
+                .map(|g| g.is_some())
+        })
     };
     assert!(
         eventually(Duration::from_secs(5), || {
@@ -236,7 +259,9 @@ fn every_connection_carries_the_name_and_the_client_id() {
     let _held = unnamed.lock("unnamed").lock().unwrap();
     let expected = format!("redlatch:{}", unnamed.id());
     assert!(
-        connection_names(&mut admin).iter().any(|(n, _)| *n == expected),
+        connection_names(&mut admin)
+            .iter()
+            .any(|(n, _)| *n == expected),
         "{:?}",
         connection_names(&mut admin)
     );
@@ -256,8 +281,15 @@ fn an_acl_without_client_setname_keeps_its_connections_unnamed_and_works() {
     let mut admin = server.admin();
     let _: () = redis::cmd("ACL")
         .arg(&[
-            "SETUSER", "noclient", "on", ">pw", "~redlatch:*", "&redlatch:*", "+@all",
-            "-@dangerous", "-client",
+            "SETUSER",
+            "noclient",
+            "on",
+            ">pw",
+            "~redlatch:*",
+            "&redlatch:*",
+            "+@all",
+            "-@dangerous",
+            "-client",
         ])
         .query(&mut admin)
         .unwrap();
@@ -279,4 +311,80 @@ fn the_redis_crate_is_reexported_so_versions_match() {
         }
         other => panic!("expected Error::Redis, got {other:?}"),
     }
+}
+
+#[test]
+fn inspect_names_each_holder_and_waiter_client_where_the_acl_allows() {
+    let server = RedisServer::start();
+    let holder = Client::builder(&server.url())
+        .name("billing@host-7")
+        .build()
+        .unwrap();
+    let waiter = Client::builder(&server.url())
+        .name("api@host-8")
+        .build()
+        .unwrap();
+    let name = support::unique("traced");
+    let _guard = holder.lock(&name).lock().unwrap();
+    let lock = waiter.lock(&name);
+    let waiting = std::thread::spawn(move || {
+        lock.try_lock(Duration::from_secs(10), Some(Duration::from_secs(7)))
+            .map(|g| g.is_some())
+    });
+    support::await_waiting(&mut server.admin(), &name);
+
+    let report = holder.inspect(redlatch::ObjectKind::Lock, &name).unwrap();
+    let h = &report.holders[0];
+    assert_eq!(h.owner, holder.current_thread_owner_id());
+    assert_eq!(h.client_name.as_deref(), Some("billing@host-7"));
+    assert!(
+        h.client_addr
+            .as_deref()
+            .is_some_and(|a| a.starts_with("127.0.0.1:")),
+        "{h:?}"
+    );
+    assert!(!h.writer, "a plain lock has no writer: {h:?}");
+    let w = &report.queue[0];
+    assert!(w.owner.starts_with(waiter.id()), "{w:?}");
+    assert_eq!(w.client_name.as_deref(), Some("api@host-8"));
+    assert_eq!(w.handover_lease, Some(Duration::from_secs(7)));
+    assert!(
+        w.valid_for
+            .is_some_and(|v| v > Duration::ZERO && v < Duration::from_secs(60)),
+        "{w:?}"
+    );
+    assert!(
+        w.terms.starts_with("valid for ") && w.terms.ends_with("hand-over lease 7.0 s"),
+        "{w:?}"
+    );
+    let connected = holder.connected_clients().unwrap();
+    assert!(
+        connected
+            .iter()
+            .any(|c| c.id == waiter.id() && c.name == "api@host-8")
+    );
+
+    // A user without CLIENT LIST (`@dangerous`) still gets its report, without names.
+    let mut admin = server.admin();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "plain",
+            "on",
+            ">pw",
+            "~redlatch:*",
+            "&redlatch:*",
+            "+@all",
+            "-@dangerous",
+        ])
+        .query(&mut admin)
+        .unwrap();
+    let url = format!("redis://plain:pw@127.0.0.1:{}/", server.port);
+    let limited = Client::open(&url).unwrap();
+    let report = limited.inspect(redlatch::ObjectKind::Lock, &name).unwrap();
+    assert_eq!(report.holders[0].owner, holder.current_thread_owner_id());
+    assert_eq!(report.holders[0].client_name, None);
+    assert!(limited.connected_clients().unwrap().is_empty());
+    drop(_guard);
+    assert!(waiting.join().unwrap().unwrap());
 }

@@ -356,7 +356,8 @@ fn a_refused_wait_gives_the_lock_back() {
     let mut admin = server.admin();
     let user = |rules: &[&str]| {
         let mut acl = redis::cmd("ACL");
-        acl.arg(&["SETUSER", "nowait", "on", ">pw", "~*", "&*", "+@all"]).arg(rules);
+        acl.arg(&["SETUSER", "nowait", "on", ">pw", "~*", "&*", "+@all"])
+            .arg(rules);
         let _: () = acl.query(&mut server.admin()).unwrap();
     };
     user(&[]);

@@ -184,7 +184,11 @@ impl Link {
                     // Classified as the `redis` crate does, so callers can tell a wrong
                     // password (`ErrorKind::AuthenticationFailed`) from a refused command.
                     let detail = format!("AUTH refused: {e}");
-                    return Err((ErrorKind::AuthenticationFailed, "authentication failed", detail)
+                    return Err((
+                        ErrorKind::AuthenticationFailed,
+                        "authentication failed",
+                        detail,
+                    )
                         .into());
                 }
                 Step::Select(db) => {

@@ -456,10 +456,12 @@ pub(crate) fn parse_url(what: &str, url: &str) -> Result<ConnectionInfo> {
                 "{what} {url:?} has no scheme: {EXPECTED}"
             )));
         }
-        Some((scheme, _)) if !matches!(
+        Some((scheme, _))
+            if !matches!(
                 scheme,
                 "redis" | "rediss" | "redis+unix" | "unix" | "valkey" | "valkeys" | "valkey+unix"
-            ) => {
+            ) =>
+        {
             return Err(Error::invalid(format!(
                 "{what} {url:?}: {scheme}:// is not a Redis scheme; {EXPECTED}"
             )));
@@ -554,7 +556,12 @@ fn check_hello(con: &mut Link, expected: Mode) -> RedisResult<Result<()>> {
         Err(e) => return Err(con.failed(e)),
     };
     let fields = hello_fields(&hello);
-    let field = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
     let Some(version) = field("version") else {
         // A proxy, a honeypot, a server of another protocol: whatever it answered, a lock
         // could not be kept there.

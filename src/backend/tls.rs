@@ -44,7 +44,6 @@ impl TlsConfig {
                 .clone(),
         }
     }
-
 }
 
 #[cfg(feature = "tls")]

@@ -213,7 +213,11 @@ fn run(cli: Cli) -> redlatch::Result<ExitCode> {
             eprintln!("watching {} {name:?}", kind.as_str());
             let mut clients = Clients::read(&client);
             client.watch(kind, &name, duration, |at, payload| {
-                println!("{} {}", timestamp(at), describe(payload, &mut |owner| clients.who(owner)));
+                println!(
+                    "{} {}",
+                    timestamp(at),
+                    describe(payload, &mut |owner| clients.who(owner))
+                );
                 std::io::stdout().flush().is_ok()
             })?;
         }
@@ -251,8 +255,7 @@ fn print_report(r: &Report) {
     } else {
         println!("  holders:");
         for h in &r.holders {
-            let who = who(&h.owner, h.client_name.as_deref(), h.client_addr.as_deref());
-            let mut line = format!("    {who}  count {}", h.count);
+            let mut line = format!("    {}  count {}", h.owner, h.count);
             if let Some(token) = h.token {
                 line.push_str(&format!("  token {token}"));
             }
@@ -262,6 +265,7 @@ fn print_report(r: &Report) {
             if h.writer {
                 line.push_str("  (writer)");
             }
+            line.push_str(&client(h.client_name.as_deref(), h.client_addr.as_deref()));
             println!("{line}");
         }
     }
@@ -270,8 +274,8 @@ fn print_report(r: &Report) {
     } else {
         println!("  queue, oldest first:");
         for (i, w) in r.queue.iter().enumerate() {
-            let who = who(&w.owner, w.client_name.as_deref(), w.client_addr.as_deref());
-            println!("    {}. {who}  {}", i + 1, w.terms);
+            let client = client(w.client_name.as_deref(), w.client_addr.as_deref());
+            println!("    {}. {}  {}{client}", i + 1, w.owner, w.terms);
         }
     }
 }
@@ -331,6 +335,16 @@ fn opt_string(s: Option<&str>) -> String {
     s.map_or("null".to_string(), json_string)
 }
 
+/// The name and address of an owner's client, where known, to end its line:
+/// `  client api@host-7 at 10.0.0.7:53422`.
+fn client(name: Option<&str>, addr: Option<&str>) -> String {
+    match (name, addr) {
+        (Some(name), Some(addr)) => format!("  client {name} at {addr}"),
+        (Some(name), None) => format!("  client {name}"),
+        _ => String::new(),
+    }
+}
+
 /// An owner id with the name and address of its client, where known:
 /// `4e73…:1 (api@host-7 at 10.0.0.7:53422)`.
 fn who(owner: &str, name: Option<&str>, addr: Option<&str>) -> String {
@@ -362,7 +376,10 @@ impl<'a> Clients<'a> {
     fn who(&mut self, owner: &str) -> String {
         let id = owner.split(':').next().unwrap_or_default();
         let find = |known: &[redlatch::ConnectedClient]| {
-            known.iter().find(|c| c.id == id).map(|c| (c.name.clone(), c.addr.clone()))
+            known
+                .iter()
+                .find(|c| c.id == id)
+                .map(|c| (c.name.clone(), c.addr.clone()))
         };
         let mut found = find(&self.known);
         if found.is_none() && self.read_at.elapsed() >= Duration::from_secs(1) {

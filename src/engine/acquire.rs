@@ -539,10 +539,17 @@ pub(crate) fn check_replicas(backend: &crate::backend::Backend, replicas: Replic
             con.addr(),
             replicas.count
         ))),
-        Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_) | redis::ErrorKind::Extension) => Err(Error::invalid(format!(
-            "{asked}: {} refused WAIT ({e}); every lock would fail with NotReplicated",
-            con.addr()
-        ))),
+        Err(e)
+            if matches!(
+                e.kind(),
+                redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
+            ) =>
+        {
+            Err(Error::invalid(format!(
+                "{asked}: {} refused WAIT ({e}); every lock would fail with NotReplicated",
+                con.addr()
+            )))
+        }
         Err(e) => Err(Error::Redis(con.failed(e))),
     }
 }

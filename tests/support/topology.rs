@@ -130,17 +130,21 @@ pub fn master_and_replica() -> (RedisServer, RedisServer) {
 
 /// Waits until the master behind `admin` has `n` replicas online, for at most 10 s.
 pub fn await_replicas(admin: &mut Connection, n: usize) {
-    wait_for("the replicas to come or go", Duration::from_secs(10), || {
-        let replication = info(admin, "replication").ok()?;
-        let online = (0..8)
-            .filter(|i| {
-                replication
-                    .get(&format!("slave{i}"))
-                    .is_some_and(|s| s.contains("state=online"))
-            })
-            .count();
-        (online == n).then_some(())
-    });
+    wait_for(
+        "the replicas to come or go",
+        Duration::from_secs(10),
+        || {
+            let replication = info(admin, "replication").ok()?;
+            let online = (0..8)
+                .filter(|i| {
+                    replication
+                        .get(&format!("slave{i}"))
+                        .is_some_and(|s| s.contains("state=online"))
+                })
+                .count();
+            (online == n).then_some(())
+        },
+    );
 }
 
 /// `INFO <section>` as field -> value.

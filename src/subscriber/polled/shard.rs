@@ -139,7 +139,10 @@ impl Shard {
         };
         shard.sent.push_back((first, deadline));
         if let Some(name) = backend.connection_name() {
-            let setname = redis::cmd("CLIENT").arg("SETNAME").arg(name).get_packed_command();
+            let setname = redis::cmd("CLIENT")
+                .arg("SETNAME")
+                .arg(name)
+                .get_packed_command();
             shard.outbox.extend_from_slice(&setname);
             shard.sent.push_back((Sent::Name, deadline));
         }
