@@ -22,18 +22,21 @@ fn client(server: &TlsServer, with_client_cert: bool) -> redlatch::Result<Client
         .build()
 }
 
-/// `build()` fails with `Error::Redis`, within the timeouts (and some scheduling slack).
-fn refused(build: impl FnOnce() -> redlatch::Result<Client>, what: &str) {
+/// `build()` fails with `Error::Redis`, within the timeouts (and some scheduling slack); its
+/// text.
+fn refused(build: impl FnOnce() -> redlatch::Result<Client>, what: &str) -> String {
     let started = Instant::now();
-    match build() {
-        Err(Error::Redis(e)) => println!("{what}: {e}"),
+    let text = match build() {
+        Err(e @ Error::Redis(_)) => e.to_string(),
         other => panic!("{what}: expected Error::Redis, got {other:?}"),
-    }
+    };
+    println!("{what}: {text}");
     assert!(
         started.elapsed() < TIMEOUT * 2 + Duration::from_millis(1500),
         "{what}: took {:?}",
         started.elapsed()
     );
+    text
 }
 
 #[test]
@@ -76,7 +79,7 @@ fn a_stopped_tls_server_is_noticed_by_the_heartbeat_while_a_thread_waits() {
 fn a_ca_that_did_not_sign_the_server_fails_build_clearly() {
     let server = TlsServer::start(false);
     let url = server.url();
-    refused(
+    let text = refused(
         || {
             Client::builder(&url)
                 .tls_certificates(trusting(&Certificates::stranger_ca(), None))
@@ -86,6 +89,9 @@ fn a_ca_that_did_not_sign_the_server_fails_build_clearly() {
         },
         "a stranger CA",
     );
+    // Which server, and which step.
+    let at = format!("127.0.0.1:{}: TLS handshake failed", server.tls_port);
+    assert!(text.contains(&at), "{text}");
     // Without a CA of its own, a client trusts the webpki roots, which did not sign it either.
     refused(
         || {

@@ -100,7 +100,7 @@ pub(crate) struct Link {
 impl Link {
     /// Connects to the server `info` names, authenticates and names the connection, all within
     /// the connect timeout. Requests are then answered within the response timeout each. A
-    /// failure names the server and the step (see `stream::with_context`).
+    /// failure names the server and the step (see `stream::with_context`), once.
     pub fn connect(info: &ConnectionInfo, settings: &LinkSettings) -> RedisResult<Link> {
         let deadline = Instant::now() + settings.connect_timeout;
         let addr = info.addr().to_string();
@@ -116,10 +116,8 @@ impl Link {
         };
         // The handshake is part of making the link and a request of its own: both bounds.
         let answer_by = deadline.min(Instant::now() + settings.response_timeout);
-        match link.handshake(info, answer_by, settings.name.as_deref()) {
-            Ok(()) => Ok(link),
-            Err(e) => Err(link.failed(e)),
-        }
+        link.handshake(info, answer_by, settings.name.as_deref())?;
+        Ok(link)
     }
 
     /// The server, `host:port` or a unix socket's path.
@@ -184,16 +182,16 @@ impl Link {
                     // Classified as the `redis` crate does, so callers can tell a wrong
                     // password (`ErrorKind::AuthenticationFailed`) from a refused command.
                     let detail = format!("AUTH refused: {e}");
-                    return Err((
+                    let refused = (
                         ErrorKind::AuthenticationFailed,
                         "authentication failed",
                         detail,
-                    )
-                        .into());
+                    );
+                    return Err(self.failed(refused.into()));
                 }
                 Step::Select(db) => {
                     self.open = false;
-                    return Err(with_context(e, format!("SELECT {db} refused")));
+                    return Err(self.failed(with_context(e, format!("SELECT {db} refused"))));
                 }
                 // A name only helps operators: an ACL that forbids `CLIENT` (the least
                 // privilege the README shows) must not cost the connection.
