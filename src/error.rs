@@ -8,11 +8,21 @@ use std::fmt;
 pub enum Error {
     /// Redis could not be reached, refused the request, or answered with an error:
     /// connection refused or reset, timeout, wrong password, missing ACL permission,
-    /// `READONLY` replica, ... The inner error says which.
+    /// `READONLY` replica, a peer that is not Redis ... The inner error says which, and a
+    /// failure to connect or of a connection names the server and the step
+    /// (`127.0.0.1:6379: cannot connect: Connection refused`, `...: TLS handshake failed: ...`,
+    /// `...: AUTH refused: ...`, `...: answered something that is not Redis: ...`). The inner
+    /// error is the `redis` crate's, re-exported as [`redlatch::redis`](crate::redis) so that
+    /// its version is always the one you name.
     Redis(redis::RedisError),
     /// An argument can never work: an empty lock name or one over
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN), a zero lease, a duration too large to express in
-    /// milliseconds, a malformed URL. Nothing was sent to Redis.
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN), a zero lease, a duration too long, a malformed
+    /// URL, a bad client name. Nothing was sent to Redis. Also, from `build()` after one
+    /// exchange with the server, a setting the deployment cannot serve: a Cluster node given
+    /// to [`Client::open`](crate::Client::open) (or a plain server to
+    /// [`Client::cluster_builder`](crate::Client::cluster_builder), a sentinel to either),
+    /// or [`wait_for_replicas`](crate::ClientBuilder::wait_for_replicas) asking for more
+    /// replicas than acknowledge.
     InvalidArgument(String),
     /// The lock expired or was taken from its holder (released by `force_unlock`, its lease
     /// ran out while the holder was paused or Redis was unreachable, Redis restarted). Work
