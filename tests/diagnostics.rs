@@ -91,7 +91,7 @@ fn with_three_seeds_the_error_names_each_one_that_failed() {
 #[test]
 fn a_server_that_is_not_redis_fails_build() {
     // Every reply a negative bulk length: no Redis sends that, and no lock could live there.
-    let fake = FakeServer::start(Misbehaviour::NegativeBulk);
+    let fake = FakeServer::start(Misbehaviour::Answer(b"$-5\r\n"));
     let (_, text) = redis_error_text(quick(&fake.url()).build());
     assert!(
         text.contains(&format!("127.0.0.1:{}", fake.port)) && text.contains("not Redis"),

@@ -87,6 +87,33 @@ fn the_handshake_is_bounded_by_the_connect_timeout() {
     }
 }
 
+/// Replies whose prefix claims what never comes, or that are no RESP at all.
+const NOT_REDIS: [&[u8]; 6] = [
+    b"$-5\r\n",
+    b"$2147483647\r\nabc",
+    b"*2147483648\r\n:1\r\n",
+    b"$99999999999999999999999\r\n",
+    // Nesting deeper than any reply of ours.
+    b"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n",
+    b"\x9f\x00\xffG\x13\x80\r\n\x01\x02",
+];
+
+#[test]
+fn build_fails_within_its_timeouts_against_replies_that_are_not_redis() {
+    // Nothing a prefix claims is allocated up front, and whatever comes, build() ends with
+    // Error::Redis within its timeouts, never Ok and never a hang.
+    for reply in NOT_REDIS {
+        let fake = FakeServer::start(Misbehaviour::Answer(reply));
+        let url = fake.url();
+        let what = format!("build() against {:?}", String::from_utf8_lossy(reply));
+        let (result, took) = within(CONNECT + RESPONSE + SLACK, &what, move || {
+            timeouts(Client::builder(&url)).build()
+        });
+        expect_redis_error(result, &what);
+        println!("{what}: failed after {took:?}");
+    }
+}
+
 #[test]
 fn a_reply_that_trickles_fails_the_call_after_one_response_timeout() {
     // The server answers `build()`'s CLIENT SETNAME and HELLO, then trickles every later

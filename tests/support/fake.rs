@@ -25,9 +25,9 @@ pub enum Misbehaviour {
     /// Answers `HELLO` as a Redis server of this version would (RESP2: name/value pairs), or,
     /// for `None`, as one from before 6.0, which does not know `HELLO`; anything else `+OK`.
     Version(Option<&'static str>),
-    /// Answers every request with `$-5`: a bulk string of negative length, which no Redis
-    /// sends (RESP2's nil is `$-1`).
-    NegativeBulk,
+    /// Answers every request with these bytes (`$-5\r\n`, a bulk string of negative length,
+    /// which no Redis sends; a claimed 2 GiB bulk; random bytes ...).
+    Answer(&'static [u8]),
 }
 
 /// What a Redis 7.0 server in standalone mode answers to `HELLO` (RESP2).
@@ -116,12 +116,12 @@ fn serve(mut stream: TcpStream, how: Misbehaviour, stop: &AtomicBool) {
                 }
             }
         }
-        Misbehaviour::NegativeBulk => {
+        Misbehaviour::Answer(bytes) => {
             while alive() {
                 match stream.read(&mut buf) {
                     Ok(0) => return,
                     Ok(_) => {
-                        if stream.write_all(b"$-5\r\n").is_err() {
+                        if stream.write_all(bytes).is_err() {
                             return;
                         }
                     }
