@@ -19,6 +19,7 @@ use crate::kinds::spin_lock::SpinLock;
 use crate::lost::{LossHook, LostLock, ToRenewal};
 use crate::stats::{Counters, Stats};
 use crate::subscriber::Subscriber;
+use crate::words::Words;
 #[cfg(feature = "tls")]
 use redis::TlsCertificates;
 
@@ -531,10 +532,14 @@ impl ClientBuilder {
                 replicas.timeout,
                 Duration::from_millis(1),
             )?;
-            if replicas.timeout >= self.settings.link.response_timeout {
-                return Err(Error::invalid(
-                    "the wait_for_replicas timeout must be shorter than the response timeout",
-                ));
+            let response_timeout = self.settings.link.response_timeout;
+            if replicas.timeout >= response_timeout {
+                return Err(Error::invalid(format!(
+                    "the wait_for_replicas timeout of {} must be shorter than the \
+                     response_timeout of {}",
+                    Words(replicas.timeout),
+                    Words(response_timeout)
+                )));
             }
         }
         let name = self.name.as_deref().unwrap_or(DEFAULT_NAME);

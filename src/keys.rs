@@ -36,6 +36,7 @@
 //! The lock's keys share the hash tag `{name}`, so each script touches one Cluster slot.
 
 use crate::error::{Error, Result};
+use crate::words::Count;
 
 /// The longest lock name accepted, in bytes of UTF-8: 64 KiB.
 ///
@@ -63,8 +64,9 @@ pub(crate) fn check_name(name: &str, cluster: bool) -> Result<()> {
     }
     if name.len() > MAX_NAME_LEN {
         return Err(Error::invalid(format!(
-            "lock name of {} bytes is longer than the {MAX_NAME_LEN} bytes allowed",
-            name.len()
+            "lock name of {} bytes is too long: at most {} bytes",
+            Count(name.len() as u64),
+            Count(MAX_NAME_LEN as u64)
         )));
     }
     if name.starts_with('}') && cluster {
@@ -85,8 +87,9 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
     }
     if prefix.len() > MAX_PREFIX_LEN {
         return Err(Error::invalid(format!(
-            "key prefix of {} bytes is longer than the {MAX_PREFIX_LEN} bytes allowed",
-            prefix.len()
+            "key prefix of {} bytes is too long: at most {} bytes",
+            Count(prefix.len() as u64),
+            Count(MAX_PREFIX_LEN as u64)
         )));
     }
     Ok(())

@@ -65,6 +65,7 @@ mod renewal;
 mod scripts;
 mod stats;
 mod subscriber;
+mod words;
 
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, MIN_REDIS_VERSION, Result};

@@ -5,11 +5,20 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::words::Words;
+
 /// What a client has done since it was built, and what it is doing now: a snapshot from
 /// [`Client::stats`](crate::Client::stats), taken without I/O.
 ///
-/// Its `Debug` is one line, for a log.
-#[derive(Clone, Default, PartialEq)]
+/// Its `Display` is one line, for a log (durations in words, the wait quantiles as the
+/// bounds they are):
+///
+/// ```text
+/// acquisitions 100 (at once 98, after wait 1, handed over 1), timeouts 1, wait p50 <= 300 µs, p99 <= 40 ms, renewals ok 12 failed 0, lost 0, reconnects 0, waiting 3, subscriptions 1
+/// ```
+///
+/// Its `Debug` is the struct, field by field, durations exact.
+#[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct Stats {
     /// Acquisitions of every kind (re-entries included; a `MultiLock` or `Redlock` counts
@@ -23,10 +32,19 @@ pub struct Stats {
     pub handed_over: u64,
     /// Acquisitions that waited and gave up (`Ok(None)`).
     pub timeouts: u64,
-    /// The median time an acquisition took, over every acquisition since the client was
-    /// built (from a histogram with buckets a factor of two apart: a bucket's upper bound).
+    /// At most how long the median acquisition took, over every acquisition since the
+    /// client was built (those that timed out not counted).
+    ///
+    /// Not the exact median but the upper bound of the histogram bucket it falls in: the
+    /// median took this long or less, and more than the bound below. The bounds are 1,
+    /// 1.25, 1.5, 2, 2.5, 3, 4, 5, 6 and 8 times a power of ten microseconds (the
+    /// fractional ones only from 100 µs on), up to 50 min, then 1 h: from 100 µs on, each
+    /// is at most a third above the one before, so the median is at least three quarters of
+    /// this. [`Duration::ZERO`] before the first acquisition, [`Duration::MAX`] when the
+    /// median took over an hour.
     pub wait_p50: Duration,
-    /// The 99th percentile of the same.
+    /// At most how long the 99th percentile of acquisitions took: the upper bound of its
+    /// bucket in the same histogram, as for [`wait_p50`](Stats::wait_p50).
     pub wait_p99: Duration,
     /// Holds the watchdog renewed.
     pub renewals_ok: u64,
@@ -43,20 +61,20 @@ pub struct Stats {
     pub subscriptions: u64,
 }
 
-impl fmt::Debug for Stats {
+impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "acquisitions {} (at once {}, after wait {}, handed over {}), timeouts {}, \
-             wait p50 {:?} p99 {:?}, renewals ok {} failed {}, lost {}, reconnects {}, \
+             wait p50 {}, p99 {}, renewals ok {} failed {}, lost {}, reconnects {}, \
              waiting {}, subscriptions {}",
             self.acquisitions,
             self.acquired_at_once,
             self.acquired_after_wait,
             self.handed_over,
             self.timeouts,
-            self.wait_p50,
-            self.wait_p99,
+            Bound(self.wait_p50),
+            Bound(self.wait_p99),
             self.renewals_ok,
             self.renewals_failed,
             self.locks_lost,
@@ -67,9 +85,54 @@ impl fmt::Debug for Stats {
     }
 }
 
-/// Buckets of the wait histogram: bucket `i` counts waits under 2^i µs (the last, anything
-/// longer): up to about 73 minutes.
-const BUCKETS: usize = 33;
+/// A quantile of the wait histogram as what it is: `<= 300 µs`, `> 1 h` past the last
+/// bound, `-` before the first acquisition.
+struct Bound(Duration);
+
+impl fmt::Display for Bound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Duration::ZERO => f.write_str("-"),
+            Duration::MAX => write!(f, "> {}", Words(Duration::from_micros(LAST_BOUND))),
+            bound => write!(f, "<= {}", Words(bound)),
+        }
+    }
+}
+
+/// The upper bounds of the wait histogram's buckets, in µs: 1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6
+/// and 8 times each power of ten (those that are whole microseconds) up to 3,000 s, then an
+/// hour. Every one is exact in [`Words`]; a bucket holds the waits above the bound before it
+/// and up to its own, and one more bucket those over an hour.
+const BOUNDS: [u64; 93] = bounds();
+
+/// The last bound: an hour.
+const LAST_BOUND: u64 = 3_600_000_000;
+
+const fn bounds() -> [u64; 93] {
+    const HUNDREDTHS: [u64; 10] = [100, 125, 150, 200, 250, 300, 400, 500, 600, 800];
+    let mut bounds = [0; 93];
+    let (mut n, mut scale) = (0, 1);
+    while n < bounds.len() - 1 {
+        let mut i = 0;
+        while i < HUNDREDTHS.len() && n < bounds.len() - 1 {
+            let hundredths = HUNDREDTHS[i] * scale;
+            if hundredths.is_multiple_of(100) {
+                bounds[n] = hundredths / 100;
+                n += 1;
+            }
+            i += 1;
+        }
+        scale *= 10;
+    }
+    bounds[n] = LAST_BOUND;
+    bounds
+}
+
+// The series ends where it should: 3,000 s, then the hour.
+const _: () = assert!(BOUNDS[BOUNDS.len() - 2] == 3_000_000_000);
+
+/// Buckets of the wait histogram: one per bound, and one for waits over the last.
+const BUCKETS: usize = BOUNDS.len() + 1;
 
 /// How an acquisition ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,16 +185,16 @@ impl Counters {
         };
         bump(counter, 1);
         if outcome != Outcome::TimedOut {
-            let micros = took.as_micros().min(u64::MAX as u128) as u64;
-            let bucket = (u64::BITS - micros.leading_zeros()) as usize;
-            bump(&self.waits[bucket.min(BUCKETS - 1)], 1);
+            // The first bucket whose bound the wait does not exceed (seven comparisons).
+            let bucket = BOUNDS.partition_point(|&bound| Duration::from_micros(bound) < took);
+            bump(&self.waits[bucket], 1);
         }
     }
 
     /// A snapshot; `waiting` and `subscriptions` come from the subscriber.
     pub fn snapshot(&self, waiting: u64, subscriptions: u64) -> Stats {
         let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let waits: Vec<u64> = self.waits.iter().map(read).collect();
+        let waits: [u64; BUCKETS] = std::array::from_fn(|i| read(&self.waits[i]));
         let (at_once, after_wait, handed_over) = (
             read(&self.at_once),
             read(&self.after_wait),
@@ -160,8 +223,9 @@ pub(crate) fn bump(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Relaxed);
 }
 
-/// The upper bound of the bucket that holds quantile `q` of `buckets`; zero when empty.
-fn quantile(buckets: &[u64], q: f64) -> Duration {
+/// The upper bound of the bucket that holds quantile `q` of `buckets`: zero when they are
+/// empty, `Duration::MAX` in the last bucket, which has none.
+fn quantile(buckets: &[u64; BUCKETS], q: f64) -> Duration {
     let total: u64 = buckets.iter().sum();
     if total == 0 {
         return Duration::ZERO;
@@ -171,10 +235,12 @@ fn quantile(buckets: &[u64], q: f64) -> Duration {
     for (i, n) in buckets.iter().enumerate() {
         seen += n;
         if seen >= rank {
-            return Duration::from_micros(if i == 0 { 0 } else { 1u64 << i });
+            return BOUNDS
+                .get(i)
+                .map_or(Duration::MAX, |&bound| Duration::from_micros(bound));
         }
     }
-    Duration::from_micros(1u64 << (BUCKETS - 1))
+    Duration::MAX
 }
 
 #[cfg(test)]
@@ -195,14 +261,82 @@ mod tests {
         assert_eq!(stats.acquisitions, 100);
         assert_eq!((stats.acquired_at_once, stats.handed_over), (98, 1));
         assert_eq!((stats.acquired_after_wait, stats.timeouts), (1, 1));
-        // 300 µs lies in [256, 512): the bucket's bound is 512 µs.
-        assert_eq!(stats.wait_p50, Duration::from_micros(512));
-        assert_eq!(stats.wait_p99, Duration::from_micros(65_536));
+        // 300 µs is a bound: its bucket holds (250 µs, 300 µs].
+        assert_eq!(stats.wait_p50, Duration::from_micros(300));
+        assert_eq!(stats.wait_p99, Duration::from_millis(40));
         assert_eq!((stats.waiting_threads, stats.subscriptions), (3, 1));
-        let line = format!("{stats:?}");
-        assert!(
-            !line.contains('\n') && line.contains("acquisitions 100"),
-            "{line}"
+
+        // Just over a bound is the next bucket; over an hour, the last, which has no bound.
+        let counters = Counters::default();
+        counters.acquisition(Outcome::AtOnce, Duration::from_nanos(300_001));
+        assert_eq!(counters.snapshot(0, 0).wait_p50, Duration::from_micros(400));
+        counters.acquisition(Outcome::AtOnce, Duration::from_secs(3601));
+        counters.acquisition(Outcome::AtOnce, Duration::from_secs(7200));
+        assert_eq!(counters.snapshot(0, 0).wait_p50, Duration::MAX);
+        let counters = Counters::default();
+        counters.acquisition(Outcome::AtOnce, Duration::ZERO);
+        assert_eq!(counters.snapshot(0, 0).wait_p99, Duration::from_micros(1));
+    }
+
+    #[test]
+    fn the_bounds_rise_by_at_most_a_third_and_read_exactly() {
+        assert_eq!(&BOUNDS[..8], &[1, 2, 3, 4, 5, 6, 8, 10]);
+        assert_eq!(&BOUNDS[16..20], &[100, 125, 150, 200]);
+        assert_eq!(BOUNDS[BOUNDS.len() - 1], LAST_BOUND);
+        for pair in BOUNDS.windows(2) {
+            assert!(pair[0] < pair[1], "{pair:?}");
+            if pair[0] >= 100 {
+                assert!(pair[1] * 3 <= pair[0] * 4, "{pair:?}");
+            }
+        }
+        for bound in BOUNDS {
+            let words = Words(Duration::from_micros(bound)).to_string();
+            assert!(!words.starts_with("over"), "{bound} µs: {words}");
+        }
+        assert_eq!(Words(Duration::from_micros(BOUNDS[26])).to_string(), "1 ms");
+        assert_eq!(
+            Words(Duration::from_micros(1_250_000)).to_string(),
+            "1 s 250 ms"
         );
+    }
+
+    #[test]
+    fn the_display_is_one_line_to_log() {
+        let stats = Stats {
+            acquisitions: 100,
+            acquired_at_once: 98,
+            acquired_after_wait: 1,
+            handed_over: 1,
+            timeouts: 1,
+            wait_p50: Duration::from_micros(300),
+            wait_p99: Duration::from_micros(1_250),
+            renewals_ok: 12,
+            renewals_failed: 2,
+            locks_lost: 1,
+            reconnects: 0,
+            waiting_threads: 3,
+            subscriptions: 1,
+        };
+        assert_eq!(
+            stats.to_string(),
+            "acquisitions 100 (at once 98, after wait 1, handed over 1), timeouts 1, \
+             wait p50 <= 300 µs, p99 <= 1 ms 250 µs, renewals ok 12 failed 2, lost 1, \
+             reconnects 0, waiting 3, subscriptions 1"
+        );
+        let fresh = Stats::default().to_string();
+        assert!(fresh.contains(", wait p50 -, p99 -, "), "{fresh}");
+        let slow = Stats {
+            wait_p50: Duration::from_secs(90),
+            wait_p99: Duration::MAX,
+            ..stats
+        };
+        assert!(
+            slow.to_string()
+                .contains(", wait p50 <= 1 min 30 s, p99 > 1 h, "),
+            "{slow}"
+        );
+        // Debug is the struct, every duration exact.
+        let debug = format!("{:?}", Stats::default());
+        assert!(debug.starts_with("Stats { acquisitions: 0"), "{debug}");
     }
 }

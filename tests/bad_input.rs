@@ -170,8 +170,15 @@ fn empty_names_zero_and_absurd_durations_are_refused_before_any_io() {
     let lock = client.lock(&unique("durations"));
     assert!(invalid(lock.try_lock(Duration::ZERO, Some(Duration::ZERO))).contains("lease"));
     invalid(lock.lock_with_lease(Duration::ZERO));
-    invalid(lock.lock_with_lease(Duration::from_micros(500)));
-    invalid(lock.lock_with_lease(Duration::MAX));
+    assert_eq!(
+        invalid(lock.lock_with_lease(Duration::from_micros(500))),
+        "lease of 500 µs is shorter than the minimum of 1 ms"
+    );
+    let too_long = invalid(lock.lock_with_lease(Duration::MAX));
+    assert!(
+        too_long.starts_with("lease of over ") && too_long.ends_with(": at most 100 years"),
+        "{too_long}"
+    );
     invalid(lock.try_lock(Duration::MAX, None));
     invalid(lock.try_lock(
         Duration::from_secs(1),
@@ -182,10 +189,13 @@ fn empty_names_zero_and_absurd_durations_are_refused_before_any_io() {
         "a refused call must not have taken the lock"
     );
 
-    invalid(
-        Client::builder(&server.url())
-            .watchdog_timeout(Duration::ZERO)
-            .build(),
+    assert_eq!(
+        invalid(
+            Client::builder(&server.url())
+                .watchdog_timeout(Duration::ZERO)
+                .build(),
+        ),
+        "watchdog_timeout of 0 s is shorter than the minimum of 30 ms"
     );
     invalid(
         Client::builder(&server.url())
@@ -193,6 +203,16 @@ fn empty_names_zero_and_absurd_durations_are_refused_before_any_io() {
             .build(),
     );
     invalid(Client::builder(&server.url()).pool_size(0).build());
+    assert_eq!(
+        invalid(
+            Client::builder(&server.url())
+                .response_timeout(Duration::from_secs(1))
+                .wait_for_replicas(1, Duration::from_millis(1500))
+                .build(),
+        ),
+        "the wait_for_replicas timeout of 1 s 500 ms must be shorter than the \
+         response_timeout of 1 s"
+    );
     invalid(Client::builder(&server.url()).key_prefix("").build());
     invalid(Client::builder(&server.url()).key_prefix("a{b").build());
 }
@@ -243,7 +263,10 @@ fn names_and_prefixes_over_the_limits_are_refused_before_any_io() {
             ),
         ),
     ] {
-        assert!(message.contains("bytes"), "{what}: {message}");
+        assert!(
+            message.ends_with("bytes is too long: at most 65,536 bytes"),
+            "{what}: {message}"
+        );
     }
     assert_eq!(
         command_calls(&mut admin, "evalsha") + command_calls(&mut admin, "eval"),
@@ -263,7 +286,10 @@ fn names_and_prefixes_over_the_limits_are_refused_before_any_io() {
     guard.unlock().unwrap();
 
     let prefix = "p".repeat(redlatch::MAX_PREFIX_LEN + 1);
-    invalid(Client::builder(&server.url()).key_prefix(&prefix).build());
+    assert_eq!(
+        invalid(Client::builder(&server.url()).key_prefix(&prefix).build()),
+        "key prefix of 1,025 bytes is too long: at most 1,024 bytes"
+    );
     let prefix = "p".repeat(redlatch::MAX_PREFIX_LEN);
     Client::builder(&server.url())
         .key_prefix(&prefix)

@@ -262,12 +262,16 @@ fn stats_count_what_the_client_did_and_is_doing() {
         (1, 1, 1),
         "{s:?}"
     );
-    assert!(s.wait_p99 >= Duration::from_millis(64), "{s:?}");
+    // The handed-over wait took over 100 ms; a quantile is a bound it does not exceed.
+    assert!(s.wait_p99 >= Duration::from_millis(100), "{s:?}");
     assert!(s.renewals_ok >= 1, "{s:?}");
     assert_eq!((s.waiting_threads, s.locks_lost), (0, 0), "{s:?}");
-    let line = format!("{s:?}");
+    let line = format!("{s}");
     assert!(
-        !line.contains('\n') && line.starts_with("acquisitions 2"),
+        !line.contains('\n')
+            && line.starts_with("acquisitions 2 (at once 1, after wait 0, handed over 1)")
+            && line.contains(", wait p50 <= ")
+            && line.contains(", waiting 0, subscriptions "),
         "{line}"
     );
     // A multi-lock taken in one call counts each member.

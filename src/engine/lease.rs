@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::words::Words;
 
 /// The longest lease or wait the crate accepts: far beyond any sensible value, far below
 /// where milliseconds overflow in Redis or `Instant` arithmetic.
@@ -14,12 +15,16 @@ const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 pub(crate) fn validate_duration(what: &str, d: Duration, min: Duration) -> Result<()> {
     if d > MAX_DURATION {
         return Err(Error::invalid(format!(
-            "{what} {d:?} is too long (at most {MAX_DURATION:?})"
+            "{what} of {} is too long: at most {}",
+            Words(d),
+            Words(MAX_DURATION)
         )));
     }
     if d < min {
         return Err(Error::invalid(format!(
-            "{what} {d:?} is shorter than the minimum {min:?}"
+            "{what} of {} is shorter than the minimum of {}",
+            Words(d),
+            Words(min)
         )));
     }
     Ok(())
@@ -64,5 +69,48 @@ impl Terms {
     /// is set when the hand-over is taken up.
     pub fn handover_lease(&self) -> Duration {
         self.lease_set().min(self.watchdog)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(what: &str, d: Duration, min: Duration) -> String {
+        match validate_duration(what, d, min) {
+            Err(Error::InvalidArgument(message)) => message,
+            other => panic!("{what} {d:?}: expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn refusals_say_the_value_and_the_limit_in_words() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            refusal("lease", MAX_DURATION + Duration::from_secs(1), ms(1)),
+            "lease of 100 years and 1 s is too long: at most 100 years"
+        );
+        assert_eq!(
+            refusal("lease", MAX_DURATION + Duration::from_nanos(1), ms(1)),
+            "lease of over 100 years is too long: at most 100 years"
+        );
+        assert_eq!(
+            refusal("wait", Duration::MAX, Duration::ZERO),
+            "wait of over 584,942,417,355 years and 26 days is too long: at most 100 years"
+        );
+        assert_eq!(
+            refusal("watchdog_timeout", ms(10), ms(30)),
+            "watchdog_timeout of 10 ms is shorter than the minimum of 30 ms"
+        );
+        assert_eq!(
+            refusal("watchdog_timeout", ms(30) - Duration::from_nanos(1), ms(30)),
+            "watchdog_timeout of over 29 ms 999 µs is shorter than the minimum of 30 ms"
+        );
+        assert_eq!(
+            refusal("lease", Duration::from_micros(500), ms(1)),
+            "lease of 500 µs is shorter than the minimum of 1 ms"
+        );
+        assert!(validate_duration("lease", MAX_DURATION, ms(1)).is_ok());
+        assert!(validate_duration("watchdog_timeout", ms(30), ms(30)).is_ok());
     }
 }

@@ -15,6 +15,10 @@ use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::scripts::Queueing;
 use crate::stats::Outcome;
+use crate::words::Words;
+
+/// The longest backoff step a user may ask for.
+const MAX_CAP: Duration = Duration::from_secs(3600);
 
 /// How long a spinning waiter sleeps between attempts: from `min`, doubling up to `max`,
 /// each sleep drawn at random between half and all of the current step.
@@ -38,14 +42,16 @@ impl Backoff {
         validate_duration("backoff cap", self.max, Duration::from_millis(1))?;
         if self.min.is_zero() || self.min > self.max {
             return Err(Error::invalid(format!(
-                "backoff from {:?} to {:?}: the start must be at least 1 ms and at most the cap",
-                self.min, self.max
+                "backoff from {} to {}: the start must be at least 1 ms and at most the cap",
+                Words(self.min),
+                Words(self.max)
             )));
         }
-        if self.max > Duration::from_secs(3600) {
+        if self.max > MAX_CAP {
             return Err(Error::invalid(format!(
-                "backoff cap {:?} is longer than an hour",
-                self.max
+                "backoff cap of {} is too long: at most {}",
+                Words(self.max),
+                Words(MAX_CAP)
             )));
         }
         Ok(self)

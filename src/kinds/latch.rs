@@ -8,6 +8,7 @@ use crate::engine::{self, validate_duration};
 use crate::error::{Error, Result};
 use crate::keys::{Family, LockKeys};
 use crate::scripts::latch;
+use crate::words::Count;
 
 /// The largest count: Redis keeps a count as a 64-bit signed integer.
 const MAX_COUNT: u64 = i64::MAX as u64;
@@ -83,7 +84,9 @@ impl CountDownLatch {
         self.check_name()?;
         if n == 0 || n > MAX_COUNT {
             return Err(Error::invalid(format!(
-                "a latch's count must be between 1 and {MAX_COUNT}, not {n}"
+                "a latch's count must be between 1 and {} (2^63 - 1), not {}",
+                Count(MAX_COUNT),
+                Count(n)
             )));
         }
         let request = request_id();
