@@ -21,6 +21,7 @@ use crate::engine;
 use crate::error::{Error, Result};
 use crate::keys::{Family, LockKeys};
 use crate::scripts;
+use crate::words::Words;
 
 /// The kinds of object [`Client::inspect`] can look at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -149,7 +150,7 @@ pub struct Holder {
 pub struct Waiter {
     /// Its owner id.
     pub owner: String,
-    /// Its terms in words: `valid for 29.8 s more, hand-over lease 30 s` (and what it asks
+    /// Its terms in words: `valid for 29 s 800 ms more, hand-over lease 30 s` (and what it asks
     /// for: `to write`, `3 permits`), or `granted token 42, not taken up yet` for a read-write
     /// lock's or a semaphore's waiter that was handed the object and has not returned with
     /// it yet (a lock's waiter leaves the queue when it is handed the lock). What a script of
@@ -651,8 +652,8 @@ impl Waiter {
         Waiter {
             terms: format!(
                 "valid for {} more, hand-over lease {}",
-                short(valid_for),
-                short(handover_lease)
+                Words(valid_for),
+                Words(handover_lease)
             ),
             valid_for: Some(valid_for),
             handover_lease: Some(handover_lease),
@@ -694,22 +695,6 @@ impl Waiter {
                 _ => Waiter::unread(owner, terms),
             },
             _ => Waiter::unread(owner, terms),
-        }
-    }
-}
-
-/// `d` as a person reads it in a report: `350 ms`, `29.8 s`, `12 min 5 s`.
-fn short(d: Duration) -> String {
-    let ms = d.as_millis();
-    match ms {
-        0..1_000 => format!("{ms} ms"),
-        1_000..60_000 => format!("{:.1} s", d.as_secs_f64()),
-        _ => {
-            let secs = d.as_secs();
-            match secs {
-                60..3_600 => format!("{} min {} s", secs / 60, secs % 60),
-                _ => format!("{} h {} min", secs / 3_600, secs % 3_600 / 60),
-            }
         }
     }
 }
@@ -765,10 +750,10 @@ mod tests {
     fn terms_read_in_words() {
         let now = 1_795_709_669_379;
         let w = Waiter::waiting("c:1", now + 29_800, 30_000, now);
-        assert_eq!(w.terms, "valid for 29.8 s more, hand-over lease 30.0 s");
+        assert_eq!(w.terms, "valid for 29 s 800 ms more, hand-over lease 30 s");
         assert_eq!(w.valid_for, Some(Duration::from_millis(29_800)));
         let past = Waiter::waiting("c:1", now - 5, 250, now);
-        assert_eq!(past.terms, "valid for 0 ms more, hand-over lease 250 ms");
+        assert_eq!(past.terms, "valid for 0 s more, hand-over lease 250 ms");
         let sem = Waiter::of_shares("c:p1", &format!("{} 30000 3", now + 1000), now);
         assert_eq!(sem.permits, Some(3));
         assert!(sem.terms.ends_with(", 3 permits"), "{}", sem.terms);
@@ -779,6 +764,5 @@ mod tests {
         assert_eq!(granted.terms, "granted token 42, not taken up yet");
         let foreign = Waiter::of_shares("c:1", "what is this", now);
         assert_eq!(foreign.terms, "what is this");
-        assert_eq!(short(Duration::from_secs(725)), "12 min 5 s");
     }
 }

@@ -123,7 +123,7 @@ fn list_inspect_force_unlock_and_watch_on_one_server() {
     let waiter_line = report.lines().find(|l| l.contains("1. ")).unwrap();
     assert!(
         waiter_line.contains("valid for ")
-            && waiter_line.contains("hand-over lease 30.0 s")
+            && waiter_line.contains("hand-over lease 30 s")
             && waiter_line.contains("client api@host-8 at 127.0.0.1:"),
         "{report}"
     );

@@ -354,7 +354,7 @@ fn inspect_names_each_holder_and_waiter_client_where_the_acl_allows() {
         "{w:?}"
     );
     assert!(
-        w.terms.starts_with("valid for ") && w.terms.ends_with("hand-over lease 7.0 s"),
+        w.terms.starts_with("valid for ") && w.terms.ends_with("hand-over lease 7 s"),
         "{w:?}"
     );
     let connected = holder.connected_clients().unwrap();

@@ -524,8 +524,9 @@ fn lost(keys: &LockKeys) -> Error {
 pub(crate) fn check_replicas(backend: &crate::backend::Backend, replicas: Replicas) -> Result<()> {
     let mut con = backend.connect()?;
     let asked = format!(
-        "wait_for_replicas({}, {:?})",
-        replicas.count, replicas.timeout
+        "wait_for_replicas({}, {})",
+        replicas.count,
+        crate::words::Words(replicas.timeout)
     );
     let reply = redis::cmd("WAIT")
         .arg(replicas.count)
