@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
+use super::held::Held;
 use crate::core::{Core, Runtime};
 use crate::engine::{self, Acquired, Hold, Kind, Terms, validate_duration, validate_lease};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::scripts::{self, Acquire, Freeing, Queueing, Release, Releasing};
 
@@ -238,10 +239,8 @@ impl Lock {
     ) -> Result<Option<OwnedLockGuard>> {
         let owner = self.core().fresh_numbered_owner();
         let acquired = self.acquire_as(owner, wait, lease)?;
-        Ok(acquired.map(|Acquired { hold }| OwnedLockGuard {
-            lock: self.clone(),
-            hold,
-            released: false,
+        Ok(acquired.map(|acquired| OwnedLockGuard {
+            held: self.held(acquired),
         }))
     }
 
@@ -257,19 +256,15 @@ impl Lock {
     }
 
     /// The guard of a hold the engine registered (and counted the guard of).
-    pub(crate) fn guard(&self, Acquired { hold }: Acquired) -> LockGuard {
+    pub(crate) fn guard(&self, acquired: Acquired) -> LockGuard {
         LockGuard {
-            lock: self.clone(),
-            hold,
-            released: false,
+            held: self.held(acquired),
             _not_send: PhantomData,
         }
     }
 
-    fn lost(&self) -> Error {
-        Error::LockLost {
-            name: self.keys.name().to_string(),
-        }
+    fn held(&self, acquired: Acquired) -> Held<Lock> {
+        Held::new(self.clone(), &self.runtime, acquired, "lock")
     }
 }
 
@@ -341,17 +336,15 @@ impl Kind for Lock {
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
-    lock: Lock,
-    hold: Arc<Hold>,
-    released: bool,
+    held: Held<Lock>,
     _not_send: PhantomData<*const ()>,
 }
 
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("name", &self.lock.keys.name())
-            .field("fencing_token", &self.hold.token)
+            .field("name", &self.name())
+            .field("fencing_token", &self.fencing_token())
             .finish()
     }
 }
@@ -361,8 +354,8 @@ impl LockGuard {
     /// in Redis was changed) or had already been reported lost (then a hold Redis still had is
     /// released all the same); `Err(Error::Redis)` if Redis could not be reached, in which case
     /// the lock expires with its lease.
-    pub fn unlock(mut self) -> Result<()> {
-        self.release()
+    pub fn unlock(self) -> Result<()> {
+        self.held.release()
     }
 
     /// The fencing token of this hold: strictly increasing per lock name across all clients,
@@ -372,12 +365,12 @@ impl LockGuard {
     /// write safe against a holder that was paused past its lease. Re-entries share the first
     /// acquisition's token.
     pub fn fencing_token(&self) -> u64 {
-        self.hold.token
+        self.held.token()
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        self.lock.keys.name()
+        self.held.name()
     }
 
     /// The owner id this hold has in Redis: the thread's, `<client id>:<thread number>`
@@ -385,18 +378,18 @@ impl LockGuard {
     /// answers on the thread that took it). For tracing and for matching what the operator's
     /// tools show.
     pub fn owner_id(&self) -> &str {
-        &self.hold.owner
+        self.held.owner_id()
     }
 
     pub(crate) fn hold(&self) -> &Arc<Hold> {
-        &self.hold
+        self.held.hold()
     }
 
     /// Whether the lock is known to be lost: renewal found it gone, or the last lease Redis
     /// confirmed has run out. Advisory: a pause can fall between this check and the write it
     /// guards, which is why writes carry the [fencing token](LockGuard::fencing_token).
     pub fn is_lost(&self) -> bool {
-        self.hold.is_lost()
+        self.held.is_lost()
     }
 
     /// How long the lease Redis last confirmed has left, by this client's clock, with no
@@ -404,31 +397,12 @@ impl LockGuard {
     /// of the watchdog timeout, so it stays between two and three thirds of it while Redis
     /// answers; a fixed lease only runs down. Advisory, like [`is_lost`](LockGuard::is_lost).
     pub fn remaining_lease(&self) -> Duration {
-        self.hold.remaining_lease()
+        self.held.remaining_lease()
     }
 
     /// `Err(Error::LockLost)` when [`is_lost`](LockGuard::is_lost).
     pub fn check(&self) -> Result<()> {
-        if self.is_lost() {
-            Err(self.lock.lost())
-        } else {
-            Ok(())
-        }
-    }
-
-    fn release(&mut self) -> Result<()> {
-        self.released = true;
-        engine::release(self.lock.core(), &self.lock, &self.hold)
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        let released = self.release();
-        super::log_dropped_release("lock", self.lock.keys.name(), released);
+        self.held.check()
     }
 }
 
@@ -474,18 +448,15 @@ impl Drop for LockGuard {
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct OwnedLockGuard {
-    /// Keeps the client's threads alive while the guard lives.
-    lock: Lock,
-    hold: Arc<Hold>,
-    released: bool,
+    held: Held<Lock>,
 }
 
 impl std::fmt::Debug for OwnedLockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OwnedLockGuard")
-            .field("name", &self.lock.keys.name())
-            .field("owner_id", &self.hold.owner)
-            .field("fencing_token", &self.hold.token)
+            .field("name", &self.name())
+            .field("owner_id", &self.owner_id())
+            .field("fencing_token", &self.fencing_token())
             .finish()
     }
 }
@@ -495,60 +466,41 @@ impl OwnedLockGuard {
     /// was no longer ours (then nothing in Redis was changed) or had already been reported
     /// lost; `Err(Error::Redis)` if Redis could not be reached, in which case the lock expires
     /// with its lease.
-    pub fn unlock(mut self) -> Result<()> {
-        self.release()
+    pub fn unlock(self) -> Result<()> {
+        self.held.release()
     }
 
     /// The fencing token of this acquisition: strictly increasing per lock name across all
     /// clients and both kinds of guard, as [`LockGuard::fencing_token`] says.
     pub fn fencing_token(&self) -> u64 {
-        self.hold.token
+        self.held.token()
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        self.lock.keys.name()
+        self.held.name()
     }
 
     /// The owner id this acquisition has in Redis: `<client id>:<n>`, its own, never a
     /// thread's. For tracing and for matching what the operator's tools show.
     pub fn owner_id(&self) -> &str {
-        &self.hold.owner
+        self.held.owner_id()
     }
 
     /// Whether the lock is known to be lost: renewal found it gone, or the last lease Redis
     /// confirmed has run out. Advisory, as [`LockGuard::is_lost`].
     pub fn is_lost(&self) -> bool {
-        self.hold.is_lost()
+        self.held.is_lost()
     }
 
     /// How long the lease Redis last confirmed has left, by this client's clock, with no
     /// round trip: zero once the hold is lost. Advisory, as [`LockGuard::remaining_lease`].
     pub fn remaining_lease(&self) -> Duration {
-        self.hold.remaining_lease()
+        self.held.remaining_lease()
     }
 
     /// `Err(Error::LockLost)` when [`is_lost`](OwnedLockGuard::is_lost).
     pub fn check(&self) -> Result<()> {
-        if self.is_lost() {
-            Err(self.lock.lost())
-        } else {
-            Ok(())
-        }
-    }
-
-    fn release(&mut self) -> Result<()> {
-        self.released = true;
-        engine::release(self.lock.core(), &self.lock, &self.hold)
-    }
-}
-
-impl Drop for OwnedLockGuard {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        let released = self.release();
-        super::log_dropped_release("lock", self.lock.keys.name(), released);
+        self.held.check()
     }
 }

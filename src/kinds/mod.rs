@@ -8,8 +8,10 @@
 //! - [`latch`]: a count-down latch;
 //! - [`multi`]: several locks taken all or none;
 //! - [`redlock`]: one lock over independent masters, held by majority;
-//! - [`shares`]: what the read-write lock and the semaphore share.
+//! - [`shares`]: what the read-write lock and the semaphore share;
+//! - [`held`]: the hold every guard wraps.
 
+mod held;
 pub(crate) mod latch;
 pub(crate) mod lock;
 pub(crate) mod multi;

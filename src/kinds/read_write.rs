@@ -5,7 +5,8 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::shares::{Held, Share, Wants};
+use super::held::Held;
+use super::shares::{Share, Wants};
 use crate::core::Runtime;
 use crate::engine::{self, validate_duration, validate_lease};
 use crate::error::{Error, Result};
@@ -164,7 +165,7 @@ macro_rules! guard {
         #[must_use = "the hold is released as soon as the guard is dropped"]
         #[derive(Debug)]
         pub struct $guard {
-            held: Held,
+            held: Held<Share>,
             _not_send: PhantomData<*const ()>,
         }
 

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::shares::{Held, Share, Wants};
+use super::held::Held;
+use super::shares::{Share, Wants};
 use crate::core::Runtime;
 use crate::engine::{self, validate_duration, validate_lease};
 use crate::error::{Error, Result};
@@ -157,7 +158,7 @@ impl Semaphore {
 #[must_use = "the permits are given back as soon as the guard is dropped"]
 #[derive(Debug)]
 pub struct Permits {
-    held: Held,
+    held: Held<Share>,
     count: u32,
 }
 

@@ -1,6 +1,6 @@
 //! What the kinds with shares ([`ReadWriteLock`](crate::ReadWriteLock),
 //! [`Semaphore`](crate::Semaphore)) have in common: the engine's view of one acquisition
-//! ([`Share`]) and the hold a guard wraps ([`Held`]).
+//! ([`Share`]), which their guards hold as a [`Held<Share>`](super::held::Held).
 //!
 //! Their data and grant rule are in `lua/shares.lua`: many holders, each with its own lease;
 //! a release admits, in one message, the waiters at the head of the queue while each fits.
@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
+use super::held::Held;
 use crate::core::{Core, Runtime};
-use crate::engine::{self, Acquired, Hold, Kind, Terms};
-use crate::error::{Error, Result};
+use crate::engine::{self, Kind, Terms};
+use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::scripts::shares::{self, Need};
 use crate::scripts::{Acquire, Freeing, Queueing, Release, Releasing};
@@ -62,19 +63,18 @@ impl Share {
         owner: Arc<str>,
         wait: Option<Duration>,
         lease: Option<Duration>,
-    ) -> Result<Option<Held>> {
+    ) -> Result<Option<Held<Share>>> {
         let core = &runtime.core;
         let terms = Terms {
             asked: lease,
             watchdog: core.watchdog_timeout,
         };
+        let what = match self.wants {
+            Wants::Permits(_) => "permits of semaphore",
+            Wants::Read { .. } | Wants::Write => "read-write lock",
+        };
         let acquired = engine::acquire(core, &self, owner, wait, terms)?;
-        Ok(acquired.map(|Acquired { hold }| Held {
-            share: self,
-            runtime: runtime.clone(),
-            hold,
-            released: false,
-        }))
+        Ok(acquired.map(|acquired| Held::new(self, runtime, acquired, what)))
     }
 }
 
@@ -124,80 +124,5 @@ impl Kind for Share {
         freeing: Freeing,
     ) -> RedisResult<Release> {
         shares::release(con, &self.keys, owner, token, how, freeing)
-    }
-}
-
-/// One guard's hold of a share; released at most once, on [`Held::release`] or on drop.
-pub(crate) struct Held {
-    share: Share,
-    /// Keeps the client's threads alive while the guard lives.
-    runtime: Arc<Runtime>,
-    hold: Arc<Hold>,
-    released: bool,
-}
-
-impl Held {
-    pub fn token(&self) -> u64 {
-        self.hold.token
-    }
-
-    pub fn name(&self) -> &str {
-        self.share.keys.name()
-    }
-
-    pub fn owner_id(&self) -> &str {
-        &self.hold.owner
-    }
-
-    pub fn is_lost(&self) -> bool {
-        self.hold.is_lost()
-    }
-
-    pub fn remaining_lease(&self) -> Duration {
-        self.hold.remaining_lease()
-    }
-
-    pub fn check(&self) -> Result<()> {
-        if self.is_lost() {
-            Err(Error::LockLost {
-                name: self.name().to_string(),
-            })
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Releases this guard's hold (see `engine::release` for what each error means).
-    pub fn release(mut self) -> Result<()> {
-        self.release_once()
-    }
-
-    fn release_once(&mut self) -> Result<()> {
-        self.released = true;
-        engine::release(&self.runtime.core, &self.share, &self.hold)
-    }
-}
-
-impl std::fmt::Debug for Held {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Held")
-            .field("name", &self.share.keys.name())
-            .field("wants", &self.share.wants)
-            .field("fencing_token", &self.hold.token)
-            .finish()
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        let released = self.release_once();
-        let what = match self.share.wants {
-            Wants::Permits(_) => "permits of semaphore",
-            Wants::Read { .. } | Wants::Write => "read-write lock",
-        };
-        super::log_dropped_release(what, self.share.keys.name(), released);
     }
 }
