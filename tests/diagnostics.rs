@@ -173,14 +173,7 @@ fn wait_for_replicas_without_enough_replicas_fails_build() {
     );
 
     // An ACL that refuses WAIT: every lock would fail the same way.
-    let mut admin = lone.admin();
-    let _: () = redis::cmd("ACL")
-        .arg(&[
-            "SETUSER", "nowait", "on", ">pw", "~*", "&*", "+@all", "-wait",
-        ])
-        .query(&mut admin)
-        .unwrap();
-    let url = format!("redis://nowait:pw@127.0.0.1:{}/", lone.port);
+    let url = lone.acl_user("nowait", &["~*", "&*", "+@all", "-wait"]);
     let text = invalid_text(
         quick(&url)
             .wait_for_replicas(1, Duration::from_millis(100))
@@ -278,22 +271,16 @@ fn a_name_client_setname_would_refuse_is_refused_at_build() {
 #[test]
 fn an_acl_without_client_setname_keeps_its_connections_unnamed_and_works() {
     let server = RedisServer::start();
-    let mut admin = server.admin();
-    let _: () = redis::cmd("ACL")
-        .arg(&[
-            "SETUSER",
-            "noclient",
-            "on",
-            ">pw",
+    let url = server.acl_user(
+        "noclient",
+        &[
             "~redlatch:*",
             "&redlatch:*",
             "+@all",
             "-@dangerous",
             "-client",
-        ])
-        .query(&mut admin)
-        .unwrap();
-    let url = format!("redis://noclient:pw@127.0.0.1:{}/", server.port);
+        ],
+    );
     let client = Client::builder(&url).name("api@host-7").build().unwrap();
     let guard = client.lock("acl").try_lock(Duration::ZERO, None).unwrap();
     assert!(guard.is_some());
@@ -365,21 +352,10 @@ fn inspect_names_each_holder_and_waiter_client_where_the_acl_allows() {
     );
 
     // A user without CLIENT LIST (`@dangerous`) still gets its report, without names.
-    let mut admin = server.admin();
-    let _: () = redis::cmd("ACL")
-        .arg(&[
-            "SETUSER",
-            "plain",
-            "on",
-            ">pw",
-            "~redlatch:*",
-            "&redlatch:*",
-            "+@all",
-            "-@dangerous",
-        ])
-        .query(&mut admin)
-        .unwrap();
-    let url = format!("redis://plain:pw@127.0.0.1:{}/", server.port);
+    let url = server.acl_user(
+        "plain",
+        &["~redlatch:*", "&redlatch:*", "+@all", "-@dangerous"],
+    );
     let limited = Client::open(&url).unwrap();
     let report = limited.inspect(redlatch::ObjectKind::Lock, &name).unwrap();
     assert_eq!(report.holders[0].owner, holder.current_thread_owner_id());

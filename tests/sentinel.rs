@@ -354,19 +354,12 @@ fn a_refused_wait_gives_the_lock_back() {
     // without it): the acquisition itself succeeds, its WAIT does not.
     let (server, _replica) = support::topology::master_and_replica();
     let mut admin = server.admin();
-    let user = |rules: &[&str]| {
-        let mut acl = redis::cmd("ACL");
-        acl.arg(&["SETUSER", "nowait", "on", ">pw", "~*", "&*", "+@all"])
-            .arg(rules);
-        let _: () = acl.query(&mut server.admin()).unwrap();
-    };
-    user(&[]);
-    let url = format!("redis://nowait:pw@127.0.0.1:{}/", server.port);
+    let url = server.acl_user("nowait", &["~*", "&*", "+@all"]);
     let client = Client::builder(&url)
         .wait_for_replicas(1, Duration::from_millis(100))
         .build()
         .unwrap();
-    user(&["-wait"]);
+    server.acl_user("nowait", &["-wait"]);
     match client.lock("refused-wait").lock() {
         Err(Error::NotReplicated {
             acknowledged: 0, ..

@@ -97,6 +97,19 @@ impl RedisServer {
         con
     }
 
+    /// Makes ACL user `user` (password `pw`) with `rules` added to any it has; its URL.
+    pub fn acl_user(&self, user: &str, rules: &[&str]) -> String {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(user)
+            .arg("on")
+            .arg(">pw")
+            .arg(rules)
+            .query(&mut self.admin())
+            .unwrap();
+        format!("redis://{user}:pw@127.0.0.1:{}/", self.port)
+    }
+
     /// kill -9, then start again on the same port with no data: a crash without persistence.
     pub fn restart(&mut self) {
         self.kill();
