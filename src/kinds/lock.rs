@@ -26,7 +26,7 @@ use crate::scripts::{self, Acquire, Freeing, Queueing, Release, Releasing};
 /// shortens the lease: Redis keeps the longer of the current lease and the new one. Once any
 /// guard of a hold was taken without a lease, the watchdog renews the hold until its last
 /// guard is gone. A re-entry into a hold that was [lost](LockGuard::is_lost) fails with
-/// [`Error::LockLost`] until the thread has dropped the lost guards.
+/// [`Error::LockLost`](crate::Error::LockLost) until the thread has dropped the lost guards.
 ///
 /// # Pooled worker threads
 /// Because a hold belongs to a thread, a thread that holds the lock re-enters it at once. On
@@ -50,7 +50,7 @@ use crate::scripts::{self, Acquire, Freeing, Queueing, Release, Releasing};
 /// # Time
 /// Every Redis round trip is bounded by the client's response timeout (3 s by default), so a
 /// call may overrun its `wait` by up to that much when Redis stops answering, and then fails
-/// with [`Error::Redis`]. On a Cluster, a call also retries a command refused while the lock's
+/// with [`Error::Redis`](crate::Error::Redis). On a Cluster, a call also retries a command refused while the lock's
 /// slot migrates or a replica takes over, for up to one response timeout from its start.
 ///
 /// ```no_run
