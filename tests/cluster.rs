@@ -245,6 +245,16 @@ fn locks_live_on_the_master_of_their_slot_and_a_release_on_each_master_wakes_a_w
         );
         wakes.push(after);
     }
+    // Every master has the holder's command connection and the waiter's sharded pub/sub
+    // connection, each named after its client.
+    for master in c.master_ports() {
+        let mut con = connect(master, None).unwrap();
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut con).unwrap();
+        for client in [&holder, &waiter_client] {
+            let name = format!("name=redlatch:{} ", client.id());
+            assert!(list.contains(&name), "no {name} on {master}:\n{list}");
+        }
+    }
     eprintln!("cluster: started in {started:?}; waiters woken {wakes:?} after the release");
 }
 
