@@ -21,6 +21,8 @@ fn main() -> redlatch::Result<()> {
                 guard.name(),
                 guard.fencing_token()
             );
+            // Who holds it, in the words `redlatch inspect quickstart` would use.
+            println!("held by {}", guard.owner_id());
             // Re-entry from the same thread: a second guard, the same token.
             let inner = lock.lock()?;
             println!("re-entered: hold count {}", lock.hold_count()?);
@@ -28,6 +30,7 @@ fn main() -> redlatch::Result<()> {
             guard.check()?; // still ours?
             guard.unlock()?;
             println!("released; locked now: {}", lock.is_locked()?);
+            println!("{}", client.stats()); // the one-line snapshot to log
         }
         None => println!("somebody else held {:?} for 5 s", lock.name()),
     }

@@ -78,9 +78,13 @@ impl Bank {
 
 /// Serves `listener` until `stop` is set: one thread per connection.
 pub fn serve(listener: TcpListener, bank: Bank, stop: Arc<AtomicBool>) -> redlatch::Result<()> {
+    // The name goes on every connection: `redlatch --prefix bank inspect acct-0` then says
+    // which process holds an account.
+    let name = format!("bank@pid-{}", std::process::id());
     let client = redlatch::Client::builder(&bank.locks_url)
         .key_prefix("bank")
         .pool_size(64)
+        .name(&name)
         .build()?;
     let store = redis::Client::open(bank.store_url.as_str()).map_err(redlatch::Error::Redis)?;
     let bank = Arc::new(bank);
