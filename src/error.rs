@@ -21,8 +21,8 @@ pub enum Error {
     /// exchange with the server, a setting the deployment cannot serve: a Cluster node given
     /// to [`Client::open`](crate::Client::open) (or a plain server to
     /// [`Client::cluster_builder`](crate::Client::cluster_builder), a sentinel to either),
-    /// or [`wait_for_replicas`](crate::ClientBuilder::wait_for_replicas) asking for more
-    /// replicas than acknowledge.
+    /// or [`wait_for_replicas`](crate::ClientBuilder::wait_for_replicas) on a server that
+    /// refuses `WAIT`.
     InvalidArgument(String),
     /// The lock expired or was taken from its holder (released by `force_unlock`, its lease
     /// ran out while the holder was paused or Redis was unreachable, Redis restarted). Work
@@ -34,7 +34,10 @@ pub enum Error {
     },
     /// Waiting would never end: a thread that holds only a read of a
     /// [`ReadWriteLock`](crate::ReadWriteLock) asked to write it, and would wait for its own
-    /// read to go. Nothing was sent to Redis; the read is still held.
+    /// read to go; or a thread holding a [`LockGuard`](crate::LockGuard) asked for an
+    /// [`OwnedLockGuard`](crate::OwnedLockGuard) of the same lock with
+    /// [`lock_owned`](crate::Lock::lock_owned), and would wait for its own hold. Nothing was
+    /// sent to Redis; what was held is still held.
     WouldDeadlock {
         /// The lock's name.
         name: String,
@@ -48,9 +51,10 @@ pub enum Error {
     /// Fewer replicas than asked for with
     /// [`wait_for_replicas`](crate::ClientBuilder::wait_for_replicas) acknowledged an
     /// acquisition in time. The lock was released again (or expires with its lease if that
-    /// release failed).
+    /// release failed). From `build()`, with an empty `name`: its one `WAIT` found fewer
+    /// replicas than asked for, so every lock would fail so; try again once they are back.
     NotReplicated {
-        /// The lock's name.
+        /// The lock's name; empty when `build()` found too few replicas.
         name: String,
         /// Replicas that acknowledged the acquisition.
         acknowledged: u32,
@@ -85,8 +89,9 @@ impl fmt::Display for Error {
             }
             Error::WouldDeadlock { name } => write!(
                 f,
-                "lock {name:?}: this thread holds a read of it and asked to write, which \
-                 would wait for itself; release the read first"
+                "lock {name:?}: this thread holds it and asked for it in a way that does not \
+                 re-enter (a write over its read, or an owned guard over its own hold), which \
+                 would wait for itself; release what it holds first"
             ),
             Error::WrongType { key } => {
                 write!(
@@ -94,6 +99,15 @@ impl fmt::Display for Error {
                     "key {key:?} holds data that is not a redlatch lock; left untouched"
                 )
             }
+            Error::NotReplicated {
+                name,
+                acknowledged,
+                wanted,
+            } if name.is_empty() => write!(
+                f,
+                "{acknowledged} of {wanted} replicas acknowledged the client's first WAIT in \
+                 time: every lock would fail with NotReplicated until they do"
+            ),
             Error::NotReplicated {
                 name,
                 acknowledged,

@@ -251,25 +251,25 @@ impl Client {
             }
             Err(e) => return Err(Error::Redis(e)),
         };
-        let mut clients: Vec<ConnectedClient> = lists
-            .iter()
-            .flat_map(|list| parse_client_list(list))
-            .collect();
-        clients.sort_by(|a, b| a.id.cmp(&b.id));
-        clients.dedup_by(|later, earlier| later.id == earlier.id);
-        Ok(clients)
+        Ok(one_per_client(
+            lists
+                .iter()
+                .flat_map(|list| parse_client_list(list))
+                .collect(),
+        ))
     }
 
     /// Who holds object `name` of `kind`, its lease, its fencing counter, who waits for it
     /// and how many clients listen on its channel, with the name and address of each
-    /// holder's and waiter's client where `CLIENT LIST` tells them. Reads only.
+    /// holder's and waiter's client where `CLIENT LIST` (on the server that keeps the object)
+    /// tells them; without them where it cannot. Reads only.
     pub fn inspect(&self, kind: ObjectKind, name: &str) -> Result<Report> {
         let core = self.core();
         engine::check_name(core, name)?;
         let keys = LockKeys::of(kind.family(), &core.prefix, name);
         let read = |con: &mut dyn ConnectionLike| read_report(con, kind, &keys);
         let mut report = core.backend.run(read).map_err(Error::Redis)?;
-        let clients = self.connected_clients()?;
+        let clients = clients_by(core, &keys);
         let client_of = |owner: &str| {
             let id = client_id_of(owner);
             clients.iter().find(|c| c.id == id)
@@ -628,6 +628,81 @@ fn read_report(
     Ok(report)
 }
 
+/// The report as `redlatch inspect` prints it, a line per fact, each holder and waiter on a
+/// line of its own with its client's name and address where known:
+///
+/// ```text
+/// lock "invoice:42" (redlatch:{invoice:42})
+///   lease 21 s 400 ms left; fencing counter 1795548688566984; 1 client(s) subscribed
+///   holders:
+///     1b4e28ba-2fa1-11d2-883f-0016d3cca427:7  count 1  token 1795548688566984  lease 21 s 400 ms left  client api@host-7 at 10.0.0.21:51234
+///   queue, oldest first:
+///     1. 6fa459ea-ee8a-3ca4-894e-db77e160355e:3  valid for 29 s 800 ms more, hand-over lease 30 s  client worker@host-2 at 10.0.0.34:40112
+/// ```
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "{} {:?} ({})", self.kind.as_str(), self.name, self.key)?;
+        match self.ttl {
+            Some(ttl) => write!(f, "  lease {} left", Words(ttl))?,
+            None => write!(f, "  no lease")?,
+        }
+        match self.fence {
+            Some(fence) => write!(f, "; fencing counter {fence}")?,
+            None => write!(f, "; fencing counter none")?,
+        }
+        writeln!(f, "; {} client(s) subscribed", self.subscribers)?;
+        if let Some(count) = self.count {
+            let what = match self.kind {
+                ObjectKind::Semaphore => "total permits",
+                _ => "count",
+            };
+            writeln!(f, "  {what} {count}")?;
+        }
+        if self.holders.is_empty() {
+            writeln!(f, "  held by nobody")?;
+        } else {
+            writeln!(f, "  holders:")?;
+        }
+        for h in &self.holders {
+            write!(f, "    {}  count {}", h.owner, h.count)?;
+            if let Some(token) = h.token {
+                write!(f, "  token {token}")?;
+            }
+            if let Some(left) = h.lease_left {
+                write!(f, "  lease {} left", Words(left))?;
+            }
+            if h.writer {
+                write!(f, "  (writer)")?;
+            }
+            writeln!(f, "{}", ClientOf(&h.client_name, &h.client_addr))?;
+        }
+        if self.queue.is_empty() {
+            writeln!(f, "  nobody queued")?;
+        } else {
+            writeln!(f, "  queue, oldest first:")?;
+        }
+        for (i, w) in self.queue.iter().enumerate() {
+            let client = ClientOf(&w.client_name, &w.client_addr);
+            writeln!(f, "    {}. {}  {}{client}", i + 1, w.owner, w.terms)?;
+        }
+        Ok(())
+    }
+}
+
+/// The end of a holder's or waiter's line: `  client api@host-7 at 10.0.0.7:53422`, or
+/// nothing where the client is not known.
+struct ClientOf<'a>(&'a Option<String>, &'a Option<String>);
+
+impl std::fmt::Display for ClientOf<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.0, self.1) {
+            (Some(name), Some(addr)) => write!(f, "  client {name} at {addr}"),
+            (Some(name), None) => write!(f, "  client {name}"),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl Waiter {
     /// A waiter whose terms no script of ours wrote: shown as Redis has them.
     fn unread(owner: &str, terms: &str) -> Waiter {
@@ -697,6 +772,35 @@ impl Waiter {
             _ => Waiter::unread(owner, terms),
         }
     }
+}
+
+/// The clients connected to the server that keeps object `keys` (on a Cluster the master of
+/// its slot, where its holders and waiters have their connections), to name the owners in a
+/// report. None when they cannot be asked (an ACL without CLIENT LIST, a server away): the
+/// report stands without names.
+fn clients_by(core: &Core, keys: &LockKeys) -> Vec<ConnectedClient> {
+    let list = |con: &mut dyn ConnectionLike| redis::cmd("CLIENT").arg("LIST").query(con);
+    let listed: RedisResult<String> = if core.backend.is_cluster() {
+        core.backend
+            .link_for_slot(keys.slot())
+            .and_then(|mut link| list(&mut link))
+    } else {
+        core.backend.run(list)
+    };
+    match listed {
+        Ok(list) => one_per_client(parse_client_list(&list)),
+        Err(e) => {
+            log::debug!("CLIENT LIST failed ({e}): owners are shown without names");
+            Vec::new()
+        }
+    }
+}
+
+/// `clients` sorted by id, the first connection of each.
+fn one_per_client(mut clients: Vec<ConnectedClient>) -> Vec<ConnectedClient> {
+    clients.sort_by(|a, b| a.id.cmp(&b.id));
+    clients.dedup_by(|later, earlier| later.id == earlier.id);
+    clients
 }
 
 /// The client id an owner id starts with (`<client id>:<thread>...`).

@@ -173,7 +173,7 @@ fn list_inspect_force_unlock_and_watch_on_one_server() {
         "watch failed: {lines:?}"
     );
     assert!(
-        lines.iter().any(|l| l.contains("handed over to")
+        lines.iter().any(|l| l.contains("handed over with token")
             && l.contains(waiter_client.id())
             && l.contains("(api@host-8 at 127.0.0.1:")),
         "{lines:?}"
@@ -279,7 +279,7 @@ fn list_inspect_and_watch_on_a_cluster() {
     assert!(
         lines
             .iter()
-            .any(|l| l.contains("handed over to") && l.contains(other.id())),
+            .any(|l| l.contains("handed over with token") && l.contains(other.id())),
         "{lines:?}"
     );
 }

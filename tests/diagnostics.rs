@@ -65,6 +65,30 @@ fn a_connection_error_names_the_address_and_the_step() {
     let url = format!("redis://:right@127.0.0.1:{}/99", server.port);
     let (_, text) = redis_error_text(quick(&url).build());
     assert!(text.contains("SELECT 99 refused"), "{text}");
+
+    // No password where one is needed: said in those words, not as the server's NOAUTH.
+    for url in [server.url(), format!("redis://127.0.0.1:{}/2", server.port)] {
+        let (e, text) = redis_error_text(quick(&url).build());
+        assert!(
+            text.contains(&format!("127.0.0.1:{} requires a password", server.port)),
+            "{text}"
+        );
+        assert_eq!(e.kind(), redis::ErrorKind::AuthenticationFailed, "{e:?}");
+    }
+
+    // A server that answers the handshake, then nothing: the address once, the step given.
+    let fake = FakeServer::start(Misbehaviour::Trickle { healthy: 1 });
+    let (e, text) = redis_error_text(quick(&fake.url()).build());
+    let at = format!("127.0.0.1:{}", fake.port);
+    assert_eq!(text.matches(&at).count(), 1, "{text}");
+    assert!(e.is_timeout(), "{e:?}");
+    let fake = FakeServer::start(Misbehaviour::Silent);
+    let (e, text) = redis_error_text(quick(&fake.url()).build());
+    assert!(
+        text.contains(&format!("127.0.0.1:{}: handshake", fake.port)),
+        "{text}"
+    );
+    assert!(e.is_timeout(), "{e:?}");
 }
 
 #[test]
@@ -85,6 +109,38 @@ fn with_three_seeds_the_error_names_each_one_that_failed() {
             text.contains(&format!("127.0.0.1:{port}: cannot connect")),
             "{text}"
         );
+    }
+    // Every seed refusing: still a refusal to whoever asks.
+    let (e, _) = redis_error_text(
+        Client::cluster_builder(&urls)
+            .connect_timeout(Duration::from_secs(1))
+            .build(),
+    );
+    assert!(e.is_connection_refusal(), "{e:?}");
+
+    // Seeds that answer and refuse the password: a wrong password, not a connection error
+    // to retry.
+    let server = RedisServer::start_with(&["--requirepass", "right"]);
+    let wrong = format!("redis://:wrong@127.0.0.1:{}/", server.port);
+    let away = format!("redis://:wrong@127.0.0.1:{}/", ports[0]);
+    let seeds = [wrong.as_str(), away.as_str(), wrong.as_str()];
+    match Client::cluster_builder(&seeds)
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+    {
+        Err(e @ Error::Redis(_)) => {
+            assert!(!e.is_connection_error(), "{e}");
+            let Error::Redis(inner) = &e else {
+                unreachable!()
+            };
+            assert_eq!(inner.kind(), redis::ErrorKind::AuthenticationFailed, "{e}");
+            assert!(
+                e.to_string()
+                    .contains(&format!("127.0.0.1:{}: cannot connect", ports[0])),
+                "{e}"
+            );
+        }
+        other => panic!("expected Error::Redis, got {other:?}"),
     }
 }
 
@@ -121,6 +177,10 @@ fn a_url_without_a_scheme_says_what_was_expected() {
     );
     let text = invalid_text(Client::cluster_builder(&["127.0.0.1:7000"]).build());
     assert!(text.contains("no scheme"), "{text}");
+    // Schemes are read as the URL standard says: in any case.
+    let port = free_port();
+    let (e, _) = redis_error_text(quick(&format!("REDIS://127.0.0.1:{port}/")).build());
+    assert!(e.is_connection_refusal(), "{e:?}");
 }
 
 #[test]
@@ -160,17 +220,26 @@ fn build_refuses_the_wrong_topology() {
 #[test]
 fn wait_for_replicas_without_enough_replicas_fails_build() {
     let lone = RedisServer::start();
-    let text = invalid_text(
-        quick(&lone.url())
-            .wait_for_replicas(1, Duration::from_millis(100))
-            .build(),
-    );
-    assert!(
-        text.contains("0 of")
-            && text.contains(&format!("127.0.0.1:{}", lone.port))
-            && text.contains("NotReplicated"),
-        "{text}"
-    );
+    match quick(&lone.url())
+        .wait_for_replicas(1, Duration::from_millis(100))
+        .build()
+    {
+        // Not an argument that can never work: a replica may be restarting.
+        Err(
+            e @ Error::NotReplicated {
+                acknowledged: 0,
+                wanted: 1,
+                ..
+            },
+        ) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("0 of 1") && text.contains("NotReplicated"),
+                "{text}"
+            );
+        }
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
 
     // An ACL that refuses WAIT: every lock would fail the same way.
     let url = lone.acl_user("nowait", &["~*", "&*", "+@all", "-wait"]);
@@ -193,12 +262,16 @@ fn wait_for_replicas_without_enough_replicas_fails_build() {
             .unwrap()
             .is_some()
     );
-    let text = invalid_text(
+    assert!(matches!(
         quick(&master.url())
             .wait_for_replicas(2, Duration::from_millis(100))
             .build(),
-    );
-    assert!(text.contains("1 of"), "{text}");
+        Err(Error::NotReplicated {
+            acknowledged: 1,
+            wanted: 2,
+            ..
+        })
+    ));
 }
 
 /// The names of the connections `CLIENT LIST` shows, with their kind (`normal`, `pubsub`).
@@ -363,4 +436,18 @@ fn inspect_names_each_holder_and_waiter_client_where_the_acl_allows() {
     assert!(limited.connected_clients().unwrap().is_empty());
     drop(_guard);
     assert!(waiting.join().unwrap().unwrap());
+}
+
+#[test]
+fn a_plain_server_given_as_a_sentinel_is_said_to_be_none() {
+    let plain = RedisServer::start();
+    let (_, text) = redis_error_text(
+        Client::sentinel_builder(&[&plain.url()], "mymaster")
+            .connect_timeout(Duration::from_secs(1))
+            .build(),
+    );
+    assert!(
+        text.contains(&format!("127.0.0.1:{} is not a Redis Sentinel", plain.port)),
+        "{text}"
+    );
 }

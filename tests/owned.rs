@@ -114,6 +114,15 @@ fn neither_kind_of_guard_re_enters_the_other_nor_an_owned_one_itself() {
     waits_in_vain("an owned acquisition by the holding thread", |wait| {
         lock.try_lock_owned(wait, None).unwrap()
     });
+    // Waiting without end for its own hold, which only it can release, is refused at once.
+    match lock.lock_owned() {
+        Err(redlatch::Error::WouldDeadlock { name }) => assert_eq!(name, lock.name()),
+        other => panic!("expected WouldDeadlock, got {other:?}"),
+    }
+    assert!(matches!(
+        lock.lock_owned_with_lease(Duration::from_secs(5)),
+        Err(redlatch::Error::WouldDeadlock { .. })
+    ));
     assert_eq!(
         lock.hold_count().unwrap(),
         1,

@@ -318,7 +318,7 @@ impl ClusterTarget {
                 Err(e) => failures.push(e),
             }
         }
-        Err(all_failed(failures))
+        Err(super::failure::all_failed(failures))
     }
 
     /// The next pub/sub connection starts with the seed after the one that worked last.
@@ -330,20 +330,6 @@ impl ClusterTarget {
                 Some((n + 1) % len)
             });
     }
-}
-
-/// One error for every seed node that failed, each of which names its node: with several
-/// seeds, the user must see which one is wrong. The one failure as it is, if there is one.
-pub(super) fn all_failed(mut failures: Vec<redis::RedisError>) -> redis::RedisError {
-    if failures.len() == 1 {
-        return failures.remove(0);
-    }
-    let each: Vec<String> = failures.iter().map(|e| e.to_string()).collect();
-    redis::RedisError::from((
-        redis::ErrorKind::Io,
-        "no seed node of the cluster answered",
-        each.join("; "),
-    ))
 }
 
 #[cfg(test)]

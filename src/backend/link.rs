@@ -34,8 +34,9 @@ use redis::{
     Value,
 };
 
+use super::failure::with_context;
 use super::reply::Replies;
-use super::stream::{Socket, with_context};
+use super::stream::Socket;
 use crate::backend::tls::TlsConfig;
 
 /// How links are made: the builder's timeouts, TLS settings and connection name.
@@ -128,11 +129,23 @@ impl Link {
     /// `e`, a failure of this link, said with the server's address; a reply that is not
     /// RESP2 says that the server is not Redis.
     pub fn failed(&self, e: RedisError) -> RedisError {
-        let e = match e.kind() {
-            ErrorKind::Parse => with_context(e, "answered something that is not Redis"),
+        match e.kind() {
+            ErrorKind::Parse => with_context(
+                e,
+                format!("{}: answered something that is not Redis", self.addr),
+            ),
+            _ => with_context(e, &self.addr),
+        }
+    }
+
+    /// `e`, an error from a command on this link, with the server's address if it has none
+    /// yet: the link names its own failures (transport, protocol) as they happen, a server's
+    /// refusal it hands on as it came.
+    pub fn refused(&self, e: RedisError) -> RedisError {
+        match e.kind() {
+            ErrorKind::Server(_) | ErrorKind::Extension => self.failed(e),
             _ => e,
-        };
-        with_context(e, &self.addr)
+        }
     }
 
     /// AUTH, SELECT and CLIENT SETNAME, in one round trip that must be over by `deadline`.
@@ -170,28 +183,43 @@ impl Link {
             return Ok(());
         }
         let packed = setup.get_packed_pipeline();
-        let replies = self.request(&packed, 0, steps.len(), Some(deadline))?;
+        self.socket.set_deadline(Some(deadline));
+        let replies = self.send_and_read(&packed, 0, steps.len()).map_err(|e| {
+            self.open = false;
+            let e = match e.kind() {
+                ErrorKind::Parse => e,
+                _ => with_context(e, "handshake (AUTH, SELECT, CLIENT SETNAME)"),
+            };
+            self.failed(e)
+        })?;
         for (step, reply) in steps.into_iter().zip(replies) {
             let Value::ServerError(e) = reply else {
                 continue;
             };
             let e = RedisError::from(e);
+            if e.code() == Some("NOAUTH") {
+                self.open = false;
+                return Err(password_needed(&self.addr));
+            }
             match step {
                 Step::Auth => {
                     self.open = false;
                     // Classified as the `redis` crate does, so callers can tell a wrong
                     // password (`ErrorKind::AuthenticationFailed`) from a refused command.
-                    let detail = format!("AUTH refused: {e}");
-                    let refused = (
+                    let detail = format!("{}: AUTH refused: {e}", self.addr);
+                    return Err((
                         ErrorKind::AuthenticationFailed,
                         "authentication failed",
                         detail,
-                    );
-                    return Err(self.failed(refused.into()));
+                    )
+                        .into());
                 }
                 Step::Select(db) => {
                     self.open = false;
-                    return Err(self.failed(with_context(e, format!("SELECT {db} refused"))));
+                    return Err(with_context(
+                        e,
+                        format!("{}: SELECT {db} refused", self.addr),
+                    ));
                 }
                 // A name only helps operators: an ACL that forbids `CLIENT` (the least
                 // privilege the README shows) must not cost the connection.
@@ -253,6 +281,18 @@ impl Link {
     fn deadline(&self) -> Option<Instant> {
         self.response_timeout.get().map(|t| Instant::now() + t)
     }
+}
+
+/// The refusal of a server that wants a password the URL did not give (`NOAUTH`), said so.
+pub(crate) fn password_needed(addr: &str) -> RedisError {
+    RedisError::from((
+        ErrorKind::AuthenticationFailed,
+        "authentication failed",
+        format!(
+            "{addr} requires a password: give it in the URL, \
+             redis://[user:]password@host:port (for Sentinel, master_credentials)"
+        ),
+    ))
 }
 
 fn closed() -> RedisError {

@@ -9,6 +9,7 @@
 //! - `link`: one connection, whose every request has a deadline;
 //! - `reply`: the replies a link reads;
 //! - `stream`: the bytes under a link (TCP, unix, TLS), each read and write bounded by it;
+//! - `failure`: what a failure says: the server and the step, before the `redis` error;
 //! - `tls`: the TLS configuration all connections of a client share;
 //! - `pool`: the command connections, without threads or PINGs;
 //! - `retry`: which failures are retried, how often, after what pause;
@@ -16,6 +17,7 @@
 //! - `sentinel`: finding the master, and following it through failovers.
 
 mod cluster;
+mod failure;
 pub(crate) mod link;
 mod pool;
 pub(crate) mod reply;
@@ -166,7 +168,7 @@ impl Backend {
                             .arg("INFO")
                             .arg("SPUBLISH")
                             .query(&mut con)
-                            .map_err(|e| con.failed(e))?;
+                            .map_err(|e| con.refused(e))?;
                         Ok((hello, matches!(spublish.first(), Some(Value::Array(_)))))
                     });
                     match checked {
@@ -180,7 +182,7 @@ impl Backend {
                     }
                     cluster.skip_node();
                 }
-                Err(Error::Redis(cluster::all_failed(failures)))
+                Err(Error::Redis(failure::all_failed(failures)))
             }
             Target::Direct(_) | Target::Sentinel(_) => {
                 let epoch = self.pool.epoch();
@@ -403,8 +405,11 @@ impl Backend {
                 }
             },
         };
-        // The cluster connection may connect to a node inside `op` (see `tls`).
-        let result = self.settings.link.scoped(|| op(&mut *con));
+        // The cluster connection may connect to a node inside `op` (see `LinkSettings::scoped`).
+        let result = match &self.target {
+            Target::Cluster(_) => self.settings.link.scoped(|| op(&mut *con)),
+            _ => op(&mut *con),
+        };
         match &result {
             // On a Cluster a timeout says one node does not answer, not that the others are
             // gone: drop this connection (a late reply would put it out of step), keep the
@@ -450,23 +455,27 @@ fn link_to(client: &redis::Client, settings: &Settings) -> RedisResult<Link> {
 pub(crate) fn parse_url(what: &str, url: &str) -> Result<ConnectionInfo> {
     const EXPECTED: &str = "expected redis://[user:password@]host:port[/db], \
                             rediss://host:port (TLS) or redis+unix:///path";
-    match url.split_once("://") {
+    let scheme = match url.split_once("://") {
         None => {
             return Err(Error::invalid(format!(
                 "{what} {url:?} has no scheme: {EXPECTED}"
             )));
         }
-        Some((scheme, _))
-            if !matches!(
-                scheme,
-                "redis" | "rediss" | "redis+unix" | "unix" | "valkey" | "valkeys" | "valkey+unix"
-            ) =>
-        {
+        Some((scheme, _)) => scheme.to_ascii_lowercase(),
+    };
+    match scheme.as_str() {
+        "redis" | "redis+unix" | "unix" | "valkey" | "valkey+unix" => {}
+        "rediss" | "valkeys" if cfg!(feature = "tls") => {}
+        "rediss" | "valkeys" => {
+            return Err(Error::invalid(format!(
+                "{what} {url:?}: this build has no TLS support (enable the `tls` feature)"
+            )));
+        }
+        _ => {
             return Err(Error::invalid(format!(
                 "{what} {url:?}: {scheme}:// is not a Redis scheme; {EXPECTED}"
             )));
         }
-        Some(_) => {}
     }
     url.into_connection_info()
         .map_err(|e| Error::invalid(format!("{what} {url:?} cannot be read ({e}); {EXPECTED}")))
@@ -475,11 +484,6 @@ pub(crate) fn parse_url(what: &str, url: &str) -> Result<ConnectionInfo> {
 /// A client for the server at `url`.
 fn direct_client(url: &str) -> Result<redis::Client> {
     let info = parse_url("redis URL", url)?;
-    if !info.addr().is_supported() {
-        return Err(Error::invalid(format!(
-            "redis URL {url:?}: this build has no TLS support (enable the `tls` feature)"
-        )));
-    }
     if matches!(info.addr(), ConnectionAddr::TcpTls { insecure: true, .. }) {
         return Err(Error::invalid(format!(
             "redis URL {url:?}: #insecure (no certificate check) is refused; give the \
@@ -553,7 +557,8 @@ fn check_hello(con: &mut Link, expected: Mode) -> RedisResult<Result<()>> {
                 version: "older than 6.0".to_string(),
             }));
         }
-        Err(e) => return Err(con.failed(e)),
+        Err(e) if e.code() == Some("NOAUTH") => return Err(link::password_needed(&addr)),
+        Err(e) => return Err(con.refused(e)),
     };
     let fields = hello_fields(&hello);
     let field = |name: &str| {
@@ -584,13 +589,16 @@ fn check_hello(con: &mut Link, expected: Mode) -> RedisResult<Result<()>> {
         (None, _) => Ok(()),
         (Some(mode), expected) if mode == expected => Ok(()),
         (Some(Mode::Cluster), _) => Err(Error::invalid(format!(
-            "{addr} is a Redis Cluster node: use Client::cluster_builder"
+            "{addr} is a Redis Cluster node: connect as a Cluster client \
+             (Client::cluster_builder; redlatch --cluster)"
         ))),
         (Some(Mode::Sentinel), _) => Err(Error::invalid(format!(
-            "{addr} is a Redis Sentinel: use Client::sentinel_builder with the master's name"
+            "{addr} is a Redis Sentinel: connect through the sentinels with the master's name \
+             (Client::sentinel_builder; redlatch --sentinel --master NAME)"
         ))),
         (Some(Mode::Standalone), _) => Err(Error::invalid(format!(
-            "{addr} runs without cluster mode: use Client::open or Client::builder"
+            "{addr} runs without cluster mode: connect to it as one server \
+             (Client::open or Client::builder; redlatch without --cluster)"
         ))),
     })
 }

@@ -34,8 +34,8 @@ use redis::{
 use crossbeam_channel::Receiver;
 
 use super::Backend;
+use super::failure::with_context;
 use super::link::{Link, LinkSettings};
-use super::stream::with_context;
 use crate::error::{Error, Result};
 
 /// How often the renewal thread asks the sentinels whether the master moved.
@@ -97,12 +97,6 @@ impl Sentinels {
                         return Err(Error::invalid(format!(
                             "sentinel URL {url:?}: #insecure is refused; give the sentinels' \
                              CA to ClientBuilder::tls_certificates instead"
-                        )));
-                    }
-                    addr @ ConnectionAddr::TcpTls { .. } if !addr.is_supported() => {
-                        return Err(Error::invalid(format!(
-                            "sentinel URL {url:?}: this build has no TLS support (enable the \
-                             `tls` feature)"
                         )));
                     }
                     ConnectionAddr::TcpTls { .. } => {}
@@ -263,7 +257,23 @@ impl Sentinels {
             .arg("GET-MASTER-ADDR-BY-NAME")
             .arg(&self.master_name)
             .query(&mut con)
-            .map_err(|e| con.failed(e))?;
+            .map_err(|e| match e.kind() {
+                ErrorKind::Server(_)
+                    if e.to_string().to_lowercase().contains("unknown command") =>
+                {
+                    RedisError::from((
+                        ErrorKind::InvalidClientConfig,
+                        "not a sentinel",
+                        format!(
+                            "{} is not a Redis Sentinel (it does not know SENTINEL): give \
+                             sentinel_builder the sentinels' addresses, or the server to \
+                             Client::open",
+                            con.addr()
+                        ),
+                    ))
+                }
+                _ => con.refused(e),
+            })?;
         let Some((host, port)) = addr else {
             return Err(RedisError::from((
                 ErrorKind::MasterNameNotFoundBySentinel,
@@ -278,7 +288,11 @@ impl Sentinels {
         // The sentinel may not have seen a failover yet: the server itself must agree.
         let role = self
             .link(&info)
-            .and_then(|mut master| redis::cmd("ROLE").query::<Vec<Value>>(&mut master))
+            .and_then(|mut master| {
+                redis::cmd("ROLE")
+                    .query::<Vec<Value>>(&mut master)
+                    .map_err(|e| master.refused(e))
+            })
             .map_err(|e| with_context(e, format!("{}: the master it names", con.addr())))?;
         let is_master = matches!(role.first(),
             Some(Value::BulkString(r)) if r.as_slice() == b"master");

@@ -14,57 +14,8 @@ use std::time::{Duration, Instant};
 
 use redis::{ConnectionAddr, ErrorKind, RedisError, RedisResult};
 
+use super::failure::with_context;
 use crate::backend::tls::TlsConfig;
-
-/// `e` told again with `what` before it (`127.0.0.1:6379: cannot connect: Connection refused`),
-/// so that a user with several servers sees which one failed and at which step. What the
-/// crate and its users ask of the error stays as it was: its kind, whether it is a timeout, a
-/// refusal or a dropped connection. `e` is kept as its source.
-pub(super) fn with_context(e: RedisError, what: impl Into<String>) -> RedisError {
-    let what = what.into();
-    if e.kind() != ErrorKind::Io {
-        // Only I/O errors carry an error of their own; the others carry a detail, which gets
-        // the context. Their description is a static text, so one is chosen by kind.
-        let description = match e.kind() {
-            ErrorKind::AuthenticationFailed => "authentication failed",
-            ErrorKind::Parse => "not a Redis server",
-            _ => "connection failed",
-        };
-        let detail = e.detail().map_or_else(|| e.to_string(), str::to_string);
-        return RedisError::from((e.kind(), description, format!("{what}: {detail}")));
-    }
-    // The `redis` crate answers these from the io::ErrorKind inside; one that answers the same
-    // is chosen, since the error inside cannot be reached from here.
-    let kind = if e.is_timeout() {
-        io::ErrorKind::TimedOut
-    } else if e.is_connection_refusal() {
-        io::ErrorKind::ConnectionRefused
-    } else if e.is_connection_dropped() {
-        io::ErrorKind::ConnectionReset
-    } else {
-        io::ErrorKind::Other
-    };
-    io::Error::new(kind, Context { what, source: e }).into()
-}
-
-/// An error with what was being done, and where, before it (see [`with_context`]).
-#[derive(Debug)]
-struct Context {
-    what: String,
-    source: RedisError,
-}
-
-impl std::fmt::Display for Context {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.what, self.source)
-    }
-}
-
-impl std::error::Error for Context {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
-}
 
 /// The byte stream under a link; every read and write of the network is [`Deadlined`].
 pub(super) enum Socket {

@@ -188,7 +188,7 @@ fn run(cli: Cli) -> redlatch::Result<ExitCode> {
             if json {
                 println!("{}", report_json(&report));
             } else {
-                print_report(&report);
+                print!("{report}");
             }
         }
         Command::ForceUnlock { name, yes } => {
@@ -231,53 +231,6 @@ fn confirm(name: &str) -> bool {
     let mut answer = String::new();
     let _ = std::io::stdin().lock().read_line(&mut answer);
     matches!(answer.trim(), "y" | "Y" | "yes")
-}
-
-fn print_report(r: &Report) {
-    println!("{} {:?} ({})", r.kind.as_str(), r.name, r.key);
-    let ttl = r
-        .ttl
-        .map_or("no lease".to_string(), |t| format!("lease {t:?} left"));
-    let fence = r.fence.map_or("none".to_string(), |f| f.to_string());
-    println!(
-        "  {ttl}; fencing counter {fence}; {} client(s) subscribed",
-        r.subscribers
-    );
-    if let Some(count) = r.count {
-        let what = match r.kind {
-            ObjectKind::Semaphore => "total permits",
-            _ => "count",
-        };
-        println!("  {what} {count}");
-    }
-    if r.holders.is_empty() {
-        println!("  held by nobody");
-    } else {
-        println!("  holders:");
-        for h in &r.holders {
-            let mut line = format!("    {}  count {}", h.owner, h.count);
-            if let Some(token) = h.token {
-                line.push_str(&format!("  token {token}"));
-            }
-            if let Some(left) = h.lease_left {
-                line.push_str(&format!("  lease {left:?} left"));
-            }
-            if h.writer {
-                line.push_str("  (writer)");
-            }
-            line.push_str(&client(h.client_name.as_deref(), h.client_addr.as_deref()));
-            println!("{line}");
-        }
-    }
-    if r.queue.is_empty() {
-        println!("  nobody queued");
-    } else {
-        println!("  queue, oldest first:");
-        for (i, w) in r.queue.iter().enumerate() {
-            let client = client(w.client_name.as_deref(), w.client_addr.as_deref());
-            println!("    {}. {}  {}{client}", i + 1, w.owner, w.terms);
-        }
-    }
 }
 
 fn report_json(r: &Report) -> String {
@@ -333,16 +286,6 @@ fn report_json(r: &Report) -> String {
 /// `s` as a JSON string, or `null`.
 fn opt_string(s: Option<&str>) -> String {
     s.map_or("null".to_string(), json_string)
-}
-
-/// The name and address of an owner's client, where known, to end its line:
-/// `  client api@host-7 at 10.0.0.7:53422`.
-fn client(name: Option<&str>, addr: Option<&str>) -> String {
-    match (name, addr) {
-        (Some(name), Some(addr)) => format!("  client {name} at {addr}"),
-        (Some(name), None) => format!("  client {name}"),
-        _ => String::new(),
-    }
 }
 
 /// An owner id with the name and address of its client, where known:
@@ -417,13 +360,17 @@ fn describe(payload: &str, who: &mut dyn FnMut(&str) -> String) -> String {
     let words: Vec<&str> = payload.split(' ').collect();
     match words.as_slice() {
         ["grant", token, lease, owner, rest @ ..] => {
+            let lease = match lease.parse::<u64>() {
+                Ok(ms) if ms % 1000 == 0 => format!("{} s", ms / 1000),
+                _ => format!("{lease} ms"),
+            };
             let mut text = format!(
-                "handed over to {} (token {token}, lease {lease} ms)",
+                "handed over with token {token} and a lease of {lease} to {}",
                 who(owner)
             );
             for pair in rest.chunks(2) {
                 if let [token, owner] = pair {
-                    text.push_str(&format!(", and to {} (token {token})", who(owner)));
+                    text.push_str(&format!("; with token {token} to {}", who(owner)));
                 }
             }
             text
@@ -471,7 +418,11 @@ mod tests {
         assert_eq!(json_string("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
         assert_eq!(
             describe("grant 7 500 c:1 8 c:2", &mut |o| format!("{o} (api)")),
-            "handed over to c:1 (api) (token 7, lease 500 ms), and to c:2 (api) (token 8)"
+            "handed over with token 7 and a lease of 500 ms to c:1 (api); with token 8 to c:2 (api)"
+        );
+        assert_eq!(
+            describe("grant 7 30000 c:1", &mut |o| o.to_string()),
+            "handed over with token 7 and a lease of 30 s to c:1"
         );
     }
 }

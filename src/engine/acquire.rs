@@ -520,7 +520,8 @@ fn lost(keys: &LockKeys) -> Error {
 /// Checks at `build()` that `replicas` can be had at all: one `WAIT`, on a connection of its
 /// own (it has written nothing, so every connected replica acknowledges at once). With fewer,
 /// or with WAIT refused, every acquisition would fail with [`Error::NotReplicated`]; better
-/// said once, at the start, naming the server.
+/// said once, at the start: `NotReplicated` (with no lock's name) for too few, which may
+/// change, `InvalidArgument` for WAIT refused, which will not.
 pub(crate) fn check_replicas(backend: &crate::backend::Backend, replicas: Replicas) -> Result<()> {
     let mut con = backend.connect()?;
     let asked = format!(
@@ -534,12 +535,19 @@ pub(crate) fn check_replicas(backend: &crate::backend::Backend, replicas: Replic
         .query::<u32>(&mut con);
     match reply {
         Ok(acknowledged) if acknowledged >= replicas.count => Ok(()),
-        Ok(acknowledged) => Err(Error::invalid(format!(
-            "{asked}: {acknowledged} of the master's replicas at {} acknowledged in time, {} \
-             wanted; every lock would fail with NotReplicated",
-            con.addr(),
-            replicas.count
-        ))),
+        // Replicas come and go (one restarting with a deploy): not an argument that can
+        // never work, but the error every lock would meet, met once, now.
+        Ok(acknowledged) => {
+            log::warn!(
+                "{asked}: {acknowledged} of the replicas of {} acknowledged in time",
+                con.addr()
+            );
+            Err(Error::NotReplicated {
+                name: String::new(),
+                acknowledged,
+                wanted: replicas.count,
+            })
+        }
         Err(e)
             if matches!(
                 e.kind(),
@@ -551,7 +559,8 @@ pub(crate) fn check_replicas(backend: &crate::backend::Backend, replicas: Replic
                 con.addr()
             )))
         }
-        Err(e) => Err(Error::Redis(con.failed(e))),
+        // The link named its own failure.
+        Err(e) => Err(Error::Redis(e)),
     }
 }
 

@@ -11,7 +11,7 @@ use redis::{ConnectionLike, RedisResult};
 use super::held::Held;
 use crate::core::{Core, Runtime};
 use crate::engine::{self, Acquired, Hold, Kind, Terms, validate_duration, validate_lease};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::scripts::{self, Acquire, Freeing, Queueing, Release, Releasing};
 
@@ -117,16 +117,29 @@ impl Lock {
     }
 
     /// Waits as long as it takes, then holds the lock with the watchdog under an owner id of
-    /// this acquisition's own: see [`OwnedLockGuard`]. A thread that already holds the lock,
-    /// through either kind of guard, waits for itself here: release first.
+    /// this acquisition's own: see [`OwnedLockGuard`].
+    ///
+    /// A thread that holds the lock through a [`LockGuard`] would wait here for itself (that
+    /// guard cannot move to another thread to be released), so it gets
+    /// [`Error::WouldDeadlock`](crate::Error::WouldDeadlock) at once: release first. One that
+    /// holds it through an [`OwnedLockGuard`] waits, since that guard may be released by
+    /// another thread.
     pub fn lock_owned(&self) -> Result<OwnedLockGuard> {
-        self.acquire_owned(None, None)
-            .map(|g| g.expect("an unbounded wait only ends with the lock"))
+        self.lock_owned_waiting(None)
     }
 
     /// [`lock_owned`](Lock::lock_owned), holding the lock for at most `lease` (no renewal).
     pub fn lock_owned_with_lease(&self, lease: Duration) -> Result<OwnedLockGuard> {
-        self.acquire_owned(None, Some(lease))
+        self.lock_owned_waiting(Some(lease))
+    }
+
+    fn lock_owned_waiting(&self, lease: Option<Duration>) -> Result<OwnedLockGuard> {
+        if self.is_held_here() {
+            return Err(Error::WouldDeadlock {
+                name: self.name().to_string(),
+            });
+        }
+        self.acquire_owned(None, lease)
             .map(|g| g.expect("an unbounded wait only ends with the lock"))
     }
 
