@@ -34,7 +34,8 @@ pub enum Error {
     },
     /// Waiting would never end: a thread that holds only a read of a
     /// [`ReadWriteLock`](crate::ReadWriteLock) asked to write it, and would wait for its own
-    /// read to go; or a thread holding a [`LockGuard`](crate::LockGuard) asked for an
+    /// read to go; or a thread holding a [`LockGuard`](crate::LockGuard) taken with the
+    /// watchdog asked for an
     /// [`OwnedLockGuard`](crate::OwnedLockGuard) of the same lock with
     /// [`lock_owned`](crate::Lock::lock_owned), and would wait for its own hold. Nothing was
     /// sent to Redis; what was held is still held.

@@ -129,6 +129,20 @@ fn neither_kind_of_guard_re_enters_the_other_nor_an_owned_one_itself() {
         "the waits left the hold as it was"
     );
     mine.unlock().unwrap();
+
+    // A hold with a fixed lease ends by itself: the owned acquisition waits for that, as any
+    // waiter would, and gets the lock.
+    let leased = lock.lock_with_lease(Duration::from_millis(300)).unwrap();
+    let started = std::time::Instant::now();
+    let owned = lock.lock_owned().unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(leased.is_lost());
+    drop(leased);
+    owned.unlock().unwrap();
     assert!(!lock.is_locked().unwrap());
 }
 
