@@ -17,11 +17,17 @@
 //! - `--seconds N` or `--seconds=N`, or `SOAK_SECS`: how long (default 60);
 //! - `--seed N` or `--seed=N`, or `SOAK_SEED`: which faults, when (decimal, or hex with `0x`).
 //!   Without one, a random seed is drawn and printed first, so a failure can be replayed.
+//! - `--faults KIND,KIND...`, or `SOAK_FAULTS`: only these kinds of fault (`restart,reset`;
+//!   `none` for none), named as the soak prints them with `-` for spaces; default every kind.
 //!
 //! An unknown argument or a bad number prints the usage and exits with status 2.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+
+/// Live heap for the leak check (`support::heap`): the children are this binary.
+#[global_allocator]
+static HEAP: support::heap::Counting = support::heap::Counting;
 
 use std::process::{Command, ExitCode};
 use std::time::Duration;
@@ -51,6 +57,9 @@ fn main() -> ExitCode {
     let mut soak = Soak::new(Duration::from_secs(options.seconds), || {
         Command::new(std::env::current_exe().unwrap())
     });
+    if let Some(faults) = options.faults {
+        soak.faults = faults;
+    }
     soak.seed = options.seed.unwrap_or_else(|| {
         let seed = random_seed();
         println!("soak: no seed given, drew {seed:#x}; replay with --seed {seed:#x}");

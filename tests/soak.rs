@@ -4,6 +4,10 @@
 
 mod support;
 
+/// Live heap for the leak check (`support::heap`): the children are this binary.
+#[global_allocator]
+static HEAP: support::heap::Counting = support::heap::Counting;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -47,6 +51,7 @@ fn the_soak_command_line_is_read_or_refused() {
         Ok(Options {
             seconds,
             seed,
+            faults: None,
             help: false,
         })
     };
@@ -67,6 +72,19 @@ fn the_soak_command_line_is_read_or_refused() {
         run(5, Some(3))
     );
     assert!(parse(&["--help"], &[]).unwrap().help);
+    assert_eq!(
+        parse(&["--faults", "restart,kill-pubsub"], &[])
+            .unwrap()
+            .faults,
+        Some(vec![9, 1])
+    );
+    assert_eq!(parse(&["--faults=none"], &[]).unwrap().faults, Some(vec![]));
+    let env = [("SOAK_FAULTS", "reset")];
+    assert_eq!(parse(&[], &env).unwrap().faults, Some(vec![6]));
+    assert_eq!(
+        parse(&["--faults", "stop-long"], &env).unwrap().faults,
+        Some(vec![8])
+    );
 
     for (args, env, says) in [
         (&["--secs", "5"][..], &[][..], "unknown argument"),
@@ -80,6 +98,9 @@ fn the_soak_command_line_is_read_or_refused() {
         (&["--seed", "0x"], &[], "not a number"),
         (&["--seed", "0"], &[], "seed 0"),
         (&["--help=yes"], &[], "unknown argument"),
+        (&["--faults", "restart,reboot"], &[], "not a kind of fault"),
+        (&["--faults"], &[], "needs a list"),
+        (&[], &[("SOAK_FAULTS", "kill normal")], "SOAK_FAULTS"),
         (&[], &[("SOAK_SECS", "a minute")], "SOAK_SECS"),
         (&[], &[("SOAK_SEED", "")], "SOAK_SEED"),
     ] {

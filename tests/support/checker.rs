@@ -286,6 +286,18 @@ pub struct Leftovers {
     pub threads: i64,
     /// The child's resident memory then, in kB.
     pub rss_kb: u64,
+    /// Its live heap then, bytes, and before it made its client (0: not measured, see
+    /// [`super::heap`]).
+    pub heap_after: u64,
+    pub heap_before: u64,
+}
+
+/// A child's live heap as it last reported it: bytes and allocations (zeros where it is not
+/// measured).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Heap {
+    pub bytes: u64,
+    pub allocations: u64,
 }
 
 /// The running children.
@@ -378,6 +390,24 @@ impl Checker {
         counts
     }
 
+    /// Each child's live heap, as it last reported it (every 100 ms).
+    pub fn heaps(&self) -> Vec<Heap> {
+        let mut con = self.con();
+        (0..self.children.len())
+            .map(|i| {
+                let (bytes, allocations): (Option<u64>, Option<u64>) = redis::cmd("HMGET")
+                    .arg(format!("checker:counts:{i}"))
+                    .arg(&["heap_bytes", "heap_allocs"])
+                    .query(&mut con)
+                    .unwrap_or_default();
+                Heap {
+                    bytes: bytes.unwrap_or(0),
+                    allocations: allocations.unwrap_or(0),
+                }
+            })
+            .collect()
+    }
+
     /// The occupancy violations (see [`Counts::occupancy`]) none of whose holders was ever
     /// told its hold was lost: under faults that lose the lock state, a violation is excused
     /// when the stale holder learned of its loss, as an overlap of locks is.
@@ -435,12 +465,18 @@ impl Checker {
                         .unwrap_or(false)
                 });
             if done {
-                let (threads, rss_kb): (i64, u64) = redis::cmd("HMGET")
-                    .arg(&key)
-                    .arg(&["threads", "rss_kb"])
-                    .query(&mut con)
-                    .unwrap();
-                leftovers.push(Leftovers { threads, rss_kb });
+                let (threads, rss_kb, heap_after, heap_before): (i64, u64, u64, u64) =
+                    redis::cmd("HMGET")
+                        .arg(&key)
+                        .arg(&["threads", "rss_kb", "heap_after", "heap_before"])
+                        .query(&mut con)
+                        .unwrap();
+                leftovers.push(Leftovers {
+                    threads,
+                    rss_kb,
+                    heap_after,
+                    heap_before,
+                });
             } else {
                 hung += 1;
             }
@@ -490,6 +526,9 @@ pub fn run_child() -> bool {
     let parent = std::os::unix::process::parent_id();
     let orphaned = || std::os::unix::process::parent_id() != parent;
     let threads_before = super::thread_count();
+    // The resource's connection first, so that the heap before the client holds it too.
+    let mut resource = Resource::open(&resource_url);
+    let heap_before = super::heap::live().map_or(0, |(bytes, _)| bytes);
     // Several URLs, comma-separated: a Redlock over those masters.
     let clients: Vec<Client> = lock_url
         .split(',')
@@ -501,7 +540,6 @@ pub fn run_child() -> bool {
                 .unwrap()
         })
         .collect();
-    let mut resource = Resource::open(&resource_url);
     let _ = resource.query::<()>(
         redis::cmd("SET")
             .arg(format!("checker:client:{me}"))
@@ -550,7 +588,11 @@ pub fn run_child() -> bool {
             .arg("threads")
             .arg(threads)
             .arg("rss_kb")
-            .arg(rss_kb(std::process::id())),
+            .arg(rss_kb(std::process::id()))
+            .arg("heap_before")
+            .arg(heap_before)
+            .arg("heap_after")
+            .arg(super::heap::live().map_or(0, |(bytes, _)| bytes)),
     );
     super::eventually(Duration::from_secs(60), || {
         if orphaned() {
@@ -618,6 +660,12 @@ impl Shared {
         hset.arg(key);
         for field in FIELDS {
             hset.arg(field).arg(*counts.get(field));
+        }
+        if let Some((bytes, allocations)) = super::heap::live() {
+            hset.arg("heap_bytes")
+                .arg(bytes)
+                .arg("heap_allocs")
+                .arg(allocations);
         }
         let _ = resource.query::<()>(&hset);
         let waits = std::mem::take(&mut *self.waits.lock());

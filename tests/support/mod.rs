@@ -864,6 +864,7 @@ pub fn read_reported(child: &mut Child, prefix: &str, within: Duration) -> Strin
 
 pub mod checker;
 pub mod fake;
+pub mod heap;
 pub mod soak;
 pub mod tls;
 

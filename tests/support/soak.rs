@@ -26,7 +26,7 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::checker::{self, Checked, Checker, Config, Counts, XorShift};
+use super::checker::{self, Checked, Checker, Config, Counts, Heap, XorShift};
 use super::{Proxy, RedisServer};
 
 /// How much a child's resident memory may grow from its baseline (taken after the first
@@ -34,20 +34,24 @@ use super::{Proxy, RedisServer};
 pub const MEMORY_TOLERANCE_KB: u64 = 20 * 1024;
 
 /// The soak example's command line, in one line.
-pub const USAGE: &str = "usage: soak [--seconds N] [--seed N]  \
-    (N decimal, or hex with 0x; environment: SOAK_SECS, SOAK_SEED; \
-    default: 60 s and a random seed, printed so that a run can be replayed)";
+pub const USAGE: &str = "usage: soak [--seconds N] [--seed N] [--faults KIND,KIND...|none]  \
+    (N decimal, or hex with 0x; KIND one of: kill-normal, kill-pubsub, script-flush, \
+    pause-write, pause-all, partition, reset, stop-short, stop-long, restart, pause-holder; \
+    environment: SOAK_SECS, SOAK_SEED, SOAK_FAULTS; default: 60 s, a random seed, printed so \
+    that a run can be replayed, and every kind of fault)";
 
 /// The longest soak accepted: a year, far below where `Instant` arithmetic overflows.
 pub const MAX_SECONDS: u64 = 365 * 24 * 3600;
 
 /// What the soak example was asked to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
     /// How long to run.
     pub seconds: u64,
     /// Which faults, when; `None`: draw one (see [`random_seed`]).
     pub seed: Option<u64>,
+    /// The kinds of fault to inject, as indices into [`FAULTS`]; `None`: every kind.
+    pub faults: Option<Vec<usize>>,
     /// `--help`: print [`USAGE`] and run nothing.
     pub help: bool,
 }
@@ -64,6 +68,7 @@ pub fn parse_options(
 ) -> Result<Options, String> {
     let mut seconds = None;
     let mut seed = None;
+    let mut faults = None;
     let mut help = false;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -73,6 +78,13 @@ pub fn parse_options(
             }
             _ => (arg.clone(), None),
         };
+        if flag == "--faults" {
+            let Some(value) = inline.or_else(|| args.next()) else {
+                return Err("--faults needs a list of kinds".into());
+            };
+            faults = Some(fault_kinds("--faults", &value)?);
+            continue;
+        }
         let slot = match flag.as_str() {
             "--seconds" => &mut seconds,
             "--seed" => &mut seed,
@@ -108,11 +120,35 @@ pub fn parse_options(
     if seed == Some(0) {
         return Err("seed 0 would inject the same fault every second; use another".into());
     }
+    let faults = match faults {
+        Some(kinds) => Some(kinds),
+        None => env("SOAK_FAULTS")
+            .map(|v| fault_kinds("SOAK_FAULTS", &v))
+            .transpose()?,
+    };
     Ok(Options {
         seconds,
         seed,
+        faults,
         help,
     })
+}
+
+/// The kinds of fault `value` names (`restart,reset`; `none` for none), as indices into
+/// [`FAULTS`]; a name is a fault's with `-` for its spaces.
+fn fault_kinds(what: &str, value: &str) -> Result<Vec<usize>, String> {
+    if value == "none" {
+        return Ok(Vec::new());
+    }
+    value
+        .split(',')
+        .map(|name| {
+            FAULTS
+                .iter()
+                .position(|fault| fault.replace(' ', "-") == name)
+                .ok_or_else(|| format!("{what}: {name:?} is not a kind of fault"))
+        })
+        .collect()
 }
 
 /// `value` of `what` as a number: decimal, or hexadecimal after `0x` (as the soak prints its
@@ -143,6 +179,8 @@ pub struct Soak {
     pub child: fn() -> Command,
     /// Seeds the choice and timing of faults.
     pub seed: u64,
+    /// The kinds of fault injected, as indices into [`FAULTS`] (empty: none).
+    pub faults: Vec<usize>,
 }
 
 impl Soak {
@@ -163,6 +201,7 @@ impl Soak {
             },
             child,
             seed: 0x5eed_1234_abcd_ef01,
+            faults: (0..FAULTS.len()).collect(),
         }
     }
 
@@ -190,11 +229,25 @@ impl Soak {
         let mut faults = [0u64; FAULTS.len()];
         let mut last_sections = 0;
         let mut rss_baseline: Option<Vec<u64>> = None;
+        // Each child's lowest live heap this period, and in every period so far: the lowest,
+        // since a period's sample may fall on a burst (a reconnect's buffers, a queue of
+        // waiters) that the next moment frees.
+        let mut heap_low: Vec<Option<Heap>> = vec![None; pids.len()];
+        let mut heap_lows: Vec<Vec<Option<Heap>>> = Vec::new();
+        let mut next_heap_sample = start;
         let mut timeline = Vec::new();
         while Instant::now() < end {
             thread::sleep(Duration::from_millis(50));
-            if Instant::now() >= next_fault {
-                let fault = (rng.next() % FAULTS.len() as u64) as usize;
+            if Instant::now() >= next_heap_sample {
+                next_heap_sample += HEAP_SAMPLE;
+                for (low, now) in heap_low.iter_mut().zip(checker.heaps()) {
+                    if now.allocations > 0 && low.is_none_or(|l| now.bytes < l.bytes) {
+                        *low = Some(now);
+                    }
+                }
+            }
+            if Instant::now() >= next_fault && !self.faults.is_empty() {
+                let fault = self.faults[(rng.next() % self.faults.len() as u64) as usize];
                 let began = checker::unix_ms();
                 inject(fault, &mut server, &proxy, &checker, config.watchdog);
                 timeline.push(format!("{began}..{} {}", checker::unix_ms(), FAULTS[fault]));
@@ -208,11 +261,16 @@ impl Soak {
                 let mut admin = server.admin();
                 let rss: Vec<u64> = pids.iter().map(|&p| checker::rss_kb(p)).collect();
                 rss_baseline.get_or_insert(rss.clone());
+                let lows = std::mem::replace(&mut heap_low, vec![None; pids.len()]);
+                let heap_kb: u64 = lows.iter().flatten().map(|h| h.bytes).sum::<u64>() / 1024;
+                let heap_allocs: u64 = lows.iter().flatten().map(|h| h.allocations).sum();
+                heap_lows.push(lows);
                 println!(
                     "{:5.0} s  {:7} acq ({:5}/s)  wait p50 {:6} µs p99 {:7} µs  faults {:3}  \
                      told lost {:3}  unreported {}  shared {}  latch early {}  errors: redis {} \
                      other {}  timeouts {}  late {}  \
-                     rss {:6} kB  threads {:3}  conns {:3}  channels {:3}",
+                     rss {:6} kB  heap {:5} kB {:6} allocs  threads {:3}  conns {:3}  \
+                     channels {:3}",
                     start.elapsed().as_secs_f64(),
                     counts.sections,
                     (counts.sections - last_sections) / self.period.as_secs().max(1),
@@ -228,6 +286,8 @@ impl Soak {
                     counts.timeouts,
                     counts.late,
                     rss.iter().sum::<u64>(),
+                    heap_kb,
+                    heap_allocs,
                     pids.iter().map(|&p| threads_of(p)).sum::<u64>(),
                     client_connections(&mut admin),
                     super::pubsub_channels(&mut admin, "*").len(),
@@ -307,6 +367,7 @@ impl Soak {
                 ));
             }
         }
+        failures.extend(heap_grown(&heap_lows, &leftovers));
         if !settled {
             failures.push("the clients' connections or channels outlived them".to_string());
         }
@@ -321,7 +382,56 @@ impl Soak {
     }
 }
 
-const FAULTS: [&str; 11] = [
+/// How often the children's live heap is read, to find each period's lowest.
+const HEAP_SAMPLE: Duration = Duration::from_millis(500);
+
+/// How much a child's lowest live heap of the last period may exceed that of the second (the
+/// first is the warm-up: pools, buffers and maps growing to their working size). A leak of
+/// even a few bytes per fault passes it within an hour of faults every two seconds.
+pub const HEAP_TOLERANCE_KB: u64 = 64;
+
+/// Prints each child's live heap over the run and after its client was dropped, and says
+/// which grew past [`HEAP_TOLERANCE_KB`] from the second period to the last (nothing where the
+/// heap is not measured, or the run had fewer than three periods).
+fn heap_grown(lows: &[Vec<Option<Heap>>], leftovers: &[checker::Leftovers]) -> Vec<String> {
+    let mut failures = Vec::new();
+    let (Some(second), Some(last)) = (lows.get(1), lows.last()) else {
+        return failures;
+    };
+    if lows.len() < 3 {
+        return failures;
+    }
+    for (i, (base, end)) in second.iter().zip(last).enumerate() {
+        let (Some(base), Some(end)) = (base, end) else {
+            continue;
+        };
+        let grown = end.bytes as i64 - base.bytes as i64;
+        let dropped = leftovers.get(i).map_or(String::new(), |l| {
+            format!(
+                "; after dropping its client {} kB, before making it {} kB",
+                l.heap_after / 1024,
+                l.heap_before / 1024
+            )
+        });
+        println!(
+            "child {i}: live heap at its lowest {} kB ({} allocations) in the last period, \
+             {grown:+} bytes ({:+} allocations) from the second{dropped}",
+            end.bytes / 1024,
+            end.allocations,
+            end.allocations as i64 - base.allocations as i64,
+        );
+        if grown > (HEAP_TOLERANCE_KB * 1024) as i64 {
+            failures.push(format!(
+                "child {i}'s live heap grew by {} kB (tolerance {HEAP_TOLERANCE_KB} kB)",
+                grown / 1024
+            ));
+        }
+    }
+    failures
+}
+
+/// The kinds of fault, by name.
+pub const FAULTS: [&str; 11] = [
     "kill normal",
     "kill pubsub",
     "script flush",
