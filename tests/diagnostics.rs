@@ -251,8 +251,10 @@ fn wait_for_replicas_without_enough_replicas_fails_build() {
     assert!(text.contains("refused WAIT"), "{text}");
 
     let (master, _replica) = master_and_replica();
-    let client = quick(&master.url())
-        .wait_for_replicas(1, Duration::from_millis(500))
+    // Time enough for the replica's acknowledgement on a loaded machine.
+    let client = Client::builder(&master.url())
+        .response_timeout(Duration::from_secs(10))
+        .wait_for_replicas(1, Duration::from_secs(5))
         .build()
         .expect("one replica is enough for one");
     assert!(
