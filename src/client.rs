@@ -11,6 +11,7 @@ use crate::core::{Core, Replicas, Runtime};
 use crate::engine::hold::Holds;
 use crate::engine::validate_duration;
 use crate::error::{Error, Result};
+use crate::keys::Layout;
 use crate::kinds::latch::CountDownLatch;
 use crate::kinds::lock::Lock;
 use crate::kinds::read_write::ReadWriteLock;
@@ -204,6 +205,24 @@ impl Client {
         Lock::new(self.runtime.clone(), name)
     }
 
+    /// A handle on the fair lock called `name`: waiters take it in the order they came.
+    ///
+    /// In [`Layout::Redlatch`] that is every lock, so this is [`lock`](Client::lock)`(name)`.
+    /// In [`Layout::Redisson`] it is Java's `getFairLock(name)`: the lock's hash, with
+    /// Redisson's queue (`redisson_lock_queue:{name}`) and deadlines
+    /// (`redisson_lock_timeout:{name}`), and a channel per waiter.
+    pub fn fair_lock(&self, name: &str) -> Lock {
+        match self.layout() {
+            Layout::Redlatch => self.lock(name),
+            Layout::Redisson => Lock::fair(self.runtime.clone(), name),
+        }
+    }
+
+    /// Whose data layout this client speaks ([`ClientBuilder::layout`]).
+    pub fn layout(&self) -> Layout {
+        self.runtime.core.layout
+    }
+
     /// A handle on the read-write lock called `name` (`p:{name}:rwlock`: not the lock of
     /// the same name). No I/O; the name is checked when it is used.
     pub fn read_write_lock(&self, name: &str) -> ReadWriteLock {
@@ -279,7 +298,10 @@ impl std::fmt::Debug for Client {
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
     deployment: Deployment,
-    prefix: String,
+    /// `None` until [`ClientBuilder::key_prefix`] is called: a prefix set with
+    /// [`Layout::Redisson`], which has none, is refused.
+    prefix: Option<String>,
+    layout: Layout,
     watchdog_timeout: Duration,
     fence_retention: Duration,
     settings: Settings,
@@ -296,7 +318,8 @@ impl ClientBuilder {
     fn new(deployment: Deployment) -> ClientBuilder {
         ClientBuilder {
             deployment,
-            prefix: DEFAULT_PREFIX.to_string(),
+            prefix: None,
+            layout: Layout::Redlatch,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             fence_retention: DEFAULT_FENCE_RETENTION,
             settings: Settings {
@@ -381,7 +404,7 @@ impl ClientBuilder {
     /// `<prefix>:{name}`. Must not be empty or contain `{` or `}`, and at most
     /// [`MAX_PREFIX_LEN`](crate::MAX_PREFIX_LEN) bytes long.
     pub fn key_prefix(mut self, prefix: &str) -> Self {
-        self.prefix = prefix.to_string();
+        self.prefix = Some(prefix.to_string());
         self
     }
 
@@ -389,6 +412,27 @@ impl ClientBuilder {
     /// every third of that; a holder that dies frees the lock after at most this long.
     pub fn watchdog_timeout(mut self, d: Duration) -> Self {
         self.watchdog_timeout = d;
+        self
+    }
+
+    /// Whose data layout the client reads and writes: [`Layout::Redlatch`] (the default), or
+    /// [`Layout::Redisson`] to take the same locks as Java services that use Redisson, in the
+    /// same Redis (see [`Layout`] and the README's section on Redisson).
+    ///
+    /// Redisson's keys are the names themselves, so [`key_prefix`](ClientBuilder::key_prefix)
+    /// with `Layout::Redisson` is [`Error::InvalidArgument`] at [`build`](ClientBuilder::build).
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::builder("redis://127.0.0.1/")
+    ///     .layout(redlatch::Layout::Redisson)
+    ///     .build()?;
+    /// // The lock a Java service takes with redisson.getLock("orders").
+    /// let _guard = client.lock("orders").lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
         self
     }
 
@@ -488,7 +532,16 @@ impl ClientBuilder {
     /// Checks the settings, connects once to check the server and the credentials, and starts
     /// the subscriber and renewal threads.
     pub fn build(self) -> Result<Client> {
-        crate::keys::check_prefix(&self.prefix)?;
+        let prefix = match (self.layout, &self.prefix) {
+            (Layout::Redisson, Some(prefix)) => {
+                return Err(Error::invalid(format!(
+                    "key_prefix({prefix:?}) has no place in Layout::Redisson: Redisson's keys \
+                     are the names themselves (map the names as the Java side's NameMapper does)"
+                )));
+            }
+            (_, prefix) => prefix.clone().unwrap_or_else(|| DEFAULT_PREFIX.to_string()),
+        };
+        crate::keys::check_prefix(&prefix)?;
         validate_duration(
             "watchdog_timeout",
             self.watchdog_timeout,
@@ -561,16 +614,12 @@ impl ClientBuilder {
         let (notices, notices_received) = crossbeam_channel::unbounded();
         let epoch = Instant::now();
         let counters = Arc::new(Counters::default());
-        let (subscriber, subscriber_task) = Subscriber::new(
-            backend.clone(),
-            &self.prefix,
-            &id,
-            errands,
-            counters.clone(),
-        )?;
+        let (subscriber, subscriber_task) =
+            Subscriber::new(backend.clone(), &prefix, &id, errands, counters.clone())?;
         let core = Arc::new(Core {
             id,
-            prefix: self.prefix,
+            prefix,
+            layout: self.layout,
             watchdog_timeout: self.watchdog_timeout,
             fence_retention: self.fence_retention,
             backend,

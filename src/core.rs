@@ -15,6 +15,7 @@ use crossbeam_channel::Sender;
 use crate::backend::Backend;
 use crate::engine::hold::Holds;
 use crate::engine::leftover::Leftovers;
+use crate::keys::{Family, Layout, LockKeys};
 use crate::lost::ToRenewal;
 use crate::stats::{Counters, Stats};
 use crate::subscriber::Subscriber;
@@ -24,6 +25,8 @@ pub(crate) struct Core {
     /// The client id: a random UUID v4, the first half of every owner id.
     pub id: String,
     pub prefix: String,
+    /// Whose key layout the client speaks: ours, or Redisson's.
+    pub layout: Layout,
     pub watchdog_timeout: Duration,
     /// How long a fencing counter outlives the lease of its latest token.
     pub fence_retention: Duration,
@@ -55,6 +58,14 @@ impl Core {
     /// The owner id of the calling thread: `<client id>:<thread number>`.
     pub fn thread_owner(&self) -> Arc<str> {
         format!("{}:{}", self.id, thread_number()).into()
+    }
+
+    /// The keys of the object of `family` called `name`, in this client's layout.
+    pub fn keys(&self, family: Family, name: &str) -> LockKeys {
+        match self.layout {
+            Layout::Redlatch => LockKeys::of(family, &self.prefix, name),
+            Layout::Redisson => LockKeys::redisson(family, name),
+        }
     }
 
     /// A snapshot of the counters, and of the waiting threads and subscriptions now.

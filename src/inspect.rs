@@ -266,7 +266,7 @@ impl Client {
     pub fn inspect(&self, kind: ObjectKind, name: &str) -> Result<Report> {
         let core = self.core();
         engine::check_name(core, name)?;
-        let keys = LockKeys::of(kind.family(), &core.prefix, name);
+        let keys = core.keys(kind.family(), name);
         let read = |con: &mut dyn ConnectionLike| read_report(con, kind, &keys);
         let mut report = core.backend.run(read).map_err(Error::Redis)?;
         let clients = clients_by(core, &keys);
@@ -324,7 +324,7 @@ impl Client {
     ) -> Result<()> {
         let core = self.core();
         engine::check_name(core, name)?;
-        let keys = LockKeys::of(kind.family(), &core.prefix, name);
+        let keys = core.keys(kind.family(), name);
         let sharded = core.backend.sharded_pubsub();
         let mut link = core.backend.link_for_slot(keys.slot())?;
         let subscribe = if sharded { "SSUBSCRIBE" } else { "SUBSCRIBE" };

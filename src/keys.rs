@@ -34,6 +34,10 @@
 //! for a retry; lives as long as a release latch).
 //!
 //! The lock's keys share the hash tag `{name}`, so each script touches one Cluster slot.
+//!
+//! Under [`Layout::Redisson`] the same roles take Redisson's names instead (DESIGN.md section
+//! 7, `REDISSON-FORMAT.md` section 2.1): the main key is the name itself, the fencing
+//! counter is `redisson_lock_token:{name}`, and each family has Redisson's channel.
 
 use crate::error::{Error, Result};
 use crate::words::Count;
@@ -95,6 +99,33 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whose data layout a client reads and writes: ours, or Redisson's, so that a Rust service
+/// and Java services that use [Redisson](https://redisson.org) take the same locks in one
+/// Redis ([`ClientBuilder::layout`](crate::ClientBuilder::layout)).
+///
+/// Under [`Layout::Redisson`], for an object called `n` (the key itself, as Redisson's
+/// default name mapper has it), with `{n}` standing for `{n}`, or for plain `n` when `n`
+/// contains a `{` (Redisson's rule):
+///
+/// | redlatch | Java (Redisson 4.x) | in Redis |
+/// | --- | --- | --- |
+/// | [`Client::lock`](crate::Client::lock) | `getLock(n)`, `getFencedLock(n)` | hash `n`: `<client id>:<thread>` → hold count, with a lease; channel `redisson_lock__channel:{n}`; tokens from `redisson_lock_token:{n}` |
+/// | [`Client::spin_lock`](crate::Client::spin_lock) | `getSpinLock(n)` | the same hash |
+/// | [`Client::count_down_latch`](crate::Client::count_down_latch) | `getCountDownLatch(n)` | string `n`; channel `redisson_countdownlatch__channel__{n}` |
+///
+/// The README's section "Sharing locks with Java services (Redisson)" has the whole table,
+/// what differs, and which Redisson versions interoperate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Layout {
+    /// redlatch's own (DESIGN.md section 3, the README's data-layout table): keys under the
+    /// client's prefix, a fair hand-over queue, fencing tokens on every kind.
+    #[default]
+    Redlatch,
+    /// Redisson 4.x's (checked against 4.7.0): its keys, fields, channels and messages.
+    Redisson,
+}
+
 /// The kinds of object kept in Redis. Each has keys of its own, all under the name's hash
 /// tag: objects of different families never share a key, so a lock and, say, a semaphore of
 /// the same name are two objects.
@@ -140,6 +171,10 @@ impl Family {
 #[derive(Debug)]
 pub(crate) struct LockKeys {
     pub family: Family,
+    pub layout: Layout,
+    /// A Redisson fair lock's (`getFairLock`): the lock's hash, with Redisson's queue and
+    /// deadlines, and a channel per waiter.
+    pub fair: bool,
     /// The name, then each key in the order of [`Part`].
     text: String,
     /// Where each part ends in `text`.
@@ -183,7 +218,61 @@ impl LockKeys {
             text.push_str(suffix);
             ends[Part::Fence as usize + i] = text.len();
         }
-        LockKeys { family, text, ends }
+        LockKeys {
+            family,
+            layout: Layout::Redlatch,
+            fair: false,
+            text,
+            ends,
+        }
+    }
+
+    /// The keys of the object of `family` called `name` in Redisson's layout: the main key is
+    /// `name` itself; the token counter, the channel, and a fair lock's queue and deadlines
+    /// follow Redisson's `{name}` rule ([`redisson_tagged`]). [`queue`](LockKeys::queue) is a
+    /// fair lock's queue (a semaphore's permit zset: [`suffixed`](LockKeys::suffixed)),
+    /// [`waiters`](LockKeys::waiters) a fair lock's deadlines, and [`granted`](LockKeys::granted)
+    /// the start of every unlock latch ([`unlock_latch`](LockKeys::unlock_latch)).
+    pub fn redisson(family: Family, name: &str) -> LockKeys {
+        let channel = match family {
+            Family::Lock => redisson_tagged("redisson_lock__channel", name),
+            Family::ReadWrite => redisson_tagged("redisson_rwlock", name),
+            Family::Semaphore => redisson_tagged("redisson_sc", name),
+            // Always braces, even around a name with braces of its own: Redisson builds this
+            // one by concatenation (REDISSON-FORMAT.md 2.1, exception 1).
+            Family::Latch => format!("redisson_countdownlatch__channel__{{{name}}}"),
+        };
+        let parts = [
+            name,
+            name,
+            &redisson_tagged("redisson_lock_token", name),
+            &channel,
+            &redisson_tagged("redisson_lock_queue", name),
+            &redisson_tagged("redisson_lock_timeout", name),
+            &redisson_tagged("redisson_unlock_latch", name),
+        ];
+        let mut text = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+        let mut ends = [0; PARTS];
+        for (i, part) in parts.iter().enumerate() {
+            text.push_str(part);
+            ends[i] = text.len();
+        }
+        LockKeys {
+            family,
+            layout: Layout::Redisson,
+            fair: false,
+            text,
+            ends,
+        }
+    }
+
+    /// The keys of Redisson's fair lock called `name`: the lock's ([`LockKeys::redisson`]),
+    /// for scripts that keep a queue.
+    pub fn redisson_fair(name: &str) -> LockKeys {
+        LockKeys {
+            fair: true,
+            ..LockKeys::redisson(Family::Lock, name)
+        }
     }
 
     fn part(&self, part: Part) -> &str {
@@ -230,6 +319,24 @@ impl LockKeys {
         self.part(Part::Granted)
     }
 
+    /// Redisson's unlock latch for the release named `request` (32 hex digits):
+    /// `redisson_unlock_latch:{name}:<request>`, which makes a retried release answer what its
+    /// first run did.
+    pub fn unlock_latch(&self, request: &str) -> String {
+        format!("{}:{request}", self.granted())
+    }
+
+    /// Redisson's suffix form of the name: `{name}:<suffix>`, or `name:<suffix>` when the name
+    /// contains `{`.
+    pub fn suffixed(&self, suffix: &str) -> String {
+        let name = self.name();
+        if name.contains('{') {
+            format!("{name}:{suffix}")
+        } else {
+            format!("{{{name}}}:{suffix}")
+        }
+    }
+
     /// The object whose channel is `channel`, under `prefix`: the inverse of
     /// [`LockKeys::of`]. Unambiguous, since a family's suffix follows the closing brace
     /// directly, and a name can only put a brace before `:unlocked` for the lock itself.
@@ -251,8 +358,10 @@ impl LockKeys {
     /// release scripts name it from the owner ids they grant to (`<client id>:...`), and use
     /// it when the new leases end no earlier than the released hold's (`release.lua`,
     /// `shares.lua`); otherwise, and for grants no release made, the object's channel.
+    /// Redisson's layout has no grants: a release wakes waiters, which attempt again.
     pub fn grant_channel(&self, client_id: &str) -> Option<String> {
-        (self.family != Family::Latch).then(|| format!("{}:{client_id}", self.channel()))
+        (self.family != Family::Latch && self.layout == Layout::Redlatch)
+            .then(|| format!("{}:{client_id}", self.channel()))
     }
 
     /// The Redis Cluster slot of every key of this lock: CRC16 (XMODEM) of the hash tag, mod
@@ -292,6 +401,17 @@ impl LockKeys {
     /// The latch that records the outcome of force-unlock request `request`.
     pub fn force_latch(&self, request: &str) -> String {
         format!("{}:forced:{request}", self.lock())
+    }
+}
+
+/// Redisson's prefix form: `<prefix>:{name}`, or `<prefix>:name` when the name contains a
+/// `{` anywhere (not only at its start), so that every key and channel of the object hashes
+/// to the slot of the name itself.
+pub(crate) fn redisson_tagged(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
     }
 }
 

@@ -70,7 +70,7 @@ mod words;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, MIN_REDIS_VERSION, Result};
 pub use inspect::{ConnectedClient, Holder, Listed, ObjectKind, Report, Waiter};
-pub use keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
+pub use keys::{Layout, MAX_NAME_LEN, MAX_PREFIX_LEN};
 pub use kinds::latch::CountDownLatch;
 pub use kinds::lock::{Lock, LockGuard, OwnedLockGuard};
 pub use kinds::multi::{MultiLock, MultiLockGuard};
@@ -96,13 +96,12 @@ pub mod bench_support {
     use std::time::{Duration, Instant};
 
     use crate::Client;
-    use crate::keys::LockKeys;
 
     /// How long a waiter on lock `name`, the first in this client, waits from asking for the
     /// lock's channel until Redis confirms the subscription. `None` if not within 5 s.
     pub fn subscribe_latency(client: &Client, name: &str) -> Option<Duration> {
         let core = client.core();
-        let keys = std::sync::Arc::new(LockKeys::new(&core.prefix, name));
+        let keys = std::sync::Arc::new(core.keys(crate::keys::Family::Lock, name));
         let start = Instant::now();
         let subscriber = &core.subscriber;
         let waiter = subscriber.join(subscriber.expect(&keys, &core.thread_owner()));

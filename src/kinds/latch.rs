@@ -65,7 +65,7 @@ impl std::fmt::Debug for CountDownLatch {
 
 impl CountDownLatch {
     pub(crate) fn new(runtime: Arc<Runtime>, name: &str) -> CountDownLatch {
-        let keys = LockKeys::of(Family::Latch, &runtime.core.prefix, name);
+        let keys = runtime.core.keys(Family::Latch, name);
         CountDownLatch {
             runtime,
             keys: Arc::new(keys),

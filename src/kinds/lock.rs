@@ -12,7 +12,7 @@ use super::held::Held;
 use crate::core::{Core, Runtime};
 use crate::engine::{self, Acquired, Hold, Kind, Terms, validate_duration, validate_lease};
 use crate::error::{Error, Result};
-use crate::keys::LockKeys;
+use crate::keys::{Family, LockKeys};
 use crate::scripts::{self, Acquire, Freeing, Queueing, Release, Releasing};
 
 /// A handle on the lock called [`name`](Lock::name), made by [`Client::lock`](crate::Client::lock).
@@ -81,7 +81,14 @@ impl std::fmt::Debug for Lock {
 
 impl Lock {
     pub(crate) fn new(runtime: Arc<Runtime>, name: &str) -> Lock {
-        let keys = Arc::new(LockKeys::new(&runtime.core.prefix, name));
+        let keys = Arc::new(runtime.core.keys(Family::Lock, name));
+        Lock { runtime, keys }
+    }
+
+    /// Redisson's fair lock called `name` (Java's `getFairLock`): see
+    /// [`Client::fair_lock`](crate::Client::fair_lock).
+    pub(crate) fn fair(runtime: Arc<Runtime>, name: &str) -> Lock {
+        let keys = Arc::new(LockKeys::redisson_fair(name));
         Lock { runtime, keys }
     }
 

@@ -70,7 +70,7 @@ impl std::fmt::Debug for ReadWriteLock {
 
 impl ReadWriteLock {
     pub(crate) fn new(runtime: Arc<Runtime>, name: &str) -> ReadWriteLock {
-        let keys = LockKeys::of(Family::ReadWrite, &runtime.core.prefix, name);
+        let keys = runtime.core.keys(Family::ReadWrite, name);
         ReadWriteLock {
             runtime,
             keys: Arc::new(keys),

@@ -70,7 +70,7 @@ impl std::fmt::Debug for Semaphore {
 
 impl Semaphore {
     pub(crate) fn new(runtime: Arc<Runtime>, name: &str) -> Semaphore {
-        let keys = LockKeys::of(Family::Semaphore, &runtime.core.prefix, name);
+        let keys = runtime.core.keys(Family::Semaphore, name);
         Semaphore {
             runtime,
             keys: Arc::new(keys),

@@ -10,7 +10,7 @@ use super::{
     Acquire, Freeing, Invocation, Leftover, Lua, Optional, QueuePlace, Queueing, Release,
     Releasing, Renewal, millis,
 };
-use crate::keys::LockKeys;
+use crate::keys::{Layout, LockKeys};
 
 static ACQUIRE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(with_prelude!("places.lua", "acquire.lua")));
@@ -33,6 +33,9 @@ pub(crate) fn acquire(
     queueing: &Queueing,
     fence_retention: Duration,
 ) -> RedisResult<Acquire> {
+    if keys.layout == Layout::Redisson {
+        return super::redisson::acquire(con, keys, owner, hold, lease);
+    }
     let (holds, token) = hold.unwrap_or((0, 0));
     let place = place_arg(queueing.place);
     let leftovers = leftovers_arg(&queueing.leftovers);
@@ -220,6 +223,10 @@ pub(crate) fn withdraw(
     queueing: &Queueing,
     fence_retention: Duration,
 ) -> RedisResult<Option<u64>> {
+    // Redisson's lock keeps no queue: a waiter that gives up has nothing to leave.
+    if keys.layout == Layout::Redisson {
+        return Ok(None);
+    }
     let (granted, token): (i64, i64) = WITHDRAW
         .key(keys.lock())
         .key(keys.fence())
@@ -243,6 +250,9 @@ pub(crate) fn release(
     how: Releasing,
     freeing: Freeing,
 ) -> RedisResult<Release> {
+    if keys.layout == Layout::Redisson {
+        return super::redisson::release(con, keys, owner, token, how, freeing);
+    }
     let mut invocation = RELEASE.key(keys.lock());
     invocation
         .key(keys.fence())
@@ -307,6 +317,9 @@ pub(crate) fn force_unlock(
     request: &str,
     freeing: Freeing,
 ) -> RedisResult<bool> {
+    if keys.layout == Layout::Redisson {
+        return super::redisson::force_unlock(con, keys, request, freeing);
+    }
     let reply: i64 = FORCE_UNLOCK
         .key(keys.lock())
         .key(keys.channel())
@@ -346,6 +359,10 @@ pub(crate) fn was_forced(
     keys: &LockKeys,
     token: u64,
 ) -> RedisResult<bool> {
+    // Redisson's layout keeps no such mark.
+    if keys.layout == Layout::Redisson {
+        return Ok(false);
+    }
     let freed: Option<String> = redis::cmd("GET").arg(keys.forced_mark()).query(con)?;
     Ok(freed.is_some_and(|freed| freed == token.to_string()))
 }

@@ -19,7 +19,7 @@ use redis::{
 
 use crate::backend::Backend;
 use crate::error::Error;
-use crate::keys::{Family, LockKeys};
+use crate::keys::{Family, Layout, LockKeys};
 
 /// The text of `lua/<file>` with `lua/<prelude>` in it: a prelude is code that several scripts
 /// share (`shares.lua`, `places.lua`), not a script of its own. It goes where the file has the
@@ -46,6 +46,7 @@ fn splice(prelude: &str, file: &str, marker: &str) -> String {
 
 pub(crate) mod latch;
 mod lock;
+pub(crate) mod redisson;
 pub(crate) mod shares;
 
 pub(crate) use lock::{
@@ -604,7 +605,11 @@ fn renewal<'a>(
     lease: Duration,
     fence_retention: Duration,
 ) -> Invocation<'a> {
-    match batch.first().map(|r| r.keys.family) {
+    let first = batch.first().map(|r| (r.keys.layout, r.keys.family));
+    if let Some((Layout::Redisson, Family::Lock)) = first {
+        return redisson::renewal(batch, lease);
+    }
+    match first.map(|(_, family)| family) {
         Some(Family::Lock) | None => lock::renewal(batch, lease, fence_retention),
         // A holder's token is kept in its field, not checked against the fence.
         Some(Family::ReadWrite | Family::Semaphore) => shares::renewal(batch, lease),

@@ -39,7 +39,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::{Errand, Shared, Subscriber};
-use crate::keys::LockKeys;
+use crate::keys::{Layout, LockKeys};
+use crate::scripts::redisson::Wakes;
 use crate::scripts::{Grants, Message};
 
 #[cfg(test)]
@@ -84,6 +85,9 @@ impl Shared {
         };
         let channel = self.object_channel(channel);
         let entry = self.entries.lock().get(channel).cloned();
+        if let Some(entry) = entry.as_ref().filter(|e| e.keys.layout == Layout::Redisson) {
+            return Entry::deliver_redisson(entry, payload);
+        }
         match Message::parse(payload) {
             Some(Message::Grant { lease, grants }) => {
                 self.deliver_grants(channel, entry, lease, grants)
@@ -323,6 +327,34 @@ impl Entry {
             if slot.grant() {
                 return;
             }
+        }
+    }
+
+    /// Wakes up to `n` waiters that have no permit yet, oldest first.
+    fn wake_some(state: &EntryState, n: u32) {
+        let mut left = n;
+        for slot in &state.queue {
+            if left == 0 {
+                return;
+            }
+            if slot.grant() {
+                left -= 1;
+            }
+        }
+    }
+
+    /// A message on a channel of Redisson's layout: a wake-up, never a hand-over (see
+    /// `scripts::redisson`).
+    fn deliver_redisson(entry: &Entry, payload: &[u8]) {
+        let Some(wakes) = Wakes::parse(entry.keys.family, payload) else {
+            return;
+        };
+        let mut state = entry.state.lock();
+        state.wakes += 1;
+        match wakes {
+            Wakes::One => Entry::wake_one(&state),
+            Wakes::All => Entry::wake_all(&state),
+            Wakes::Some(n) => Entry::wake_some(&state, n),
         }
     }
 

@@ -1,0 +1,31 @@
+-- redisson/renew.lua: the watchdog for locks in Redisson's layout; extend many leases in one
+-- call (what Redisson's batched renewal does, REDISSON-FORMAT.md 4.5, with the token checked
+-- as in renew.lua).
+--
+-- KEYS[2i-1]  lock hash i          <name>
+-- KEYS[2i]    its token counter    redisson_lock_token:{<name>}
+-- ARGV[1]     lease                ms
+-- ARGV[2i]    owner field of lock i
+-- ARGV[2i+1]  the token of the hold being renewed
+--
+-- Reply: one entry per lock: 1 = still ours (lease set), 0 = no longer ours.
+--
+-- Ours only if the owner's field is there and the counter still shows the hold's token
+-- (nobody takes a token while we hold the lock): a renewal in flight while its hold was
+-- released and the same thread took the lock again must not touch the new hold. A lease is
+-- only extended. A key of another type counts as 0 rather than failing the whole batch.
+
+local lease = tonumber(ARGV[1])
+local result = {}
+for i = 1, #KEYS / 2 do
+  local lock = KEYS[2 * i - 1]
+  result[i] = 0
+  if redis.pcall('hexists', lock, ARGV[2 * i]) == 1
+      and redis.pcall('get', KEYS[2 * i]) == ARGV[2 * i + 1] then
+    if redis.call('pttl', lock) < lease then
+      redis.call('pexpire', lock, lease)
+    end
+    result[i] = 1
+  end
+end
+return result

@@ -1,0 +1,194 @@
+//! The scripts of Redisson's layout (`lua/redisson/`), and the messages Redisson's channels
+//! carry: what a client in [`Layout::Redisson`](crate::Layout::Redisson) runs instead of our
+//! own scripts, with the same typed replies, so the engine serves both layouts alike.
+//!
+//! The data each script reads and writes is Redisson 4.x's (`REDISSON-FORMAT.md`); the
+//! scripts, and so their replies, are our own. Redisson's layout has no hand-over: a release
+//! publishes a wake-up ("0", or "1" for all), and waiters attempt again.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{ConnectionLike, RedisResult, Value};
+
+use super::{Acquire, Freeing, Invocation, Lua, Release, Releasing, Renewal, millis};
+use crate::keys::{Family, LockKeys};
+
+static ACQUIRE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/acquire.lua")));
+static RELEASE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/release.lua")));
+static RENEW: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/renew.lua")));
+static FORCE_UNLOCK: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/force_unlock.lua")));
+
+/// Takes or re-enters lock `keys` for `owner` (who holds `hold`: its guard count and token,
+/// if it holds it already) with `lease` (`redisson/acquire.lua`).
+pub(crate) fn acquire(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    hold: Option<(u32, u64)>,
+    lease: Duration,
+) -> RedisResult<Acquire> {
+    let mut invocation = ACQUIRE.key(keys.lock());
+    invocation.key(keys.fence()).arg(owner).arg(millis(lease));
+    if let Some((holds, token)) = hold {
+        invocation.arg(holds).arg(token);
+    }
+    let reply: Value = invocation.invoke(con)?;
+    if !matches!(reply, Value::Array(_)) {
+        return Ok(Acquire::Acquired {
+            token: redis::from_redis_value(reply)?,
+        });
+    }
+    let reply: Vec<i64> = redis::from_redis_value(reply)?;
+    Ok(match reply.as_slice() {
+        [0, pttl, ..] => Acquire::Busy {
+            // A holder without a lease (only a foreign client leaves one) frees the lock by
+            // a message alone: sleep as long as the engine lets a waiter sleep, no shorter.
+            ttl: u64::try_from(*pttl).map_or(Duration::MAX, Duration::from_millis),
+            fence: 0,
+            place: None,
+        },
+        _ => Acquire::Lost,
+    })
+}
+
+/// Releases one of `owner`'s holds (taken with `token`) of lock `keys`, as `how` says
+/// (`redisson/release.lua`).
+pub(crate) fn release(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    token: u64,
+    how: Releasing,
+    freeing: Freeing,
+) -> RedisResult<Release> {
+    let mut invocation = RELEASE.key(keys.lock());
+    invocation.key(keys.channel());
+    invocation.arg(owner).arg(how.holds).arg(freeing.publish);
+    if freeing.retries_unseen {
+        invocation
+            .key(keys.unlock_latch(&request_id(owner, token, how.holds)))
+            .arg(millis(freeing.latch_ttl));
+    }
+    let reply: i64 = invocation.invoke(con)?;
+    Ok(match reply {
+        1 => Release::Released,
+        2 => Release::StillHeld,
+        3 => Release::Gone,
+        _ => Release::NotOurs,
+    })
+}
+
+/// The request id of Redisson's unlock latch for the release of `owner`'s hold taken with
+/// `token`, from `holds` to `holds - 1`: 32 hex digits, as Java's, the same for every retry
+/// of one release and different for every other (a token is never taken twice while the
+/// counter lives; the owner's digest tells apart the rest).
+fn request_id(owner: &str, token: u64, holds: u32) -> String {
+    // FNV-1a: a stable digest, not a secret; the latch only answers this owner's retry.
+    let digest = owner.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{token:016x}{holds:08x}{:08x}", digest as u32)
+}
+
+/// The call of `redisson/renew.lua` that renews the lock holds in `batch`.
+pub(super) fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) -> Invocation<'a> {
+    let mut invocation = RENEW.prepare_invoke();
+    invocation.arg(millis(lease));
+    for r in batch {
+        invocation
+            .key(r.keys.lock())
+            .key(r.keys.fence())
+            .arg(r.owner)
+            .arg(r.token);
+    }
+    invocation
+}
+
+/// Deletes lock `keys` whoever holds it and wakes every waiter; `request` names this call so
+/// a retry answers the same (`redisson/force_unlock.lua`).
+pub(crate) fn force_unlock(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    request: &str,
+    freeing: Freeing,
+) -> RedisResult<bool> {
+    let reply: i64 = FORCE_UNLOCK
+        .key(keys.lock())
+        .key(keys.channel())
+        .key(keys.unlock_latch(request))
+        .arg(freeing.publish)
+        .arg(millis(freeing.latch_ttl))
+        .invoke(con)?;
+    Ok(reply == 1)
+}
+
+/// What a message on a channel of Redisson's layout asks of this client's waiters there.
+/// Java parses every payload as a decimal integer, and so do we.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wakes {
+    /// Wake one waiter: it attempts again (a lock's "0", which Java's final unlock
+    /// publishes; Java wakes one thread per client for it too).
+    One,
+    /// Wake them all (a lock's "1": a write unlock or a force-unlock; a latch at zero).
+    All,
+    /// Wake as many as `n`: a semaphore's count of permits now free.
+    Some(u32),
+}
+
+impl Wakes {
+    /// Whom `payload`, on a channel of an object of `family`, wakes; `None` for a payload
+    /// that wakes nobody (a latch's new count, anything not a number).
+    pub fn parse(family: Family, payload: &[u8]) -> Option<Wakes> {
+        let n: i64 = std::str::from_utf8(payload).ok()?.parse().ok()?;
+        match (family, n) {
+            (Family::Lock | Family::ReadWrite, 0) => Some(Wakes::One),
+            (Family::Lock | Family::ReadWrite, 1) => Some(Wakes::All),
+            (Family::Latch, 0) => Some(Wakes::All),
+            (Family::Semaphore, n) if n > 0 => {
+                Some(Wakes::Some(u32::try_from(n).unwrap_or(u32::MAX)))
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_wake_as_java_wakes() {
+        assert_eq!(Wakes::parse(Family::Lock, b"0"), Some(Wakes::One));
+        assert_eq!(Wakes::parse(Family::Lock, b"1"), Some(Wakes::All));
+        assert_eq!(Wakes::parse(Family::ReadWrite, b"1"), Some(Wakes::All));
+        assert_eq!(Wakes::parse(Family::Lock, b"2"), None);
+        assert_eq!(Wakes::parse(Family::Latch, b"0"), Some(Wakes::All));
+        assert_eq!(
+            Wakes::parse(Family::Latch, b"1"),
+            None,
+            "a new count opens nothing"
+        );
+        assert_eq!(Wakes::parse(Family::Semaphore, b"3"), Some(Wakes::Some(3)));
+        assert_eq!(Wakes::parse(Family::Semaphore, b"0"), None);
+        assert_eq!(Wakes::parse(Family::Semaphore, b"-2"), None);
+        for foreign in [&b"unlock"[..], b"grant 1 2 o:1", b"", b" 0", b"0x1"] {
+            assert_eq!(Wakes::parse(Family::Lock, foreign), None, "{foreign:?}");
+        }
+    }
+
+    #[test]
+    fn a_release_keeps_its_request_id_and_no_other_has_it() {
+        let a = request_id("u:1", 7, 2);
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(a, request_id("u:1", 7, 2));
+        assert_ne!(a, request_id("u:1", 7, 1));
+        assert_ne!(a, request_id("u:1", 8, 2));
+        assert_ne!(a, request_id("u:2", 7, 2));
+    }
+}

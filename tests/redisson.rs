@@ -1,0 +1,278 @@
+//! `Layout::Redisson`: redlatch reads and writes what Redisson 4.x does, so that a Rust
+//! service and Java services share locks in one Redis. The Java side here is raw commands
+//! that do what Redisson's scripts do (REDISSON-FORMAT.md); `redisson_interop.rs` plays a
+//! whole emulated Java client against every kind.
+
+mod support;
+
+use std::collections::HashMap;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlatch::{Client, Error, Layout};
+use support::{RedisServer, eventually, join_all, unique};
+
+fn redisson(server: &RedisServer) -> Client {
+    Client::builder(&server.url())
+        .layout(Layout::Redisson)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn the_layout_is_chosen_at_build_and_refuses_a_prefix() {
+    let server = RedisServer::start();
+    assert_eq!(
+        Client::open(&server.url()).unwrap().layout(),
+        Layout::Redlatch
+    );
+    assert_eq!(redisson(&server).layout(), Layout::Redisson);
+    let refused = Client::builder(&server.url())
+        .layout(Layout::Redisson)
+        .key_prefix("billing")
+        .build();
+    match refused {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("key_prefix"), "{why}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_lock_is_redissons_hash_with_a_lease_and_a_token_from_the_fenced_counter() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("orders");
+    let lock = client.lock(&name);
+    let guard = lock.lock().unwrap();
+    let fields: HashMap<String, String> =
+        redis::cmd("HGETALL").arg(&name).query(&mut admin).unwrap();
+    let owner = client.current_thread_owner_id();
+    assert_eq!(fields, HashMap::from([(owner.clone(), "1".to_string())]));
+    let pttl: i64 = redis::cmd("PTTL").arg(&name).query(&mut admin).unwrap();
+    assert!((25_000..=30_000).contains(&pttl), "a 30 s lease: {pttl}");
+    let token_key = format!("redisson_lock_token:{{{name}}}");
+    let counter: u64 = redis::cmd("GET").arg(&token_key).query(&mut admin).unwrap();
+    assert_eq!(guard.fencing_token(), counter);
+    // Re-entry: the count Java reads, the token kept.
+    let again = lock.lock().unwrap();
+    assert_eq!(again.fencing_token(), guard.fencing_token());
+    let count: String = redis::cmd("HGET")
+        .arg(&name)
+        .arg(&owner)
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(count, "2");
+    assert_eq!(lock.hold_count().unwrap(), 2);
+    drop(again);
+    let count: String = redis::cmd("HGET")
+        .arg(&name)
+        .arg(&owner)
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(count, "1");
+    guard.unlock().unwrap();
+    let exists: bool = redis::cmd("EXISTS").arg(&name).query(&mut admin).unwrap();
+    assert!(!exists, "the final release deletes the hash");
+    // The next acquisition's token is above the last.
+    let next = lock.lock().unwrap();
+    assert!(next.fencing_token() > counter);
+}
+
+#[test]
+fn a_final_release_publishes_zero_on_redissons_channel() {
+    let server = RedisServer::start();
+    let client = redisson(&server);
+    let name = unique("chan");
+    let mut listener = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut pubsub = listener.as_pubsub();
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    pubsub.subscribe(&channel).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let lock = client.lock(&name);
+    let outer = lock.lock().unwrap();
+    let inner = lock.lock().unwrap();
+    drop(inner);
+    drop(outer);
+    let message = pubsub.get_message().unwrap();
+    assert_eq!(message.get_channel_name(), channel);
+    assert_eq!(message.get_payload_bytes(), b"0");
+}
+
+#[test]
+fn a_name_with_braces_follows_redissons_rule() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = format!("{}{{42}}lock", unique("app"));
+    let guard = client.lock(&name).lock().unwrap();
+    let token_key = format!("redisson_lock_token:{name}");
+    let counter: u64 = redis::cmd("GET").arg(&token_key).query(&mut admin).unwrap();
+    assert_eq!(counter, guard.fencing_token());
+}
+
+/// A Java holder, by hand: what Redisson's acquire leaves (REDISSON-FORMAT.md 4.2).
+fn java_holds(admin: &mut redis::Connection, name: &str, field: &str) {
+    let _: () = redis::pipe()
+        .cmd("HINCRBY")
+        .arg(name)
+        .arg(field)
+        .arg(1)
+        .cmd("PEXPIRE")
+        .arg(name)
+        .arg(30_000)
+        .query(admin)
+        .unwrap();
+}
+
+/// What Redisson's final unlock does (4.3): delete, publish "0".
+fn java_unlocks(admin: &mut redis::Connection, name: &str) {
+    let _: () = redis::pipe()
+        .cmd("DEL")
+        .arg(name)
+        .cmd("PUBLISH")
+        .arg(format!("redisson_lock__channel:{{{name}}}"))
+        .arg("0")
+        .query(admin)
+        .unwrap();
+}
+
+#[test]
+fn a_java_release_wakes_our_waiter_long_before_its_lease() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("woken");
+    java_holds(&mut admin, &name, "5f1c2c9e-3b7e-4b4e-9d6a-2f0d3c1f9a10:87");
+    let lock = client.lock(&name);
+    assert!(lock.try_lock(Duration::ZERO, None).unwrap().is_none());
+    let waiting = {
+        let lock = lock.clone();
+        thread::spawn(move || {
+            let guard = lock.try_lock(Duration::from_secs(20), None).unwrap();
+            (Instant::now(), guard.is_some())
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || {
+        client.stats().waiting_threads == 1 && client.stats().subscriptions == 1
+    }));
+    thread::sleep(Duration::from_millis(100));
+    let released = Instant::now();
+    java_unlocks(&mut admin, &name);
+    let (woken, got) = join_all(vec![waiting], Duration::from_secs(30), "waiter").remove(0);
+    assert!(got);
+    assert!(
+        woken - released < Duration::from_millis(800),
+        "woken {:?} after the release, with 30 s of lease left",
+        woken - released
+    );
+}
+
+#[test]
+fn a_java_holder_is_not_released_by_us_and_a_force_unlock_takes_anyone() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("theirs");
+    java_holds(&mut admin, &name, "java:1");
+    let lock = client.lock(&name);
+    assert!(lock.is_locked().unwrap());
+    assert!(!lock.is_held_by_current_thread().unwrap());
+    assert!(lock.remaining_ttl().unwrap().is_some());
+    assert!(lock.force_unlock().unwrap());
+    assert!(!lock.is_locked().unwrap());
+}
+
+#[test]
+fn a_key_of_another_type_is_wrong_type_and_left_alone() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("string");
+    let _: () = redis::cmd("SET")
+        .arg(&name)
+        .arg("data")
+        .query(&mut admin)
+        .unwrap();
+    let lock = client.lock(&name);
+    assert!(matches!(
+        lock.try_lock(Duration::ZERO, None),
+        Err(Error::WrongType { .. })
+    ));
+    assert!(matches!(lock.force_unlock(), Err(Error::WrongType { .. })));
+    let kept: String = redis::cmd("GET").arg(&name).query(&mut admin).unwrap();
+    assert_eq!(kept, "data");
+    // A counter that is not a number: refused before anything is written.
+    let other = unique("badtoken");
+    let token_key = format!("redisson_lock_token:{{{other}}}");
+    let _: () = redis::cmd("SET")
+        .arg(&token_key)
+        .arg("x")
+        .query(&mut admin)
+        .unwrap();
+    match client.lock(&other).try_lock(Duration::ZERO, None) {
+        Err(Error::WrongType { key }) => assert_eq!(key, token_key),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    let exists: bool = redis::cmd("EXISTS").arg(&other).query(&mut admin).unwrap();
+    assert!(!exists);
+}
+
+#[test]
+fn the_watchdog_renews_the_hash_and_a_taken_lock_is_reported_lost() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = Client::builder(&server.url())
+        .layout(Layout::Redisson)
+        .watchdog_timeout(Duration::from_millis(900))
+        .build()
+        .unwrap();
+    let name = unique("renewed");
+    let guard = client.lock(&name).lock().unwrap();
+    thread::sleep(Duration::from_millis(2_000));
+    assert!(!guard.is_lost());
+    let pttl: i64 = redis::cmd("PTTL").arg(&name).query(&mut admin).unwrap();
+    assert!(pttl > 0, "renewed: {pttl}");
+    // Taken by a Java service after a delete: our holder learns it at the next renewal.
+    let _: () = redis::cmd("DEL").arg(&name).query(&mut admin).unwrap();
+    java_holds(&mut admin, &name, "java:9");
+    assert!(eventually(Duration::from_secs(3), || guard.is_lost()));
+    assert!(matches!(guard.unlock(), Err(Error::LockLost { .. })));
+    let field: Option<String> = redis::cmd("HGET")
+        .arg(&name)
+        .arg("java:9")
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(field.as_deref(), Some("1"), "the Java hold is untouched");
+}
+
+#[test]
+fn two_redlatch_clients_exclude_each_other_and_wake_each_other() {
+    let server = RedisServer::start();
+    let name = unique("ours");
+    let (a, b) = (redisson(&server), redisson(&server));
+    let guard = a.lock(&name).lock().unwrap();
+    let waiting = {
+        let lock = b.lock(&name);
+        thread::spawn(move || {
+            let guard = lock.try_lock(Duration::from_secs(20), None).unwrap();
+            (Instant::now(), guard.map(|g| g.fencing_token()))
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || b
+        .stats()
+        .waiting_threads
+        == 1));
+    thread::sleep(Duration::from_millis(100));
+    let first = guard.fencing_token();
+    let released = Instant::now();
+    drop(guard);
+    let (woken, token) = join_all(vec![waiting], Duration::from_secs(30), "waiter").remove(0);
+    assert!(token.unwrap() > first);
+    assert!(woken - released < Duration::from_millis(800));
+}
