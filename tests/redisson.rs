@@ -276,3 +276,120 @@ fn two_redlatch_clients_exclude_each_other_and_wake_each_other() {
     assert!(token.unwrap() > first);
     assert!(woken - released < Duration::from_millis(800));
 }
+
+#[test]
+fn a_latch_is_redissons_string_and_opens_both_ways() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("latch");
+    let latch = client.count_down_latch(&name);
+    let channel = format!("redisson_countdownlatch__channel__{{{name}}}");
+    let mut listener = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut pubsub = listener.as_pubsub();
+    pubsub.subscribe(&channel).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    assert!(latch.try_set_count(2).unwrap());
+    assert!(!latch.try_set_count(5).unwrap(), "a count is running");
+    assert_eq!(pubsub.get_message().unwrap().get_payload_bytes(), b"1");
+    let count: String = redis::cmd("GET").arg(&name).query(&mut admin).unwrap();
+    assert_eq!(count, "2");
+    assert_eq!(latch.count_down().unwrap(), 1);
+    assert_eq!(latch.count_down().unwrap(), 0);
+    assert_eq!(pubsub.get_message().unwrap().get_payload_bytes(), b"0");
+    let exists: bool = redis::cmd("EXISTS").arg(&name).query(&mut admin).unwrap();
+    assert!(!exists, "deleted at zero, as Java does");
+    assert!(latch.wait(Duration::ZERO).unwrap());
+
+    // A Java round (SET + "1"), counted down by Java (DECR, DEL, "0"): our waiter opens.
+    let _: () = redis::cmd("SET")
+        .arg(&name)
+        .arg(1)
+        .query(&mut admin)
+        .unwrap();
+    let waiting = {
+        let latch = latch.clone();
+        thread::spawn(move || (latch.wait(Duration::from_secs(20)).unwrap(), Instant::now()))
+    };
+    assert!(eventually(Duration::from_secs(5), || client
+        .stats()
+        .waiting_threads
+        == 1));
+    thread::sleep(Duration::from_millis(100));
+    let opened = Instant::now();
+    let _: () = redis::pipe()
+        .cmd("DEL")
+        .arg(&name)
+        .cmd("PUBLISH")
+        .arg(&channel)
+        .arg("0")
+        .query(&mut admin)
+        .unwrap();
+    let (open, when) = join_all(vec![waiting], Duration::from_secs(30), "waiter").remove(0);
+    assert!(open);
+    assert!(when - opened < Duration::from_millis(800));
+}
+
+#[test]
+fn a_multi_lock_takes_redissons_hashes_all_or_none() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let (a, b) = (unique("ma"), unique("mb"));
+    java_holds(&mut admin, &b, "java:3");
+    let multi = client.multi_lock(&[&a, &b]);
+    assert!(multi.try_lock(Duration::ZERO, None).unwrap().is_none());
+    let exists: bool = redis::cmd("EXISTS").arg(&a).query(&mut admin).unwrap();
+    assert!(!exists, "none taken while one is busy");
+    let waiting = {
+        let multi = multi.clone();
+        thread::spawn(move || {
+            let guard = multi.try_lock(Duration::from_secs(20), None).unwrap();
+            (Instant::now(), guard.map(|g| g.fencing_tokens()))
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || client
+        .stats()
+        .waiting_threads
+        == 1));
+    thread::sleep(Duration::from_millis(100));
+    let released = Instant::now();
+    java_unlocks(&mut admin, &b);
+    let (woken, tokens) = join_all(vec![waiting], Duration::from_secs(30), "waiter").remove(0);
+    assert_eq!(tokens.unwrap().len(), 2);
+    assert!(woken - released < Duration::from_millis(800));
+}
+
+#[test]
+fn a_spin_lock_is_the_same_hash_and_excludes_a_java_holder() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("spin");
+    java_holds(&mut admin, &name, "java:4");
+    let spin = client.spin_lock(&name);
+    assert!(
+        spin.try_lock(Duration::from_millis(200), None)
+            .unwrap()
+            .is_none()
+    );
+    java_unlocks(&mut admin, &name);
+    let guard = spin
+        .try_lock(Duration::from_secs(5), None)
+        .unwrap()
+        .unwrap();
+    let count: String = redis::cmd("HGET")
+        .arg(&name)
+        .arg(client.current_thread_owner_id())
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(count, "1");
+    // The lock handle of the same name re-enters the spin lock's hold.
+    let again = client.lock(&name).lock().unwrap();
+    assert_eq!(again.fencing_token(), guard.fencing_token());
+}

@@ -5,11 +5,15 @@ use std::sync::LazyLock;
 use redis::{ConnectionLike, RedisResult};
 
 use super::{Freeing, Lua, millis};
-use crate::keys::LockKeys;
+use crate::keys::{Layout, LockKeys};
 
 static SET: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/latch_set.lua")));
 static COUNT_DOWN: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/latch_count_down.lua")));
+static REDISSON_SET: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/latch_set.lua")));
+static REDISSON_COUNT_DOWN: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/latch_count_down.lua")));
 static COUNT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/latch_count.lua")));
 
 /// Sets the count to `n` unless a count is running; `request` names this call, so that a
@@ -21,6 +25,17 @@ pub(crate) fn set_count(
     request: &str,
     freeing: Freeing,
 ) -> RedisResult<bool> {
+    if keys.layout == Layout::Redisson {
+        let reply: i64 = REDISSON_SET
+            .key(keys.lock())
+            .key(keys.channel())
+            .key(keys.unlock_latch(request))
+            .arg(n)
+            .arg(freeing.publish)
+            .arg(millis(freeing.latch_ttl))
+            .invoke(con)?;
+        return Ok(reply == 1);
+    }
     let reply: i64 = SET
         .key(keys.lock())
         .key(keys.request_marker(request))
@@ -38,17 +53,22 @@ pub(crate) fn count_down(
     request: &str,
     freeing: Freeing,
 ) -> RedisResult<u64> {
-    let left: String = COUNT_DOWN
+    let (script, marker) = match keys.layout {
+        Layout::Redlatch => (&COUNT_DOWN, keys.request_marker(request)),
+        Layout::Redisson => (&REDISSON_COUNT_DOWN, keys.unlock_latch(request)),
+    };
+    let left: String = script
         .key(keys.lock())
         .key(keys.channel())
-        .key(keys.request_marker(request))
+        .key(marker)
         .arg(millis(freeing.latch_ttl))
         .arg(freeing.publish)
         .invoke(con)?;
     parse(&left)
 }
 
-/// The count now: 0 for a latch never set.
+/// The count now: 0 for a latch never set (the same script reads both layouts: a string of
+/// digits, absent at zero).
 pub(crate) fn count(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResult<u64> {
     let count: String = COUNT.key(keys.lock()).invoke(con)?;
     parse(&count)

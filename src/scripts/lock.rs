@@ -21,6 +21,8 @@ static FORCE_UNLOCK: LazyLock<Lua> =
 static WITHDRAW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(with_prelude!("places.lua", "withdraw.lua")));
 static INSPECT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/inspect.lua")));
+static REDISSON_ACQUIRE_MANY: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/acquire_many.lua")));
 static ACQUIRE_MANY: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(with_prelude!("places.lua", "acquire_many.lua")));
 
@@ -165,19 +167,25 @@ pub(crate) fn acquire_many(
     fence_retention: Duration,
     leftovers: &[Vec<Leftover>],
 ) -> RedisResult<AcquireMany> {
-    let mut invocation = ACQUIRE_MANY.prepare_invoke();
+    let redisson = locks.first().is_some_and(|k| k.layout == Layout::Redisson);
+    let mut invocation = if redisson {
+        REDISSON_ACQUIRE_MANY.prepare_invoke()
+    } else {
+        ACQUIRE_MANY.prepare_invoke()
+    };
     for keys in locks {
-        invocation
-            .key(keys.lock())
-            .key(keys.fence())
-            .key(keys.queue());
+        invocation.key(keys.lock()).key(keys.fence());
+        if !redisson {
+            invocation.key(keys.queue());
+        }
     }
-    invocation
-        .arg(owner)
-        .arg(millis(lease))
-        .arg(millis(fence_retention));
-    for each in leftovers {
-        invocation.arg(leftovers_arg(each));
+    invocation.arg(owner).arg(millis(lease));
+    // Redisson's locks keep no queue, so no wait leaves a place in one.
+    if !redisson {
+        invocation.arg(millis(fence_retention));
+        for each in leftovers {
+            invocation.arg(leftovers_arg(each));
+        }
     }
     let reply: RedisResult<Vec<i64>> = invocation.invoke(con);
     let reply = match reply {

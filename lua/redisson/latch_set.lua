@@ -1,0 +1,32 @@
+-- redisson/latch_set.lua: start a round of a count-down latch in Redisson's layout (Java's
+-- RCountDownLatch.trySetCount, REDISSON-FORMAT.md 10), unless a count is running.
+--
+-- KEYS[1]  the count    <name>                                      string
+-- KEYS[2]  the channel  redisson_countdownlatch__channel__{<name>}
+-- KEYS[3]  the marker   redisson_unlock_latch:{<name>}:<request id> this call's reply
+-- ARGV[1]  count        1 to 2^63 - 1
+-- ARGV[2]  publish      PUBLISH or SPUBLISH
+-- ARGV[3]  ttl          ms the marker lives
+--
+-- Reply: 1 if the round started ("1" published: Java's "new count"), 0 if a count runs.
+-- Errors: "WRONGTYPE latch" when the key is not a string; nothing is written then.
+-- Idempotent: the reply is recorded in the marker (keyed by a fresh request id, so Java
+-- never reads it), and a retry after a lost reply answers it.
+
+local count, marker = KEYS[1], KEYS[3]
+local done = redis.call('get', marker)
+if done then
+  return tonumber(done)
+end
+local kind = redis.call('type', count).ok
+if kind ~= 'none' and kind ~= 'string' then
+  return redis.error_reply('WRONGTYPE latch')
+end
+local reply = 0
+if kind == 'none' then
+  redis.call('set', count, ARGV[1])
+  redis.call(ARGV[2], KEYS[2], '1')
+  reply = 1
+end
+redis.call('set', marker, reply, 'px', ARGV[3])
+return reply
