@@ -234,8 +234,20 @@ impl LockKeys {
     /// [`waiters`](LockKeys::waiters) a fair lock's deadlines, and [`granted`](LockKeys::granted)
     /// the start of every unlock latch ([`unlock_latch`](LockKeys::unlock_latch)).
     pub fn redisson(family: Family, name: &str) -> LockKeys {
+        LockKeys::redisson_with_channel(family, name, None)
+    }
+
+    /// [`LockKeys::redisson`], with the lock's channel followed by `:<waiter>` when given: a
+    /// fair lock's waiter listens on a channel of its own.
+    fn redisson_with_channel(family: Family, name: &str, waiter: Option<&str>) -> LockKeys {
         let channel = match family {
-            Family::Lock => redisson_tagged("redisson_lock__channel", name),
+            Family::Lock => {
+                let channel = redisson_tagged("redisson_lock__channel", name);
+                match waiter {
+                    Some(waiter) => format!("{channel}:{waiter}"),
+                    None => channel,
+                }
+            }
             Family::ReadWrite => redisson_tagged("redisson_rwlock", name),
             Family::Semaphore => redisson_tagged("redisson_sc", name),
             // Always braces, even around a name with braces of its own: Redisson builds this
@@ -272,6 +284,16 @@ impl LockKeys {
         LockKeys {
             fair: true,
             ..LockKeys::redisson(Family::Lock, name)
+        }
+    }
+
+    /// The keys of Redisson's fair lock called `name` as its waiter `owner` sees them: the
+    /// channel is the waiter's own, `redisson_lock__channel:{<name>}:<owner>`, where a
+    /// release that makes it the head of the queue wakes it.
+    pub fn redisson_fair_waiter(name: &str, owner: &str) -> LockKeys {
+        LockKeys {
+            fair: true,
+            ..LockKeys::redisson_with_channel(Family::Lock, name, Some(owner))
         }
     }
 

@@ -393,3 +393,118 @@ fn a_spin_lock_is_the_same_hash_and_excludes_a_java_holder() {
     let again = client.lock(&name).lock().unwrap();
     assert_eq!(again.fencing_token(), guard.fencing_token());
 }
+
+/// The owners queued for Redisson fair lock `name`, head first, and their deadlines.
+fn fair_queue(admin: &mut redis::Connection, name: &str) -> Vec<(String, i64)> {
+    let queue: Vec<String> = redis::cmd("LRANGE")
+        .arg(format!("redisson_lock_queue:{{{name}}}"))
+        .arg(0)
+        .arg(-1)
+        .query(admin)
+        .unwrap();
+    queue
+        .into_iter()
+        .map(|owner| {
+            let deadline: f64 = redis::cmd("ZSCORE")
+                .arg(format!("redisson_lock_timeout:{{{name}}}"))
+                .arg(&owner)
+                .query(admin)
+                .unwrap();
+            (owner, deadline as i64)
+        })
+        .collect()
+}
+
+#[test]
+fn a_fair_lock_serves_waiters_in_arrival_order_through_redissons_queue() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("fair");
+    let lock = client.fair_lock(&name);
+    let first = lock.lock().unwrap();
+    let order = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let (lock, order) = (lock.clone(), order.clone());
+        waiters.push(thread::spawn(move || {
+            let guard = lock
+                .try_lock(Duration::from_secs(30), None)
+                .unwrap()
+                .unwrap();
+            order.lock().push(i);
+            thread::sleep(Duration::from_millis(20));
+            drop(guard);
+        }));
+        // Each one queued before the next arrives.
+        assert!(eventually(Duration::from_secs(5), || fair_queue(
+            &mut admin, &name
+        )
+        .len()
+            == i + 1));
+    }
+    let queued = fair_queue(&mut admin, &name);
+    // Java's chain: each deadline is its predecessor's plus the slot (the wait, 30 s).
+    assert_eq!(queued[1].1 - queued[0].1, 30_000);
+    assert_eq!(queued[2].1 - queued[1].1, 30_000);
+    drop(first);
+    join_all(waiters, Duration::from_secs(30), "fair waiters");
+    assert_eq!(*order.lock(), vec![0, 1, 2]);
+    assert!(
+        fair_queue(&mut admin, &name).is_empty(),
+        "each left the queue as it took the lock"
+    );
+}
+
+#[test]
+fn a_fair_release_wakes_the_head_on_its_own_channel_and_a_waiter_that_gives_up_leaves() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("fairhead");
+    let lock = client.fair_lock(&name);
+    // A waiter that gives up leaves the queue.
+    let guard = lock.lock().unwrap();
+    let gave_up = {
+        let lock = lock.clone();
+        thread::spawn(move || {
+            lock.try_lock(Duration::from_millis(300), None)
+                .unwrap()
+                .is_none()
+        })
+    };
+    assert!(join_all(vec![gave_up], Duration::from_secs(10), "waiter").remove(0));
+    assert!(fair_queue(&mut admin, &name).is_empty());
+    // A Java waiter queued as Java queues: head of the queue, its own channel.
+    let java = "5f1c2c9e-3b7e-4b4e-9d6a-2f0d3c1f9a10:7";
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let _: () = redis::pipe()
+        .cmd("RPUSH")
+        .arg(format!("redisson_lock_queue:{{{name}}}"))
+        .arg(java)
+        .cmd("ZADD")
+        .arg(format!("redisson_lock_timeout:{{{name}}}"))
+        .arg(now + 300_000)
+        .arg(java)
+        .query(&mut admin)
+        .unwrap();
+    let mut listener = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut pubsub = listener.as_pubsub();
+    let channel = format!("redisson_lock__channel:{{{name}}}:{java}");
+    pubsub.subscribe(&channel).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    drop(guard);
+    let message = pubsub.get_message().unwrap();
+    assert_eq!(message.get_channel_name(), channel);
+    assert_eq!(message.get_payload_bytes(), b"0");
+    // Not the Java head's turn yet in our eyes: our attempt finds it ahead.
+    assert!(lock.try_lock(Duration::ZERO, None).unwrap().is_none());
+}

@@ -10,7 +10,7 @@ use super::lease::{Terms, deadline_after};
 use super::{Kind, renew};
 use crate::core::{Core, Replicas};
 use crate::error::{Error, Result};
-use crate::keys::{Family, LockKeys};
+use crate::keys::{Family, Layout, LockKeys};
 use crate::lost::LossCause;
 use crate::scripts::{self, Acquire, Leftover, QueuePlace, Queueing, Release, Releasing, TakenBy};
 use crate::stats::Outcome;
@@ -243,7 +243,9 @@ impl Wait<'_> {
     /// without a reply: its place, named by its terms, is voided at the owner's next attempt.
     fn remember_place_taken(&self, queueing: &Queueing) {
         let keys = self.kind.keys();
-        if keys.family == Family::Lock {
+        // Only our own layout's lock queues by places (Redisson's fair lock names a waiter
+        // by its owner, which its next attempt finds).
+        if keys.family == Family::Lock && keys.layout == Layout::Redlatch {
             let until = Instant::now() + queueing.queue_for + PLACE_MARGIN;
             let place = [(queueing.first_place(), until)];
             self.core

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
+use super::fair::FairWait;
 use super::held::Held;
 use crate::core::{Core, Runtime};
 use crate::engine::{self, Acquired, Hold, Kind, Terms, validate_duration, validate_lease};
@@ -277,7 +278,12 @@ impl Lock {
     ) -> Result<Option<Acquired>> {
         self.validate_name()?;
         validate_lease(lease)?;
-        engine::acquire(self.core(), self, owner, wait, self.terms(lease))
+        let terms = self.terms(lease);
+        if self.keys.fair {
+            let fair = FairWait::new(self.name(), &owner, wait);
+            return engine::acquire(self.core(), &fair, owner, wait, terms);
+        }
+        engine::acquire(self.core(), self, owner, wait, terms)
     }
 
     /// The guard of a hold the engine registered (and counted the guard of).

@@ -8,9 +8,11 @@
 //! - [`latch`]: a count-down latch;
 //! - [`multi`]: several locks taken all or none;
 //! - [`redlock`]: one lock over independent masters, held by majority;
+//! - [`fair`]: Redisson's fair lock, as one acquisition waits for it;
 //! - [`shares`]: what the read-write lock and the semaphore share;
 //! - [`held`]: the hold every guard wraps.
 
+mod fair;
 mod held;
 pub(crate) mod latch;
 pub(crate) mod lock;

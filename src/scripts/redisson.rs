@@ -22,6 +22,14 @@ static RENEW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/renew.lua")));
 static FORCE_UNLOCK: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/force_unlock.lua")));
+static FAIR_ACQUIRE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/fair_acquire.lua")));
+static FAIR_WITHDRAW: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/fair_withdraw.lua")));
+static FAIR_RELEASE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/fair_release.lua")));
+static FAIR_FORCE_UNLOCK: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/fair_force_unlock.lua")));
 
 /// Takes or re-enters lock `keys` for `owner` (who holds `hold`: its guard count and token,
 /// if it holds it already) with `lease` (`redisson/acquire.lua`).
@@ -37,7 +45,11 @@ pub(crate) fn acquire(
     if let Some((holds, token)) = hold {
         invocation.arg(holds).arg(token);
     }
-    let reply: Value = invocation.invoke(con)?;
+    acquire_reply(invocation.invoke(con)?)
+}
+
+/// A reply of `redisson/acquire.lua` or `redisson/fair_acquire.lua`.
+fn acquire_reply(reply: Value) -> RedisResult<Acquire> {
     if !matches!(reply, Value::Array(_)) {
         return Ok(Acquire::Acquired {
             token: redis::from_redis_value(reply)?,
@@ -56,8 +68,65 @@ pub(crate) fn acquire(
     })
 }
 
+/// Takes, re-enters or queues for fair lock `keys` for `owner` (`redisson/fair_acquire.lua`);
+/// `slot` is how long a queued place stays valid past its predecessor's (ZERO: one attempt,
+/// no queueing).
+pub(crate) fn fair_acquire(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    hold: Option<(u32, u64)>,
+    lease: Duration,
+    slot: Duration,
+) -> RedisResult<Acquire> {
+    let mut invocation = FAIR_ACQUIRE.key(keys.lock());
+    invocation
+        .key(keys.fence())
+        .key(keys.queue())
+        .key(keys.waiters())
+        .arg(owner)
+        .arg(millis(lease))
+        .arg(epoch_ms())
+        .arg(millis(slot));
+    if let Some((holds, token)) = hold {
+        invocation.arg(holds).arg(token);
+    }
+    acquire_reply(invocation.invoke(con)?)
+}
+
+/// Takes `owner` out of fair lock `keys`'s queue, moving those behind it up by `slot`
+/// (`redisson/fair_withdraw.lua`).
+pub(crate) fn fair_withdraw(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    slot: Duration,
+) -> RedisResult<()> {
+    let _: i64 = FAIR_WITHDRAW
+        .key(keys.queue())
+        .key(keys.waiters())
+        .arg(owner)
+        .arg(millis(slot))
+        .invoke(con)?;
+    Ok(())
+}
+
+/// The wall clock in epoch milliseconds: Redisson's fair lock keeps its deadlines in it (a
+/// client whose clock is off drops live waiters or keeps dead ones: as Java's).
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, millis)
+}
+
+/// The channel a fair lock's release wakes its head on, followed by `:<head>`: the lock's,
+/// whatever channel `keys` name (a waiter's keys name its own).
+fn fair_channel(keys: &LockKeys) -> String {
+    crate::keys::redisson_tagged("redisson_lock__channel", keys.name())
+}
+
 /// Releases one of `owner`'s holds (taken with `token`) of lock `keys`, as `how` says
-/// (`redisson/release.lua`).
+/// (`redisson/release.lua`, `redisson/fair_release.lua`).
 pub(crate) fn release(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
@@ -66,9 +135,22 @@ pub(crate) fn release(
     how: Releasing,
     freeing: Freeing,
 ) -> RedisResult<Release> {
-    let mut invocation = RELEASE.key(keys.lock());
-    invocation.key(keys.channel());
-    invocation.arg(owner).arg(how.holds).arg(freeing.publish);
+    let mut invocation = if keys.fair {
+        let mut invocation = FAIR_RELEASE.key(keys.lock());
+        invocation
+            .key(keys.queue())
+            .key(keys.waiters())
+            .key(fair_channel(keys))
+            .arg(owner)
+            .arg(how.holds)
+            .arg(epoch_ms());
+        invocation
+    } else {
+        let mut invocation = RELEASE.key(keys.lock());
+        invocation.key(keys.channel()).arg(owner).arg(how.holds);
+        invocation
+    };
+    invocation.arg(freeing.publish);
     if freeing.retries_unseen {
         invocation
             .key(keys.unlock_latch(&request_id(owner, token, how.holds)))
@@ -117,13 +199,27 @@ pub(crate) fn force_unlock(
     request: &str,
     freeing: Freeing,
 ) -> RedisResult<bool> {
-    let reply: i64 = FORCE_UNLOCK
-        .key(keys.lock())
-        .key(keys.channel())
-        .key(keys.unlock_latch(request))
-        .arg(freeing.publish)
-        .arg(millis(freeing.latch_ttl))
-        .invoke(con)?;
+    let latch = keys.unlock_latch(request);
+    let reply: i64 = if keys.fair {
+        FAIR_FORCE_UNLOCK
+            .key(keys.lock())
+            .key(keys.queue())
+            .key(keys.waiters())
+            .key(fair_channel(keys))
+            .key(latch)
+            .arg(epoch_ms())
+            .arg(freeing.publish)
+            .arg(millis(freeing.latch_ttl))
+            .invoke(con)?
+    } else {
+        FORCE_UNLOCK
+            .key(keys.lock())
+            .key(keys.channel())
+            .key(latch)
+            .arg(freeing.publish)
+            .arg(millis(freeing.latch_ttl))
+            .invoke(con)?
+    };
     Ok(reply == 1)
 }
 

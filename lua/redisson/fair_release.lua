@@ -1,0 +1,74 @@
+-- redisson/fair_release.lua: give back one hold of a fair lock in Redisson's layout; the last
+-- one deletes the lock and wakes the waiter at the head of the queue, on its own channel
+-- (Java's RFairLock unlock, REDISSON-FORMAT.md 6.6).
+--
+-- KEYS[1]  the lock hash    <name>
+-- KEYS[2]  the queue        redisson_lock_queue:{<name>}
+-- KEYS[3]  the deadlines    redisson_lock_timeout:{<name>}
+-- KEYS[4]  the channel      redisson_lock__channel:{<name>}   (the head's is this + ":" + head)
+-- KEYS[5]  the unlock latch (only with ARGV[5])
+-- ARGV[1]  owner field
+-- ARGV[2]  holds            the owner's holds before this release (>= 1)
+-- ARGV[3]  now              epoch ms, the caller's clock
+-- ARGV[4]  publish command  PUBLISH or SPUBLISH
+-- ARGV[5]  latch ttl        ms (only with KEYS[5])
+--
+-- Replies as redisson/release.lua's: 1 released, 2 still held, 3 gone, 0 not ours.
+-- Stale heads are dropped first (as every fair-lock script of Java's does), so the "0" goes
+-- to a waiter still valid. A lock found gone wakes the head all the same, as Java does: the
+-- head may be sleeping towards a lease that ended. Idempotent as redisson/release.lua.
+
+local lock, queue, deadlines, owner = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local latch = KEYS[5]
+local now = tonumber(ARGV[3])
+
+if latch then
+  local replay = redis.call('get', latch)
+  if replay then
+    return replay == '1' and 1 or 2
+  end
+end
+while true do
+  local head = redis.call('lindex', queue, 0)
+  if not head then
+    break
+  end
+  local deadline = redis.call('zscore', deadlines, head)
+  if not deadline or tonumber(deadline) > now then
+    break
+  end
+  redis.call('zrem', deadlines, head)
+  redis.call('lpop', queue)
+end
+local function wake_head()
+  local head = redis.call('lindex', queue, 0)
+  if head then
+    redis.call(ARGV[4], KEYS[4] .. ':' .. head, '0')
+  end
+end
+
+local count = redis.call('hget', lock, owner)
+if not count then
+  if redis.call('exists', lock) == 1 then
+    return 0
+  end
+  wake_head()
+  return 3
+end
+local holds = tonumber(ARGV[2])
+if tonumber(count) < holds then
+  return 2
+end
+if holds > 1 then
+  redis.call('hset', lock, owner, holds - 1)
+  if latch then
+    redis.call('set', latch, '0', 'px', ARGV[5])
+  end
+  return 2
+end
+redis.call('del', lock)
+if latch then
+  redis.call('set', latch, '1', 'px', ARGV[5])
+end
+wake_head()
+return 1
