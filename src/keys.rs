@@ -197,6 +197,7 @@ const PARTS: usize = 7;
 
 impl LockKeys {
     /// The keys of lock `name` under `prefix`.
+    #[cfg(test)]
     pub fn new(prefix: &str, name: &str) -> LockKeys {
         LockKeys::of(Family::Lock, prefix, name)
     }

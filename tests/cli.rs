@@ -283,3 +283,62 @@ fn list_inspect_and_watch_on_a_cluster() {
         "{lines:?}"
     );
 }
+
+#[test]
+fn the_redisson_layout_shows_a_java_services_lock_and_its_fair_queue() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let url = server.url();
+    let name = unique("orders");
+    // A Java service's hold, as Redisson leaves it: hash <name>, <uuid>:<thread> -> count.
+    let java = "5f1c2c9e-3b7e-4b4e-9d6a-2f0d3c1f9a10:87";
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(&name)
+        .arg(java)
+        .arg(2)
+        .cmd("PEXPIRE")
+        .arg(&name)
+        .arg(30_000)
+        .query(&mut admin)
+        .unwrap();
+    let report = ok(&["--url", &url, "--layout", "redisson", "inspect", &name]);
+    assert!(report.contains(java), "{report}");
+    assert!(report.contains("count 2"), "{report}");
+    let listed = ok(&["--url", &url, "--layout", "redisson", "list", "orders*"]);
+    assert!(listed.contains(&name), "{listed}");
+    // A redlatch client in the Redisson layout, queued behind the Java holder on the fair
+    // lock of the same name: its place shows, with its deadline.
+    let client = Client::builder(&url)
+        .layout(redlatch::Layout::Redisson)
+        .build()
+        .unwrap();
+    let waiting = {
+        let lock = client.fair_lock(&name);
+        thread::spawn(move || {
+            lock.try_lock(Duration::from_secs(3), None)
+                .unwrap()
+                .is_some()
+        })
+    };
+    let queued = support::eventually(Duration::from_secs(5), || {
+        ok(&["--url", &url, "--layout", "redisson", "inspect", &name]).contains("fair lock")
+    });
+    assert!(queued, "the fair waiter shows in the queue");
+    let forced = ok(&[
+        "--url",
+        &url,
+        "--layout",
+        "redisson",
+        "force-unlock",
+        &name,
+        "--yes",
+    ]);
+    assert!(!forced.is_empty());
+    assert!(join_all(vec![waiting], Duration::from_secs(10), "fair waiter").remove(0));
+    // A prefix has no place in this layout.
+    let refused = run(&[
+        "--url", &url, "--layout", "redisson", "--prefix", "x", "list",
+    ]);
+    assert!(!refused.status.success());
+}

@@ -1,29 +1,51 @@
 -- redisson/force_unlock.lua: delete a lock in Redisson's layout whoever holds it, and wake
--- every waiter (REDISSON-FORMAT.md 4.4, publishing "1", which Java's lock waiters read as
--- "wake all", where Java's own force-unlock wakes one waiter per client).
+-- every waiter: those of the plain lock on its channel, and the head of a fair lock's queue
+-- on its own (REDISSON-FORMAT.md 4.4 and 6.7; Java's getLock(n) and getFairLock(n) are one
+-- hash, so either force-unlock frees both).
 --
 -- KEYS[1]  the lock hash    <name>
--- KEYS[2]  the channel      redisson_lock__channel:{<name>}
--- KEYS[3]  the latch        redisson_unlock_latch:{<name>}:<request id>
--- ARGV[1]  publish command  PUBLISH or SPUBLISH
--- ARGV[2]  latch ttl        ms
+-- KEYS[2]  the fair queue   redisson_lock_queue:{<name>}
+-- KEYS[3]  the deadlines    redisson_lock_timeout:{<name>}
+-- KEYS[4]  the channel      redisson_lock__channel:{<name>}   (a fair waiter's: + ":" + owner)
+-- KEYS[5]  the latch        redisson_unlock_latch:{<name>}:<request id>
+-- ARGV[1]  now              epoch ms, the caller's clock (a fair queue's deadlines are too)
+-- ARGV[2]  publish command  PUBLISH or SPUBLISH
+-- ARGV[3]  latch ttl        ms
 --
--- Reply: 1 if the lock was there, else 0. Idempotent: the latch records the first run's
--- answer for a retry of the same request.
+-- Reply: 1 if the lock was there, else 0; a retry of the same request answers the same.
 -- Errors: "WRONGTYPE lock" when the key is not a hash (a Java map of the same name, say):
 -- nothing was deleted.
+--
+-- The plain lock's waiters hear "1", which Java's lock waiters read as "wake all" (Java's
+-- own force-unlock sends "0", waking one per client: the rest would sleep to their bound).
+-- The fair queue's head hears "0" once stale heads are dropped, as Java's fair unlock sends.
 
-local replay = redis.call('get', KEYS[3])
+local lock, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
+local replay = redis.call('get', KEYS[5])
 if replay then
   return tonumber(replay)
 end
-local found = redis.call('type', KEYS[1]).ok
+local found = redis.call('type', lock).ok
 if found ~= 'hash' and found ~= 'none' then
   return redis.error_reply('WRONGTYPE lock')
 end
-local deleted = redis.call('del', KEYS[1])
+local deleted = redis.call('del', lock)
 if deleted == 1 then
-  redis.call(ARGV[1], KEYS[2], '1')
+  redis.call(ARGV[2], KEYS[4], '1')
+  local now = tonumber(ARGV[1])
+  while true do
+    local head = redis.call('lindex', queue, 0)
+    if not head then
+      break
+    end
+    local deadline = redis.call('zscore', deadlines, head)
+    if not deadline or tonumber(deadline) > now then
+      redis.call(ARGV[2], KEYS[4] .. ':' .. head, '0')
+      break
+    end
+    redis.call('zrem', deadlines, head)
+    redis.call('lpop', queue)
+  end
 end
-redis.call('set', KEYS[3], deleted, 'px', ARGV[2])
+redis.call('set', KEYS[5], deleted, 'px', ARGV[3])
 return deleted

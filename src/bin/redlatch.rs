@@ -10,7 +10,8 @@
 //!
 //! Connects like a `redlatch::Client`: `--url` (or `REDIS_URL`) for one server, several
 //! `--url` with `--cluster` for a Cluster's seeds, `--sentinel` URLs with `--master` for
-//! Sentinel; `--prefix` as the applications use; with the `tls` feature, `rediss://` URLs and
+//! Sentinel; `--prefix` as the applications use, or `--layout redisson` to read what Java
+//! services that use Redisson (and redlatch clients in that layout) keep; with the `tls` feature, `rediss://` URLs and
 //! `--ca-cert`, `--client-cert`, `--client-key`.
 
 use std::io::{BufRead, Write};
@@ -45,9 +46,13 @@ struct Cli {
     /// The master's name, with --sentinel.
     #[arg(long, global = true)]
     master: Option<String>,
-    /// The applications' key prefix.
-    #[arg(long, default_value = "redlatch", global = true)]
-    prefix: String,
+    /// The applications' key prefix [default: redlatch]; none in the Redisson layout.
+    #[arg(long, global = true)]
+    prefix: Option<String>,
+    /// Whose data layout to read: redlatch's, or redisson's (Java services' Redisson 4.x
+    /// objects, and redlatch clients built with Layout::Redisson).
+    #[arg(long, global = true, default_value = "redlatch", value_parser = ["redlatch", "redisson"])]
+    layout: String,
     /// A CA certificate (PEM) to trust for rediss:// servers.
     #[cfg(feature = "tls")]
     #[arg(long, global = true)]
@@ -135,7 +140,13 @@ fn connect(cli: &Cli) -> redlatch::Result<Client> {
         }
     };
     #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
-    let mut builder = builder.key_prefix(&cli.prefix);
+    let mut builder = match cli.layout.as_str() {
+        "redisson" => builder.layout(redlatch::Layout::Redisson),
+        _ => builder,
+    };
+    if let Some(prefix) = &cli.prefix {
+        builder = builder.key_prefix(prefix);
+    }
     #[cfg(feature = "tls")]
     if cli.ca_cert.is_some() || cli.client_cert.is_some() {
         let read = |path: &std::path::Path| {

@@ -28,8 +28,6 @@ static FAIR_WITHDRAW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/fair_withdraw.lua")));
 static FAIR_RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/fair_release.lua")));
-static FAIR_FORCE_UNLOCK: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/fair_force_unlock.lua")));
 
 /// Takes or re-enters lock `keys` for `owner` (who holds `hold`: its guard count and token,
 /// if it holds it already) with `lease` (`redisson/acquire.lua`).
@@ -119,9 +117,9 @@ fn epoch_ms() -> u64 {
         .map_or(0, millis)
 }
 
-/// The channel a fair lock's release wakes its head on, followed by `:<head>`: the lock's,
-/// whatever channel `keys` name (a waiter's keys name its own).
-fn fair_channel(keys: &LockKeys) -> String {
+/// The lock's channel, whatever channel `keys` name (a fair waiter's keys name its own): a
+/// fair lock's release wakes its head on it followed by `:<head>`.
+fn lock_channel(keys: &LockKeys) -> String {
     crate::keys::redisson_tagged("redisson_lock__channel", keys.name())
 }
 
@@ -140,7 +138,7 @@ pub(crate) fn release(
         invocation
             .key(keys.queue())
             .key(keys.waiters())
-            .key(fair_channel(keys))
+            .key(lock_channel(keys))
             .arg(owner)
             .arg(how.holds)
             .arg(epoch_ms());
@@ -191,35 +189,25 @@ pub(super) fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) -> Invocation<
     invocation
 }
 
-/// Deletes lock `keys` whoever holds it and wakes every waiter; `request` names this call so
-/// a retry answers the same (`redisson/force_unlock.lua`).
+/// Deletes lock `keys` (plain or fair: one hash) whoever holds it and wakes every waiter of
+/// either; `request` names this call so a retry answers the same
+/// (`redisson/force_unlock.lua`).
 pub(crate) fn force_unlock(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     request: &str,
     freeing: Freeing,
 ) -> RedisResult<bool> {
-    let latch = keys.unlock_latch(request);
-    let reply: i64 = if keys.fair {
-        FAIR_FORCE_UNLOCK
-            .key(keys.lock())
-            .key(keys.queue())
-            .key(keys.waiters())
-            .key(fair_channel(keys))
-            .key(latch)
-            .arg(epoch_ms())
-            .arg(freeing.publish)
-            .arg(millis(freeing.latch_ttl))
-            .invoke(con)?
-    } else {
-        FORCE_UNLOCK
-            .key(keys.lock())
-            .key(keys.channel())
-            .key(latch)
-            .arg(freeing.publish)
-            .arg(millis(freeing.latch_ttl))
-            .invoke(con)?
-    };
+    let reply: i64 = FORCE_UNLOCK
+        .key(keys.lock())
+        .key(keys.queue())
+        .key(keys.waiters())
+        .key(lock_channel(keys))
+        .key(keys.unlock_latch(request))
+        .arg(epoch_ms())
+        .arg(freeing.publish)
+        .arg(millis(freeing.latch_ttl))
+        .invoke(con)?;
     Ok(reply == 1)
 }
 

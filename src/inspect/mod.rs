@@ -9,6 +9,8 @@
 //! Unlike the kinds, this module talks to the servers directly (SCAN on every master, a
 //! subscription of its own): an operator's view is not a policy over the engine.
 
+mod redisson;
+
 use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -19,7 +21,7 @@ use crate::client::Client;
 use crate::core::Core;
 use crate::engine;
 use crate::error::{Error, Result};
-use crate::keys::{Family, LockKeys};
+use crate::keys::{Family, Layout, LockKeys};
 use crate::scripts;
 use crate::words::Words;
 
@@ -192,6 +194,16 @@ impl Client {
     /// `KEYS`, so it is safe on a server in use, and costs one SCAN step per thousand keys.
     pub fn list(&self, pattern: &str) -> Result<Vec<Listed>> {
         let core = self.core();
+        if core.layout == Layout::Redisson {
+            let per_master = core
+                .backend
+                .on_every_master(|con| redisson::list(con, pattern))
+                .map_err(Error::Redis)?;
+            let mut found: Vec<Listed> = per_master.into_iter().flatten().collect();
+            found.sort();
+            found.dedup();
+            return Ok(found);
+        }
         let scan_for = format!("{}:{{{pattern}}}*", core.prefix);
         let per_master = core
             .backend
@@ -267,7 +279,10 @@ impl Client {
         let core = self.core();
         engine::check_name(core, name)?;
         let keys = core.keys(kind.family(), name);
-        let read = |con: &mut dyn ConnectionLike| read_report(con, kind, &keys);
+        let read = |con: &mut dyn ConnectionLike| match core.layout {
+            Layout::Redlatch => read_report(con, kind, &keys),
+            Layout::Redisson => redisson::read_report(con, kind, &keys),
+        };
         let mut report = core.backend.run(read).map_err(Error::Redis)?;
         let clients = clients_by(core, &keys);
         let client_of = |owner: &str| {
@@ -340,6 +355,12 @@ impl Client {
         };
         // Grant channels: all of them by pattern where that is allowed, else client by client.
         let mut following = None;
+        if keys.layout == Layout::Redisson && keys.family == Family::Lock && !sharded {
+            // A fair lock's waiters each listen on `<channel>:<owner>`.
+            let pattern = format!("{}:*", glob_escape(keys.channel()));
+            link.send(&redis::cmd("PSUBSCRIBE").arg(pattern).get_packed_command())?;
+            watch.until_answer(&mut link, "psubscribe")?;
+        }
         if keys.grant_channel("").is_some() {
             let by_pattern = !sharded && {
                 let pattern = format!("{}:*", glob_escape(keys.channel()));
