@@ -47,6 +47,16 @@ fn redlatch_script_commands(and_publish: bool) -> &'static [&'static str] {
             include_str!("../../lua/shares_renew.lua"),
             include_str!("../../lua/shares_withdraw.lua"),
             include_str!("../../lua/withdraw.lua"),
+            include_str!("../../lua/redisson/acquire.lua"),
+            include_str!("../../lua/redisson/acquire_many.lua"),
+            include_str!("../../lua/redisson/fair_acquire.lua"),
+            include_str!("../../lua/redisson/fair_release.lua"),
+            include_str!("../../lua/redisson/fair_withdraw.lua"),
+            include_str!("../../lua/redisson/force_unlock.lua"),
+            include_str!("../../lua/redisson/latch_count_down.lua"),
+            include_str!("../../lua/redisson/latch_set.lua"),
+            include_str!("../../lua/redisson/release.lua"),
+            include_str!("../../lua/redisson/renew.lua"),
         ];
         let mut names: Vec<&'static str> = SCRIPTS
             .iter()
@@ -138,9 +148,20 @@ pub struct Redlatch {
 
 impl Redlatch {
     pub fn new(url: &str, clients: usize) -> Redlatch {
+        Redlatch::with_layout(url, clients, redlatch::Layout::Redlatch)
+    }
+
+    /// Clients that speak `layout` (Redisson's: a release wakes one waiter per client, who
+    /// attempts again).
+    pub fn with_layout(url: &str, clients: usize, layout: redlatch::Layout) -> Redlatch {
         Redlatch {
             clients: (0..clients)
-                .map(|_| redlatch::Client::open(url).unwrap())
+                .map(|_| {
+                    redlatch::Client::builder(url)
+                        .layout(layout)
+                        .build()
+                        .unwrap()
+                })
                 .collect(),
         }
     }

@@ -16,6 +16,7 @@ mod support;
 mod contenders;
 mod cpu;
 mod plot;
+mod redisson;
 mod scenario;
 mod stats;
 
@@ -123,6 +124,12 @@ fn main() {
     let server = support::RedisServer::start();
     let url = server.url();
     let mut f = Figures::default();
+    // Only the Redisson layout's figures (REPORT_ONLY=redisson), for a quick look at them.
+    if std::env::var("REPORT_ONLY").as_deref() == Ok("redisson") {
+        redisson::figures(&mut f, &url, secs);
+        println!("\n{}", f.markdown());
+        return;
+    }
 
     eprintln!("ping and uncontended cycles, in alternating blocks");
     let client = redlatch::Client::open(&url).unwrap();
@@ -407,6 +414,7 @@ fn main() {
     drop(polling);
 
     handoff_to_waiter_figures(&mut f, &url, secs);
+    redisson::figures(&mut f, &url, secs);
 
     if knob("REPORT_SKIP_REDLOCK", 0) == 0 {
         for (label, prefix, delay) in [
