@@ -19,6 +19,11 @@ use support::RedisServer;
 
 /// Serves a bank of 4 accounts with `guard`, loads it with 12 clients for `seconds`.
 fn run_bank(guard: server::Guard, seconds: u64) -> load::Summary {
+    run_bank_in(guard, seconds, redlatch::Layout::Redlatch)
+}
+
+/// [`run_bank`], with the locks in `layout`.
+fn run_bank_in(guard: server::Guard, seconds: u64, layout: redlatch::Layout) -> load::Summary {
     let (locks, store) = (RedisServer::start(), RedisServer::start());
     let bank = server::Bank {
         locks_url: locks.url(),
@@ -26,6 +31,7 @@ fn run_bank(guard: server::Guard, seconds: u64) -> load::Summary {
         accounts: 4,
         opening_balance: 1000,
         guard,
+        layout,
     };
     bank.open_accounts().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -51,6 +57,20 @@ fn run_bank(guard: server::Guard, seconds: u64) -> load::Summary {
 #[test]
 fn under_load_the_books_balance_with_the_locks() {
     let summary = run_bank(server::Guard::Locks, 3);
+    assert!(summary.done > 100, "too little happened: {summary:?}");
+    assert_eq!(summary.total_before, summary.total_after);
+    assert!(
+        summary.lost_updates.is_empty(),
+        "{:?}",
+        summary.lost_updates
+    );
+    assert_eq!((summary.failed, summary.fenced), (0, 0), "{summary:?}");
+    assert!(summary.holds());
+}
+
+#[test]
+fn in_redissons_layout_the_books_balance_too() {
+    let summary = run_bank_in(server::Guard::Locks, 3, redlatch::Layout::Redisson);
     assert!(summary.done > 100, "too little happened: {summary:?}");
     assert_eq!(summary.total_before, summary.total_after);
     assert!(

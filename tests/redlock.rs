@@ -205,6 +205,7 @@ fn the_checker_over_redlock_sees_no_overlap_when_one_master_at_a_time_fails() {
         watchdog: Duration::from_millis(900),
         response_timeout: Duration::from_millis(500),
         kinds: vec![support::checker::Checked::Lock],
+        layout: redlatch::Layout::Redlatch,
     };
     let checker = support::checker::Checker::start(
         &masters.urls().join(","),

@@ -53,7 +53,15 @@ fn finish(checker: Checker, config: &Config) -> Counts {
 
 #[test]
 fn fenced_writes_stay_safe_under_faults_that_keep_the_lock_state() {
-    under_faults_that_keep_the_lock_state(vec![Checked::Lock]);
+    under_faults_that_keep_the_lock_state(vec![Checked::Lock], redlatch::Layout::Redlatch);
+}
+
+/// The same in Redisson's layout, where a release wakes waiters instead of handing over.
+#[test]
+fn the_redisson_layout_stays_safe_under_faults_that_keep_the_lock_state() {
+    let kinds = vec![Checked::Lock, Checked::Spin, Checked::Latch];
+    let counts = under_faults_that_keep_the_lock_state(kinds, redlatch::Layout::Redisson);
+    assert_eq!(counts.latch_early, 0, "a latch wait returned before zero");
 }
 
 /// Every kind of the family in turn (lock, spin lock, read, write, permits, latch rounds):
@@ -61,14 +69,15 @@ fn fenced_writes_stay_safe_under_faults_that_keep_the_lock_state() {
 /// use than the total, and no latch wait released before zero.
 #[test]
 fn the_lock_family_stays_safe_under_faults_that_keep_the_lock_state() {
-    let counts = under_faults_that_keep_the_lock_state(Checked::ALL.to_vec());
+    let counts =
+        under_faults_that_keep_the_lock_state(Checked::ALL.to_vec(), redlatch::Layout::Redlatch);
     assert_eq!(counts.occupancy, 0, "a shared object's promise was broken");
     assert_eq!(counts.latch_early, 0, "a latch wait returned before zero");
 }
 
 /// The checker over `kinds` while connections are killed, scripts flushed, clients paused
 /// and the network cut, all well within the lease.
-fn under_faults_that_keep_the_lock_state(kinds: Vec<Checked>) -> Counts {
+fn under_faults_that_keep_the_lock_state(kinds: Vec<Checked>, layout: redlatch::Layout) -> Counts {
     let server = RedisServer::start();
     let resource = RedisServer::start();
     // Clients reach the server through a proxy that can cut or stall their connections.
@@ -82,6 +91,7 @@ fn under_faults_that_keep_the_lock_state(kinds: Vec<Checked>) -> Counts {
         watchdog: Duration::from_secs(3),
         response_timeout: Duration::from_secs(3),
         kinds,
+        layout,
     };
     let checker = start_checker(&proxy.url(), &resource, &config);
 
@@ -143,6 +153,7 @@ fn every_overlap_under_faults_that_lose_the_lock_state_is_reported() {
         watchdog,
         response_timeout: Duration::from_millis(500),
         kinds: vec![Checked::Lock],
+        layout: redlatch::Layout::Redlatch,
     };
     let checker = start_checker(&server.url(), &resource, &config);
     assert!(
@@ -371,6 +382,7 @@ fn child_runs_a_checker_until_killed() {
         watchdog: Duration::from_secs(2),
         response_timeout: Duration::from_secs(1),
         kinds: vec![Checked::Lock],
+        layout: redlatch::Layout::Redlatch,
     };
     let checker = Checker::start(&url, &resource_url, &config, || {
         support::child_test_command("checker_child")

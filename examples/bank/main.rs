@@ -6,6 +6,7 @@
 //! cargo run --release --example bank -- --load            # serve, load it, check, exit
 //! cargo run --release --example bank -- --load --clients 64 --seconds 20 --accounts 4
 //! cargo run --release --example bank -- --load --unguarded   # no locks: watch it break
+//! cargo run --release --example bank -- --load --layout redisson  # locks Java can share
 //! curl -X POST 'http://127.0.0.1:8080/transfer?from=acct-0&to=acct-1&amount=5'
 //! curl http://127.0.0.1:8080/total
 //! ```
@@ -66,6 +67,18 @@ fn main() -> ExitCode {
             server::Guard::Nothing
         } else {
             server::Guard::Locks
+        },
+        layout: match args
+            .iter()
+            .position(|a| a == "--layout")
+            .and_then(|i| args.get(i + 1))
+        {
+            Some(layout) if layout == "redisson" => redlatch::Layout::Redisson,
+            Some(layout) if layout != "redlatch" => {
+                eprintln!("bank: --layout takes redlatch or redisson, not {layout}");
+                return ExitCode::FAILURE;
+            }
+            _ => redlatch::Layout::Redlatch,
         },
     };
     if let Err(e) = bank.open_accounts() {

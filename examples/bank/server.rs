@@ -55,6 +55,9 @@ pub struct Bank {
     pub accounts: usize,
     pub opening_balance: i64,
     pub guard: Guard,
+    /// Whose layout the locks are kept in: Redisson's lets Java services that use Redisson
+    /// take the same account locks (`getLock("acct-0")`).
+    pub layout: redlatch::Layout,
 }
 
 impl Bank {
@@ -81,11 +84,15 @@ pub fn serve(listener: TcpListener, bank: Bank, stop: Arc<AtomicBool>) -> redlat
     // The name goes on every connection: `redlatch --prefix bank inspect acct-0` then says
     // which process holds an account.
     let name = format!("bank@pid-{}", std::process::id());
-    let client = redlatch::Client::builder(&bank.locks_url)
-        .key_prefix("bank")
+    let builder = redlatch::Client::builder(&bank.locks_url)
+        .layout(bank.layout)
         .pool_size(64)
-        .name(&name)
-        .build()?;
+        .name(&name);
+    // Redisson's keys are the names themselves: no prefix there.
+    let client = match bank.layout {
+        redlatch::Layout::Redisson => builder.build()?,
+        _ => builder.key_prefix("bank").build()?,
+    };
     let store = redis::Client::open(bank.store_url.as_str()).map_err(redlatch::Error::Redis)?;
     let bank = Arc::new(bank);
     listener

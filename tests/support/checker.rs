@@ -108,6 +108,8 @@ pub struct Config {
     pub response_timeout: Duration,
     /// What the workers take turns with, round by round ([`Checked::ALL`] mixes every kind).
     pub kinds: Vec<Checked>,
+    /// Whose data layout the children's clients speak.
+    pub layout: redlatch::Layout,
 }
 
 /// The kinds of the lock family a checker can exercise, each with the promise it checks.
@@ -175,6 +177,15 @@ impl Config {
             ("CHECKER_WATCHDOG_US", ms(self.watchdog)),
             ("CHECKER_RESPONSE_US", ms(self.response_timeout)),
             (
+                "CHECKER_LAYOUT",
+                if self.layout == redlatch::Layout::Redisson {
+                    "redisson"
+                } else {
+                    "redlatch"
+                }
+                .to_string(),
+            ),
+            (
                 "CHECKER_KINDS",
                 self.kinds
                     .iter()
@@ -196,6 +207,10 @@ impl Config {
             wait: us("CHECKER_WAIT_US")?,
             watchdog: us("CHECKER_WATCHDOG_US")?,
             response_timeout: us("CHECKER_RESPONSE_US")?,
+            layout: match std::env::var("CHECKER_LAYOUT").ok()?.as_str() {
+                "redisson" => redlatch::Layout::Redisson,
+                _ => redlatch::Layout::Redlatch,
+            },
             kinds: std::env::var("CHECKER_KINDS")
                 .ok()?
                 .split(',')
@@ -534,6 +549,7 @@ pub fn run_child() -> bool {
         .split(',')
         .map(|url| {
             Client::builder(url)
+                .layout(config.layout)
                 .watchdog_timeout(config.watchdog)
                 .response_timeout(config.response_timeout)
                 .build()

@@ -198,6 +198,7 @@ impl Soak {
                 watchdog: Duration::from_secs(2),
                 response_timeout: Duration::from_secs(1),
                 kinds: Checked::ALL.to_vec(),
+                layout: redlatch::Layout::Redlatch,
             },
             child,
             seed: 0x5eed_1234_abcd_ef01,
