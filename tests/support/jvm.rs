@@ -1012,7 +1012,7 @@ enum Commands {
         client: redis::Client,
         con: Option<redis::Connection>,
     },
-    Cluster(Box<redis::cluster::ClusterConnection>),
+    Cluster(redis::cluster::ClusterConnection),
 }
 
 impl Commands {
@@ -1026,7 +1026,7 @@ impl Commands {
                 }
                 con.as_mut().unwrap()
             }
-            Commands::Cluster(con) => con.as_mut(),
+            Commands::Cluster(con) => con,
         }
     }
 }
@@ -1184,7 +1184,7 @@ impl Jvm {
             .unwrap_or_else(|e| panic!("Jvm: cluster {seeds:?}: {e}"));
         let first = redis::Client::open(seeds[0].as_str()).unwrap();
         let sub_addr = SubAddr::from_info(first.get_connection_info());
-        Jvm::with_commands(Commands::Cluster(Box::new(con)), sub_addr, Publish::Sharded)
+        Jvm::with_commands(Commands::Cluster(con), sub_addr, Publish::Sharded)
     }
 
     fn with_commands(commands: Commands, sub_addr: SubAddr, publish: Publish) -> Jvm {
