@@ -307,8 +307,9 @@ fn rlock_matches_the_reference_trace() {
     assert!((29_000..=30_000).contains(&ttl), "ttl {ttl}");
     assert_eq!(u.renew_batch(&[(&name, &u.owner(1))], 30_000), vec![1]);
 
-    let latch = unlock_latch_key(&name, &new_request_id());
-    assert_eq!(u.unlock_request(&name, 1, &latch), Some(0));
+    let request = new_request_id();
+    let latch = unlock_latch_key(&name, &request);
+    assert_eq!(u.unlock_request(&name, 1, &request), Some(0));
     assert_eq!(
         redis::cmd("GET")
             .arg(&latch)
@@ -321,15 +322,18 @@ fn rlock_matches_the_reference_trace() {
         (15_000..=20_000).contains(&latch_ttl),
         "latch PTTL {latch_ttl}"
     );
-    assert_eq!(u.unlock_request(&name, 1, &latch), Some(0), "replayed");
+    assert_eq!(u.unlock_request(&name, 1, &request), Some(0), "replayed");
     assert_eq!(u.hold_count(&name, 1), 1, "a replay decrements nothing");
     assert_eq!(channel.next(QUIET), None);
 
     assert_eq!(u.unlock(&name, 1), Some(1));
     assert_eq!(channel.next(ARRIVES).as_deref(), Some("0"));
-    let free_latch = unlock_latch_key(&name, &new_request_id());
-    assert_eq!(u.unlock_request(&name, 1, &free_latch), None);
-    assert!(!exists(&mut admin, &free_latch), "not owner: no latch");
+    let free = new_request_id();
+    assert_eq!(u.unlock_request(&name, 1, &free), None);
+    assert!(
+        !exists(&mut admin, &unlock_latch_key(&name, &free)),
+        "not owner: no latch"
+    );
 
     assert_eq!(u.lock_acquire(&name, 3, 30_000), None);
     assert!(u.force_unlock(&name));
@@ -348,17 +352,17 @@ fn a_retried_unlock_replays_its_first_result() {
 
     // The final unlock "loses" its reply and is retried with the same requestId: the
     // replay says 1 again instead of nil, and nothing is published twice.
-    let latch = unlock_latch_key(&name, &new_request_id());
-    assert_eq!(a.unlock_request(&name, 1, &latch), Some(1));
-    assert_eq!(a.unlock_request(&name, 1, &latch), Some(1));
+    let request = new_request_id();
+    assert_eq!(a.unlock_request(&name, 1, &request), Some(1));
+    assert_eq!(a.unlock_request(&name, 1, &request), Some(1));
     assert_eq!(channel.drain(QUIET), vec!["0"]);
 
     // Meanwhile another owner took the lock: the replay must not touch it.
     let b = Jvm::new(&server.url());
     assert_eq!(b.lock_acquire(&name, 1, -1), None);
-    assert_eq!(a.unlock_request(&name, 1, &latch), Some(1));
+    assert_eq!(a.unlock_request(&name, 1, &request), Some(1));
     assert!(b.is_held_by(&name, 1));
-    assert!(exists(&mut admin, &latch));
+    assert!(exists(&mut admin, &unlock_latch_key(&name, &request)));
 }
 
 #[test]

@@ -1539,14 +1539,18 @@ impl Jvm {
     /// this thread (Java's IllegalMonitorStateException), `Some(0)` = still held,
     /// `Some(1)` = released and `0` published.
     pub fn unlock(&self, name: &str, thread: u64) -> Option<i64> {
-        self.unlock_with_fresh_latch(name, |latch| self.unlock_request(name, thread, latch))
+        self.unlock_with_fresh_latch(name, |latch| self.run_unlock(name, thread, latch))
     }
 
-    /// One run of the unlock script with a given unlock latch key (see
+    /// One run of the unlock script with a given 32-hex `request_id` (latch key
     /// [`unlock_latch_key`]), *without* the DEL that follows a received reply: what a Java
     /// unlock attempt whose reply was lost leaves behind. Running it again with the same
-    /// key is Java's retry, and replays the first result.
-    pub fn unlock_request(&self, name: &str, thread: u64, latch_key: &str) -> Option<i64> {
+    /// id is Java's retry, and replays the first result.
+    pub fn unlock_request(&self, name: &str, thread: u64, request_id: &str) -> Option<i64> {
+        self.run_unlock(name, thread, &unlock_latch_key(name, request_id))
+    }
+
+    fn run_unlock(&self, name: &str, thread: u64, latch_key: &str) -> Option<i64> {
         let field = self.owner(thread);
         let channel = lock_channel(name);
         let reply: Option<i64> = self.eval(
