@@ -418,3 +418,50 @@ fn with_a_java_service_over_tls() {
     let java = Jvm::new(&server.server.url());
     suite(&Fleet::new(builder, java, calls), WATCHDOG);
 }
+
+/// A Redlock over clients in Redisson's layout takes each master's RLock hash, as Java's
+/// `RedissonRedLock` over `getLock(n)` of each master does: the two exclude each other by
+/// majority.
+#[test]
+fn a_redlock_excludes_javas_redlock_over_the_same_masters() {
+    let servers: Vec<_> = (0..3).map(|_| support::RedisServer::start()).collect();
+    let clients = servers
+        .iter()
+        .map(|s| {
+            Client::builder(&s.url())
+                .layout(Layout::Redisson)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let ours = redlatch::RedlockClient::new(clients).unwrap();
+    let javas: Vec<Jvm> = servers.iter().map(|s| Jvm::new(&s.url())).collect();
+    let name = unique("red");
+    // Java holds a majority (two masters of three): ours cannot.
+    for java in &javas[..2] {
+        assert!(java.try_lock(&name, 1, Duration::ZERO, JAVA_LEASE));
+    }
+    let lock = ours.lock(&name);
+    assert!(
+        lock.try_lock(Duration::from_millis(200), None)
+            .unwrap()
+            .is_none()
+    );
+    for java in &javas[..2] {
+        assert_eq!(java.unlock(&name, 1), Some(1));
+    }
+    let guard = lock
+        .try_lock(Duration::from_secs(5), None)
+        .unwrap()
+        .unwrap();
+    // Now Java gets at most the one master ours does not hold: no majority.
+    let taken = javas
+        .iter()
+        .filter(|java| java.try_lock(&name, 2, Duration::ZERO, JAVA_LEASE))
+        .count();
+    assert!(
+        taken < 2,
+        "Java took {taken} masters while ours held the Redlock"
+    );
+    drop(guard);
+}
