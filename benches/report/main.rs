@@ -127,6 +127,7 @@ fn main() {
     // Only the Redisson layout's figures (REPORT_ONLY=redisson), for a quick look at them.
     if std::env::var("REPORT_ONLY").as_deref() == Ok("redisson") {
         redisson::figures(&mut f, &url, secs);
+        redisson::wake_figures(&mut f, &url);
         println!("\n{}", f.markdown());
         return;
     }
@@ -415,6 +416,7 @@ fn main() {
 
     handoff_to_waiter_figures(&mut f, &url, secs);
     redisson::figures(&mut f, &url, secs);
+    redisson::wake_figures(&mut f, &url);
 
     if knob("REPORT_SKIP_REDLOCK", 0) == 0 {
         for (label, prefix, delay) in [
