@@ -166,6 +166,9 @@ impl Wait<'_> {
         // Make sure the channel is subscribed: unless it was since before the attempt, the
         // first wait returns when it is, and the attempt after it cannot miss a release.
         let mut waiter = core.subscriber.join(expecting);
+        if keys.layout == Layout::Redisson && !keys.fair {
+            waiter.take_local_hand_overs(terms.handover_lease());
+        }
 
         // A sleep ends at a hand-over, a wake-up, the object's TTL (its holder may have died
         // without a message), the time to renew our place in the queue, or our deadline.
@@ -398,6 +401,12 @@ pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>) -> Result<
     hold.remove_guard();
     let was_lost = hold.is_lost();
     let keys = kind.keys();
+    if holds == 1
+        && !was_lost
+        && let Some(handed) = super::local::hand_over(core, keys, hold)
+    {
+        return handed;
+    }
     let freeing = super::freeing(core);
     let mut attempts = 0;
     let reply = core.backend.run(|con| {
@@ -513,7 +522,7 @@ pub(crate) fn forced(core: &Core, keys: &LockKeys) {
     }
 }
 
-fn lost(keys: &LockKeys) -> Error {
+pub(super) fn lost(keys: &LockKeys) -> Error {
     Error::LockLost {
         name: keys.name().to_string(),
     }

@@ -25,6 +25,7 @@ mod acquire;
 pub(crate) mod hold;
 mod lease;
 pub(crate) mod leftover;
+mod local;
 mod renew;
 mod spin;
 mod watch;

@@ -22,6 +22,8 @@ static RENEW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/renew.lua")));
 static FORCE_UNLOCK: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/force_unlock.lua")));
+static TRANSFER: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/transfer.lua")));
 static FAIR_ACQUIRE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/fair_acquire.lua")));
 static FAIR_WITHDRAW: LazyLock<Lua> =
@@ -160,6 +162,42 @@ pub(crate) fn release(
         2 => Release::StillHeld,
         3 => Release::Gone,
         _ => Release::NotOurs,
+    })
+}
+
+/// What `redisson/transfer.lua` answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transfer {
+    /// The successor holds it, with this token.
+    To { token: u64 },
+    /// Another owner holds it.
+    NotOurs,
+    /// Not in Redis.
+    Gone,
+}
+
+/// Releases `owner`'s last hold of lock `keys` straight to `successor`, which then holds it
+/// for `lease` (`redisson/transfer.lua`).
+pub(crate) fn transfer(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    successor: &str,
+    lease: Duration,
+) -> RedisResult<Transfer> {
+    let reply: Vec<i64> = TRANSFER
+        .key(keys.lock())
+        .key(keys.fence())
+        .arg(owner)
+        .arg(successor)
+        .arg(millis(lease))
+        .invoke(con)?;
+    Ok(match reply.as_slice() {
+        [1, token] => Transfer::To {
+            token: *token as u64,
+        },
+        [3] => Transfer::Gone,
+        _ => Transfer::NotOurs,
     })
 }
 

@@ -220,6 +220,9 @@ pub(super) struct EntryState {
     handovers: u64,
     handover_ends: Option<Instant>,
     queue: VecDeque<Arc<Slot>>,
+    /// Releases in a row that handed the lock to a waiter of this client
+    /// ([`Subscriber::local_successor`]).
+    local_streak: u32,
     /// Since when the queue has been empty: the subscriber thread drops the entry once it
     /// lingered [`LINGER`](super::LINGER).
     idle_since: Option<Instant>,
@@ -264,6 +267,9 @@ impl Drop for Expecting<'_> {
 /// Where one waiting thread parks, waiting for `owner`.
 struct Slot {
     owner: Arc<str>,
+    /// The lease its thread takes a lock with, once it said it takes one handed over by a
+    /// release in this client ([`Waiter::take_local_hand_overs`]).
+    local_lease: Mutex<Option<Duration>>,
     state: Mutex<SlotState>,
     wake: Condvar,
 }
@@ -276,6 +282,9 @@ struct SlotState {
     handed: Option<HandOver>,
     /// When the subscriber thread had the hand-over's message (for [`last_hand_over`]).
     handed_at: Option<Instant>,
+    /// The hand-over came from a release in this client ([`LocalHandOff`]), not through the
+    /// subscriber thread, which therefore must be rung when the waiter leaves.
+    handed_locally: bool,
     /// Wake no later than this to try again: the lock's lease changed hands and ends then.
     wake_by: Option<Instant>,
 }
@@ -284,6 +293,7 @@ impl Slot {
     fn new(owner: Arc<str>) -> Slot {
         Slot {
             owner,
+            local_lease: Mutex::new(None),
             state: Mutex::new(SlotState::default()),
             wake: Condvar::new(),
         }
@@ -454,6 +464,7 @@ impl Subscriber {
                             handovers: 0,
                             handover_ends: None,
                             queue: VecDeque::new(),
+                            local_streak: 0,
                             idle_since: None,
                         }),
                     });
@@ -499,6 +510,30 @@ impl Subscriber {
         }
     }
 
+    /// The oldest thread of this client waiting for lock `keys` with nothing handed to it
+    /// yet, to hand the lock to as its holder releases it ([`LocalHandOff`]); `None` when
+    /// none waits, or when the last [`MAX_LOCAL_STREAK`] releases of the lock in this client
+    /// all went to one of its own waiters: this one then frees the lock for every client.
+    pub fn local_successor(&self, keys: &LockKeys) -> Option<LocalHandOff> {
+        let entry = self.shared.entries.lock().get(keys.channel()).cloned()?;
+        let mut state = entry.state.lock();
+        if state.local_streak >= MAX_LOCAL_STREAK {
+            state.local_streak = 0;
+            return None;
+        }
+        let (slot, lease) = state.queue.iter().find_map(|slot| {
+            let lease = (*slot.local_lease.lock())?;
+            slot.state
+                .lock()
+                .handed
+                .is_none()
+                .then(|| (slot.clone(), lease))
+        })?;
+        state.local_streak += 1;
+        drop(state);
+        Some(LocalHandOff { entry, slot, lease })
+    }
+
     /// Hands a message on `channel` to its waiters, as the thread does when one arrives.
     #[cfg(test)]
     fn deliver(&self, channel: &[u8], payload: &[u8]) {
@@ -526,7 +561,7 @@ impl Waiter<'_> {
     /// no later waiter of this lock would ring.
     pub fn wait(&self, timeout: Duration) -> Wake {
         let deadline = Instant::now() + timeout;
-        let wake = {
+        let (wake, local) = {
             let mut state = self.slot.state.lock();
             let wake = loop {
                 if let Some(handed) = state.handed.take() {
@@ -548,14 +583,21 @@ impl Waiter<'_> {
                 let _ = self.slot.wake.wait_until(&mut state, until);
             };
             state.wake_by = None; // the attempt that follows learns the lease afresh
-            wake
+            (wake, std::mem::take(&mut state.handed_locally))
         };
         if wake == Wake::Timeout && !self.entry.state.lock().confirmed {
             self.subscriber.ring();
         }
         self.handed_over
-            .set(matches!(wake, Wake::HandedOver { .. }));
+            .set(matches!(wake, Wake::HandedOver { .. }) && !local);
         wake
+    }
+
+    /// Lets a release in this client hand the lock to this waiter
+    /// ([`Subscriber::local_successor`]), which then holds it with `lease`: for a lock whose
+    /// layout has no hand-over of its own.
+    pub fn take_local_hand_overs(&self, lease: Duration) {
+        *self.slot.local_lease.lock() = Some(lease);
     }
 
     /// The waiter got the lock: nothing to pass on when it leaves.
@@ -597,6 +639,50 @@ impl Drop for Waiter<'_> {
                 self.subscriber.ring();
             }
         }
+    }
+}
+
+/// How many releases in a row may hand a lock to a waiter of the releasing client
+/// ([`Subscriber::local_successor`]) before one frees it for every client: where a layout
+/// has no fair queue (Redisson's), a hand-over inside the client spares every other client's
+/// waiter an attempt that would fail, and the lock's other users still get their turn.
+pub(crate) const MAX_LOCAL_STREAK: u32 = 3;
+
+/// A waiting thread of this client chosen to be handed a lock its holder releases: the
+/// release gives the hold to [`owner`](LocalHandOff::owner) in Redis, then
+/// [`deliver`](LocalHandOff::deliver)s it here, as the subscriber delivers a hand-over.
+pub(crate) struct LocalHandOff {
+    entry: Arc<Entry>,
+    slot: Arc<Slot>,
+    lease: Duration,
+}
+
+impl LocalHandOff {
+    /// The owner id the hold goes to.
+    pub fn owner(&self) -> &Arc<str> {
+        &self.slot.owner
+    }
+
+    /// The lease its thread asked for.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// Hands the hold taken with `token` for `lease` to the waiting thread; `false` if it no
+    /// longer waits (it gave up, or took the lock by an attempt of its own), which leaves
+    /// the hold to be given back.
+    pub fn deliver(&self, token: u64, lease: Duration) -> bool {
+        // Under the entry's lock: a waiter leaves its queue under it too, and then looks for
+        // a hand-over to give back.
+        let state = self.entry.state.lock();
+        if !state.queue.iter().any(|s| Arc::ptr_eq(s, &self.slot)) {
+            return false;
+        }
+        let mut slot = self.slot.state.lock();
+        slot.handed = Some(HandOver { token, lease });
+        slot.handed_locally = true;
+        self.slot.wake.notify_one();
+        true
     }
 }
 
