@@ -39,6 +39,8 @@
 //! 7, `REDISSON-FORMAT.md` section 2.1): the main key is the name itself, the fencing
 //! counter is `redisson_lock_token:{name}`, and each family has Redisson's channel.
 
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
 use crate::words::Count;
 
@@ -174,6 +176,11 @@ pub(crate) struct LockKeys {
     pub layout: Layout,
     /// A Redisson fair lock's (`getFairLock`): the lock's hash, with Redisson's queue and
     /// deadlines, and a channel per waiter.
+    #[expect(
+        dead_code,
+        reason = "for the fair lock's scripts (REDISSON-FORMAT.md 6), not written yet: until \
+                  then fair_lock(n) runs the plain lock's"
+    )]
     pub fair: bool,
     /// The name, then each key in the order of [`Part`].
     text: String,
@@ -197,6 +204,7 @@ const PARTS: usize = 7;
 
 impl LockKeys {
     /// The keys of lock `name` under `prefix`.
+    #[cfg(test)]
     pub fn new(prefix: &str, name: &str) -> LockKeys {
         LockKeys::of(Family::Lock, prefix, name)
     }
@@ -327,13 +335,41 @@ impl LockKeys {
     }
 
     /// Redisson's suffix form of the name: `{name}:<suffix>`, or `name:<suffix>` when the name
-    /// contains `{`.
+    /// contains `{` ([`tagged_name`](LockKeys::tagged_name)).
     pub fn suffixed(&self, suffix: &str) -> String {
+        format!("{}:{suffix}", self.tagged_name())
+    }
+
+    /// What Redisson's suffix form puts in front of a suffix: `{name}`, or `name` itself when
+    /// it contains `{` (so that the keys hash to the name's slot either way).
+    pub fn tagged_name(&self) -> String {
         let name = self.name();
         if name.contains('{') {
-            format!("{name}:{suffix}")
+            name.to_string()
         } else {
-            format!("{{{name}}}:{suffix}")
+            format!("{{{name}}}")
+        }
+    }
+
+    /// The owner id (the field in Redis) of a read (`read`) or of the write of this
+    /// read-write lock by the thread whose owner id is `thread`: ours `<thread>:r` for a read
+    /// and `<thread>` for a write; Redisson's `<thread>` for a read and `<thread>:write` for a
+    /// write (`REDISSON-FORMAT.md` 7.1). Either way a thread's read and its write are two
+    /// holders.
+    pub fn rw_owner(&self, thread: &str, read: bool) -> Arc<str> {
+        match (self.layout, read) {
+            (Layout::Redlatch, true) => format!("{thread}:r").into(),
+            (Layout::Redisson, false) => format!("{thread}:write").into(),
+            _ => thread.into(),
+        }
+    }
+
+    /// Whether `owner`, a holder of this read-write lock, holds a read (see
+    /// [`rw_owner`](LockKeys::rw_owner)).
+    pub fn reads(&self, owner: &str) -> bool {
+        match self.layout {
+            Layout::Redlatch => owner.ends_with(":r"),
+            Layout::Redisson => !owner.ends_with(":write"),
         }
     }
 
@@ -376,9 +412,13 @@ impl LockKeys {
     }
 
     /// The lease of each holder of a kind with shares (a read-write lock, a semaphore):
-    /// zset owner -> lease end.
+    /// zset owner -> lease end. In Redisson's layout, a semaphore's permits held,
+    /// `{name}:timeout` (permit id -> lease end).
     pub fn leases(&self) -> String {
-        format!("{}:leases", self.lock())
+        match self.layout {
+            Layout::Redlatch => format!("{}:leases", self.lock()),
+            Layout::Redisson => self.suffixed("timeout"),
+        }
     }
 
     /// A semaphore's total number of permits.

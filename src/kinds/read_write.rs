@@ -123,8 +123,9 @@ impl ReadWriteLock {
     ) -> Result<Option<ReadGuard>> {
         self.check(lease)?;
         let core = &self.runtime.core;
-        let writer = core.thread_owner();
-        let owner: Arc<str> = format!("{writer}:r").into();
+        let thread = core.thread_owner();
+        let writer = self.keys.rw_owner(&thread, false);
+        let owner = self.keys.rw_owner(&thread, true);
         let share = Share::new(core, self.keys.clone(), Wants::Read { writer });
         let held = share.acquire(&self.runtime, owner, wait, lease)?;
         Ok(held.map(|held| ReadGuard {
@@ -140,10 +141,11 @@ impl ReadWriteLock {
     ) -> Result<Option<WriteGuard>> {
         self.check(lease)?;
         let core = &self.runtime.core;
-        let owner = core.thread_owner();
+        let thread = core.thread_owner();
+        let owner = self.keys.rw_owner(&thread, false);
         let reads = core
             .holds
-            .get(self.keys.lock(), &format!("{owner}:r"))
+            .get(self.keys.lock(), &self.keys.rw_owner(&thread, true))
             .is_some();
         if reads && core.holds.get(self.keys.lock(), &owner).is_none() {
             return Err(Error::WouldDeadlock {
