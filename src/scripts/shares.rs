@@ -4,14 +4,18 @@
 //! Their common Lua (`lua/shares.lua`: the keys, the purge of ended leases, the grant rule)
 //! is put in front of each script's own text (`with_prelude!`), so every script stays one
 //! EVALSHA with no library to load first.
+//!
+//! An object in Redisson's layout goes to `scripts::redisson`'s calls instead, with the same
+//! replies.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
+use super::redisson;
 use super::{Acquire, Freeing, Invocation, Lua, Queueing, Release, Releasing, Renewal, millis};
-use crate::keys::{Family, LockKeys};
+use crate::keys::{Family, Layout, LockKeys};
 
 static ACQUIRE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(with_prelude!("shares.lua", "shares_acquire.lua")));
@@ -74,6 +78,17 @@ pub(crate) fn acquire(
     need: Need<'_>,
     freeing: Freeing,
 ) -> RedisResult<Acquire> {
+    if keys.layout == Layout::Redisson {
+        match need {
+            Need::Read { writer } => {
+                return redisson::read_write::acquire(con, keys, owner, held, lease, Some(writer));
+            }
+            Need::Write => {
+                return redisson::read_write::acquire(con, keys, owner, held, lease, None);
+            }
+            Need::Permits(_) => {}
+        }
+    }
     let (holds, token) = held.unwrap_or((0, 0));
     let (need, writer) = match need {
         Need::Read { writer } => ("r".to_string(), writer),
@@ -102,6 +117,10 @@ pub(crate) fn withdraw(
     lease: Duration,
     freeing: Freeing,
 ) -> RedisResult<Option<u64>> {
+    // Redisson's layout keeps no queue: a waiter that gives up has nothing to leave.
+    if keys.layout == Layout::Redisson {
+        return Ok(None);
+    }
     let (granted, token): (i64, i64) = prelude(&WITHDRAW, keys, freeing)
         .arg(owner)
         .arg(millis(lease))
@@ -119,6 +138,9 @@ pub(crate) fn release(
     how: Releasing,
     freeing: Freeing,
 ) -> RedisResult<Release> {
+    if (keys.layout, keys.family) == (Layout::Redisson, Family::ReadWrite) {
+        return redisson::read_write::release(con, keys, owner, token, how, freeing);
+    }
     let reply: i64 = prelude(&RELEASE, keys, freeing)
         .key(keys.release_latch(owner, token))
         .arg(owner)
