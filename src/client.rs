@@ -235,6 +235,10 @@ impl Client {
 
     /// A handle on the semaphore called `name` (`p:{name}:semaphore`). No I/O; the name is
     /// checked when it is used.
+    ///
+    /// In [`Layout::Redisson`] it is Java's `getPermitExpirableSemaphore(name)` (Redisson's
+    /// plain `getSemaphore`, whose permits have no owner and no lease, is not supported; see
+    /// [`Semaphore`]).
     pub fn semaphore(&self, name: &str) -> Semaphore {
         Semaphore::new(self.runtime.clone(), name)
     }

@@ -114,6 +114,7 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
 /// | [`Client::lock`](crate::Client::lock) | `getLock(n)`, `getFencedLock(n)` | hash `n`: `<client id>:<thread>` → hold count, with a lease; channel `redisson_lock__channel:{n}`; tokens from `redisson_lock_token:{n}` |
 /// | [`Client::spin_lock`](crate::Client::spin_lock) | `getSpinLock(n)` | the same hash |
 /// | [`Client::read_write_lock`](crate::Client::read_write_lock) | `getReadWriteLock(n)` | hash `n`: `mode` → `read`/`write`, each reader `<client id>:<thread>` → its reads, the writer `<client id>:<thread>:write` → its writes; per read hold `k` a key `{n}:<reader>:rwlock_timeout:<k>` with the hold's lease; channel `redisson_rwlock:{n}` (`0` after a read unlock frees it, `1` after a write unlock); writes take tokens from `redisson_lock_token:{n}` |
+/// | [`Client::semaphore`](crate::Client::semaphore) | `getPermitExpirableSemaphore(n)` | string `n`: the permits free; zset `{n}:timeout`: permit id (16 raw bytes) → lease end (epoch ms); channel `redisson_sc:{n}` (counts); tokens from `redisson_lock_token:{n}` |
 /// | [`Client::count_down_latch`](crate::Client::count_down_latch) | `getCountDownLatch(n)` | string `n`; channel `redisson_countdownlatch__channel__{n}` |
 ///
 /// The README's section "Sharing locks with Java services (Redisson)" has the whole table,

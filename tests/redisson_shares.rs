@@ -1,14 +1,14 @@
 //! `Layout::Redisson`, the kinds with shares: `read_write_lock(n)` is Java's
-//! `getReadWriteLock(n)`. The Java side here is raw commands and Lua snippets that follow
-//! REDISSON-FORMAT.md's steps (section 7); keys, fields and messages are compared with its
-//! reference trace (section 14).
+//! `getReadWriteLock(n)` and `semaphore(n)` Java's `getPermitExpirableSemaphore(n)`. The Java
+//! side here is raw commands and Lua snippets that follow REDISSON-FORMAT.md's steps (sections
+//! 7 and 9); keys, fields and messages are compared with its reference trace (section 14).
 
 mod support;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redlatch::{Client, Error, HoldKind, Layout, LostLock};
 use support::{RedisServer, eventually, join_all, unique};
@@ -47,6 +47,13 @@ fn exists(admin: &mut redis::Connection, key: &str) -> bool {
 /// `{name}:<field>:rwlock_timeout:<k>`: a reader's timeout key of its hold k.
 fn timeout_key(name: &str, field: &str, k: u32) -> String {
     format!("{{{name}}}:{field}:rwlock_timeout:{k}")
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }
 
 /// The messages on a channel, heard by a connection of their own (its thread ends with the
@@ -555,4 +562,370 @@ fn a_read_whose_keys_are_gone_is_reported_lost_as_a_read() {
         (name.as_str(), HoldKind::Read)
     );
     assert!(matches!(read.unlock(), Err(Error::LockLost { .. })));
+}
+
+// The Java side of the permit-expirable semaphore (REDISSON-FORMAT.md 9.2).
+
+/// A permit a Java service took: the count down by one, its 16-byte id in the zset scored by
+/// its lease end.
+fn java_takes_permit(admin: &mut redis::Connection, name: &str, id: &[u8; 16], ends: i64) {
+    let _: () = redis::pipe()
+        .cmd("DECRBY")
+        .arg(name)
+        .arg(1)
+        .cmd("ZADD")
+        .arg(format!("{{{name}}}:timeout"))
+        .arg(ends)
+        .arg(&id[..])
+        .query(admin)
+        .unwrap();
+}
+
+/// Java's tryRelease(id): remove it, count it back, publish the new count.
+const JAVA_RELEASE: &str = r"
+if redis.call('zrem', KEYS[3], ARGV[1]) == 0 then
+  return 0
+end
+local v = redis.call('incrby', KEYS[1], 1)
+redis.call('publish', KEYS[2], v)
+return 1
+";
+
+fn java_releases_permit(admin: &mut redis::Connection, name: &str, id: &[u8; 16]) {
+    let released: i64 = redis::Script::new(JAVA_RELEASE)
+        .key(name)
+        .key(format!("redisson_sc:{{{name}}}"))
+        .key(format!("{{{name}}}:timeout"))
+        .arg(&id[..])
+        .invoke(admin)
+        .unwrap();
+    assert_eq!(released, 1);
+}
+
+fn permits_held(admin: &mut redis::Connection, name: &str) -> Vec<(Vec<u8>, f64)> {
+    redis::cmd("ZRANGE")
+        .arg(format!("{{{name}}}:timeout"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(admin)
+        .unwrap()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn permits_are_redissons_ids_and_scores_with_counts_published() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("sem");
+    let mut listener = Listener::on(&server, &format!("redisson_sc:{{{name}}}"));
+    let wait = Duration::from_secs(5);
+    let semaphore = client.semaphore(&name);
+    semaphore.set_permits(3).unwrap();
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("3"));
+    assert_eq!(
+        listener.next(wait).as_deref(),
+        Some("3"),
+        "setPermits publishes the total"
+    );
+
+    let before = now_ms();
+    let two = semaphore.acquire(2).unwrap();
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("1"));
+    let held = permits_held(&mut admin, &name);
+    assert_eq!(held.len(), 2);
+    for (id, score) in &held {
+        assert_eq!(id.len(), 16, "raw 16-byte ids");
+        let ends = *score as i64;
+        assert!(
+            (before + 30_000..=now_ms() + 30_000).contains(&ends),
+            "a watchdog permit ends a watchdog timeout from now: {ends}"
+        );
+    }
+    let mut ids: Vec<String> = held.iter().map(|(id, _)| hex(id)).collect();
+    let mut owned: Vec<String> = two.owner_id().split(',').map(String::from).collect();
+    ids.sort();
+    owned.sort();
+    assert_eq!(
+        owned, ids,
+        "the owner id is the permit ids, as Java shows them"
+    );
+    let token_key = format!("redisson_lock_token:{{{name}}}");
+    let counter: u64 = get(&mut admin, &token_key).unwrap().parse().unwrap();
+    assert_eq!(two.fencing_token(), counter);
+    assert_eq!(semaphore.available().unwrap(), 1);
+
+    // A fixed lease: its end by this client's clock; tokens rise.
+    let before = now_ms();
+    let one = semaphore
+        .try_acquire(1, Duration::ZERO, Some(Duration::from_secs(10)))
+        .unwrap()
+        .unwrap();
+    assert!(one.fencing_token() > two.fencing_token());
+    let held = permits_held(&mut admin, &name);
+    let (_, score) = held
+        .iter()
+        .find(|(id, _)| hex(id) == one.owner_id())
+        .unwrap();
+    assert!((before + 10_000..=now_ms() + 10_000).contains(&(*score as i64)));
+    assert_eq!(semaphore.available().unwrap(), 0);
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("0"));
+
+    // setPermits counts what is held: a total of 5 with 3 held leaves 2 free.
+    semaphore.set_permits(5).unwrap();
+    assert_eq!(listener.next(wait).as_deref(), Some("5"));
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("2"));
+    semaphore.set_permits(5).unwrap();
+
+    // A release publishes the new count.
+    two.release().unwrap();
+    assert_eq!(listener.next(wait).as_deref(), Some("4"));
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("4"));
+    drop(one);
+    assert_eq!(listener.next(wait).as_deref(), Some("5"));
+    assert_eq!(permits_held(&mut admin, &name), vec![]);
+    assert_eq!(
+        listener.next(Duration::from_millis(300)),
+        None,
+        "nothing else"
+    );
+}
+
+#[test]
+fn a_java_release_wakes_our_waiter() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("semwait");
+    let semaphore = client.semaphore(&name);
+    semaphore.set_permits(1).unwrap();
+    let id = *b"java-permit-id16";
+    java_takes_permit(&mut admin, &name, &id, now_ms() + 60_000);
+    assert!(
+        semaphore
+            .try_acquire(1, Duration::ZERO, None)
+            .unwrap()
+            .is_none()
+    );
+    let waiting = {
+        let semaphore = semaphore.clone();
+        thread::spawn(move || {
+            let permits = semaphore
+                .try_acquire(1, Duration::from_secs(20), None)
+                .unwrap();
+            (Instant::now(), permits.is_some())
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || {
+        client.stats().waiting_threads == 1 && client.stats().subscriptions == 1
+    }));
+    thread::sleep(Duration::from_millis(100));
+    let released = Instant::now();
+    java_releases_permit(&mut admin, &name, &id);
+    let (woken, got) = join_all(vec![waiting], Duration::from_secs(30), "waiter").remove(0);
+    assert!(got);
+    assert!(
+        woken - released < Duration::from_millis(800),
+        "woken {:?} after the release, with 60 s of lease left",
+        woken - released
+    );
+}
+
+#[test]
+fn an_expired_java_permit_is_reclaimed_and_our_waiter_sleeps_only_until_its_end() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("reclaim");
+    let semaphore = client.semaphore(&name);
+    semaphore.set_permits(1).unwrap();
+    let mut listener = Listener::on(&server, &format!("redisson_sc:{{{name}}}"));
+    // Ended a second ago: availablePermits gives it back, and says so.
+    java_takes_permit(&mut admin, &name, b"expired-permit!!", now_ms() - 1_000);
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("0"));
+    assert_eq!(semaphore.available().unwrap(), 1);
+    assert_eq!(permits_held(&mut admin, &name), vec![]);
+    assert_eq!(listener.next(Duration::from_secs(5)).as_deref(), Some("1"));
+
+    // Ends in 700 ms, and nobody publishes: a waiter tries again at its end.
+    java_takes_permit(&mut admin, &name, b"ends-soon-permit", now_ms() + 700);
+    let started = Instant::now();
+    let permits = semaphore
+        .try_acquire(1, Duration::from_secs(10), None)
+        .unwrap();
+    assert!(permits.is_some());
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_millis(2_500),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn the_watchdog_moves_a_permits_lease_end() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = with_watchdog(&server, Duration::from_millis(900));
+    let name = unique("semrenew");
+    let semaphore = client.semaphore(&name);
+    semaphore.set_permits(1).unwrap();
+    let permits = semaphore.acquire(1).unwrap();
+    let first = permits_held(&mut admin, &name)[0].1;
+    thread::sleep(Duration::from_millis(2_000));
+    assert!(!permits.is_lost());
+    let later = permits_held(&mut admin, &name)[0].1;
+    assert!(later > first + 1_000.0, "renewed: {first} -> {later}");
+    assert!(later as i64 > now_ms(), "still in the future");
+    // Another client sees it held: nothing reclaimed.
+    assert_eq!(redisson(&server).semaphore(&name).available().unwrap(), 0);
+    permits.release().unwrap();
+    assert_eq!(semaphore.available().unwrap(), 1);
+}
+
+#[test]
+fn a_request_above_the_total_waits_and_the_counts_are_checked() {
+    let server = RedisServer::start();
+    let client = redisson(&server);
+    let semaphore = client.semaphore(&unique("above"));
+    semaphore.set_permits(2).unwrap();
+    let started = Instant::now();
+    let got = semaphore
+        .try_acquire(3, Duration::from_millis(300), None)
+        .unwrap();
+    assert!(got.is_none());
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(matches!(
+        semaphore.try_acquire(0, Duration::ZERO, None),
+        Err(Error::InvalidArgument(_))
+    ));
+    match semaphore.try_acquire(65_537, Duration::ZERO, None) {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("65,536"), "{why}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    assert_eq!(semaphore.available().unwrap(), 2);
+}
+
+#[test]
+fn keys_of_another_type_are_wrong_type_and_left_alone() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+
+    // A read-write lock over a string.
+    let name = unique("string");
+    let _: () = redis::cmd("SET")
+        .arg(&name)
+        .arg("data")
+        .query(&mut admin)
+        .unwrap();
+    let lock = client.read_write_lock(&name);
+    for attempt in [
+        lock.try_read(Duration::ZERO, None).map(|g| g.is_some()),
+        lock.try_write(Duration::ZERO, None).map(|g| g.is_some()),
+    ] {
+        match attempt {
+            Err(Error::WrongType { key }) => assert_eq!(key, name),
+            other => panic!("expected WrongType, got {other:?}"),
+        }
+    }
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("data"));
+
+    // A write whose token counter is not a number: refused before anything is written.
+    let other = unique("badtoken");
+    let token_key = format!("redisson_lock_token:{{{other}}}");
+    let _: () = redis::cmd("SET")
+        .arg(&token_key)
+        .arg("x")
+        .query(&mut admin)
+        .unwrap();
+    for attempt in [
+        client
+            .read_write_lock(&other)
+            .try_write(Duration::ZERO, None)
+            .map(|g| g.is_some()),
+        client
+            .read_write_lock(&other)
+            .try_read(Duration::ZERO, None)
+            .map(|g| g.is_some()),
+    ] {
+        match attempt {
+            Err(Error::WrongType { key }) => assert_eq!(key, token_key),
+            other => panic!("expected WrongType, got {other:?}"),
+        }
+    }
+    assert!(!exists(&mut admin, &other));
+
+    // A semaphore over a hash, and one whose permit zset is a string.
+    let hashed = unique("hash");
+    let _: () = redis::cmd("HSET")
+        .arg(&hashed)
+        .arg("a")
+        .arg("b")
+        .query(&mut admin)
+        .unwrap();
+    let semaphore = client.semaphore(&hashed);
+    let results = [
+        semaphore.set_permits(3).map(|_| ()),
+        semaphore.available().map(|_| ()),
+        semaphore.try_acquire(1, Duration::ZERO, None).map(|_| ()),
+    ];
+    for result in results {
+        match result {
+            Err(Error::WrongType { key }) => assert_eq!(key, hashed),
+            other => panic!("expected WrongType, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        hash(&mut admin, &hashed),
+        HashMap::from([("a".into(), "b".into())])
+    );
+    let zsetless = unique("zset");
+    let zset = format!("{{{zsetless}}}:timeout");
+    let _: () = redis::cmd("SET")
+        .arg(&zset)
+        .arg("x")
+        .query(&mut admin)
+        .unwrap();
+    match client.semaphore(&zsetless).set_permits(1) {
+        Err(Error::WrongType { key }) => assert_eq!(key, zset),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    assert!(!exists(&mut admin, &zsetless));
+    assert_eq!(get(&mut admin, &zset).as_deref(), Some("x"));
+}
+
+#[test]
+fn two_redlatch_clients_share_a_semaphore_and_wake_each_other() {
+    let server = RedisServer::start();
+    let (a, b) = (redisson(&server), redisson(&server));
+    let name = unique("semours");
+    a.semaphore(&name).set_permits(1).unwrap();
+    let held = a.semaphore(&name).acquire(1).unwrap();
+    let waiting = {
+        let semaphore = b.semaphore(&name);
+        thread::spawn(move || {
+            let permits = semaphore
+                .try_acquire(1, Duration::from_secs(20), None)
+                .unwrap();
+            (Instant::now(), permits.map(|p| p.fencing_token()))
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || b
+        .stats()
+        .waiting_threads
+        == 1));
+    thread::sleep(Duration::from_millis(100));
+    let first = held.fencing_token();
+    let released = Instant::now();
+    // Permits are Send: given back from another thread.
+    thread::spawn(move || held.release().unwrap())
+        .join()
+        .unwrap();
+    let (woken, token) = join_all(vec![waiting], Duration::from_secs(30), "waiter").remove(0);
+    assert!(token.unwrap() > first);
+    assert!(woken - released < Duration::from_millis(800));
 }

@@ -614,10 +614,13 @@ fn renewal<'a>(
         Some((Layout::Redlatch, Family::Lock)) | None => {
             lock::renewal(batch, lease, fence_retention)
         }
+        // A holder's token is kept in its field, not checked against the fence.
+        Some((Layout::Redlatch, Family::ReadWrite | Family::Semaphore)) => {
+            shares::renewal(batch, lease)
+        }
         Some((Layout::Redisson, Family::Lock)) => redisson::renewal(batch, lease),
         Some((Layout::Redisson, Family::ReadWrite)) => redisson::read_write::renewal(batch, lease),
-        // A holder's token is kept in its field, not checked against the fence.
-        Some((_, Family::ReadWrite | Family::Semaphore)) => shares::renewal(batch, lease),
+        Some((Layout::Redisson, Family::Semaphore)) => redisson::semaphore::renewal(batch, lease),
         // Nothing of a latch is held, so nothing of it is ever registered for renewal; were
         // it, the lock's script would find no hold of it and answer "not ours".
         Some((_, Family::Latch)) => lock::renewal(batch, lease, fence_retention),

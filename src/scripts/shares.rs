@@ -79,15 +79,13 @@ pub(crate) fn acquire(
     freeing: Freeing,
 ) -> RedisResult<Acquire> {
     if keys.layout == Layout::Redisson {
-        match need {
+        return match need {
             Need::Read { writer } => {
-                return redisson::read_write::acquire(con, keys, owner, held, lease, Some(writer));
+                redisson::read_write::acquire(con, keys, owner, held, lease, Some(writer))
             }
-            Need::Write => {
-                return redisson::read_write::acquire(con, keys, owner, held, lease, None);
-            }
-            Need::Permits(_) => {}
-        }
+            Need::Write => redisson::read_write::acquire(con, keys, owner, held, lease, None),
+            Need::Permits(_) => redisson::semaphore::acquire(con, keys, owner, lease, freeing),
+        };
     }
     let (holds, token) = held.unwrap_or((0, 0));
     let (need, writer) = match need {
@@ -138,8 +136,14 @@ pub(crate) fn release(
     how: Releasing,
     freeing: Freeing,
 ) -> RedisResult<Release> {
-    if (keys.layout, keys.family) == (Layout::Redisson, Family::ReadWrite) {
-        return redisson::read_write::release(con, keys, owner, token, how, freeing);
+    match (keys.layout, keys.family) {
+        (Layout::Redisson, Family::Semaphore) => {
+            return redisson::semaphore::release(con, keys, owner, freeing);
+        }
+        (Layout::Redisson, _) => {
+            return redisson::read_write::release(con, keys, owner, token, how, freeing);
+        }
+        (Layout::Redlatch, _) => {}
     }
     let reply: i64 = prelude(&RELEASE, keys, freeing)
         .key(keys.release_latch(owner, token))
@@ -177,14 +181,25 @@ pub(crate) fn set_permits(
     total: u32,
     freeing: Freeing,
 ) -> RedisResult<()> {
+    if keys.layout == Layout::Redisson {
+        return redisson::semaphore::set_permits(con, keys, total, freeing);
+    }
     let _: i64 = prelude(&SET_PERMITS, keys, freeing)
         .arg(total)
         .invoke(con)?;
     Ok(())
 }
 
-/// The permits of a semaphore free now.
-pub(crate) fn available(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResult<u32> {
+/// The permits of a semaphore free now (in Redisson's layout, once those whose lease ended
+/// are given back, which publishes the new count).
+pub(crate) fn available(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    freeing: Freeing,
+) -> RedisResult<u32> {
+    if keys.layout == Layout::Redisson {
+        return redisson::semaphore::available(con, keys, freeing);
+    }
     let n: i64 = AVAILABLE
         .key(keys.lock())
         .key(keys.leases())

@@ -6,8 +6,8 @@
 //! scripts, and so their replies, are our own. Redisson's layout has no hand-over: a release
 //! publishes a wake-up ("0", or "1" for all; a semaphore's count), and waiters attempt again.
 //!
-//! This file has the lock's scripts and the messages ([`Wakes`]); [`read_write`] those of
-//! the read-write lock. `scripts::lock` and `scripts::shares` call
+//! This file has the lock's scripts and the messages ([`Wakes`]); [`read_write`] and
+//! [`semaphore`] those of the kinds with shares. `scripts::lock` and `scripts::shares` call
 //! them when the object's keys are in this layout, so the kinds and the engine need not know.
 
 use std::sync::LazyLock;
@@ -19,6 +19,7 @@ use super::{Acquire, Freeing, Invocation, Lua, Release, Releasing, Renewal, mill
 use crate::keys::{Family, LockKeys};
 
 pub(crate) mod read_write;
+pub(crate) mod semaphore;
 
 static ACQUIRE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/acquire.lua")));
