@@ -405,7 +405,8 @@ fn our_read_unlock_recomputes_the_ttl_from_the_java_readers_keys() {
     assert!((3_000..=5_000).contains(&left), "{left}");
 }
 
-/// A writer of ours waits for `java` to free the lock, and must be woken by its message.
+/// A writer of ours waits while `hold` holds the lock, and must be woken by the message of
+/// `release`, long before the lease ends.
 fn writer_woken_by(
     release: impl FnOnce(&mut redis::Connection, &str),
     hold: fn(&mut redis::Connection, &str),

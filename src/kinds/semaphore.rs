@@ -41,7 +41,7 @@ use crate::words::Count;
 /// In Redis it is `p:{name}:semaphore` and its companions (see the README's data layout): a
 /// semaphore and a [`Lock`](crate::Lock) of the same name are two objects.
 ///
-/// # In [`Layout::Redisson`](crate::Layout::Redisson)
+/// # In [`Layout::Redisson`]
 /// It is Java's `getPermitExpirableSemaphore(name)`: the string `name` counts the permits
 /// free, and the zset `{name}:timeout` keeps each permit held under an id of 16 random bytes,
 /// scored by the end of its lease in epoch ms by the acquiring client's clock (so the clients'
@@ -213,7 +213,7 @@ impl Permits {
 
     /// The owner id these permits are held under in Redis: `<client id>:p<n>`, this
     /// acquisition's own, never a thread's. For tracing and for matching what the operator's
-    /// tools show. In [`Layout::Redisson`](crate::Layout::Redisson), the permit ids in hex as
+    /// tools show. In [`Layout::Redisson`], the permit ids in hex as
     /// Java shows them (32 digits each), separated by commas.
     pub fn owner_id(&self) -> &str {
         self.held.owner_id()
