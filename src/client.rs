@@ -225,12 +225,20 @@ impl Client {
 
     /// A handle on the read-write lock called `name` (`p:{name}:rwlock`: not the lock of
     /// the same name). No I/O; the name is checked when it is used.
+    ///
+    /// In [`Layout::Redisson`] it is Java's `getReadWriteLock(name)`: the hash `name` (the
+    /// same key as Redisson's lock of that name), with Redisson's rules where they differ
+    /// from ours (see [`ReadWriteLock`]).
     pub fn read_write_lock(&self, name: &str) -> ReadWriteLock {
         ReadWriteLock::new(self.runtime.clone(), name)
     }
 
     /// A handle on the semaphore called `name` (`p:{name}:semaphore`). No I/O; the name is
     /// checked when it is used.
+    ///
+    /// In [`Layout::Redisson`] it is Java's `getPermitExpirableSemaphore(name)` (Redisson's
+    /// plain `getSemaphore`, whose permits have no owner and no lease, is not supported; see
+    /// [`Semaphore`]).
     pub fn semaphore(&self, name: &str) -> Semaphore {
         Semaphore::new(self.runtime.clone(), name)
     }

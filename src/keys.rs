@@ -39,6 +39,8 @@
 //! 7, `REDISSON-FORMAT.md` section 2.1): the main key is the name itself, the fencing
 //! counter is `redisson_lock_token:{name}`, and each family has Redisson's channel.
 
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
 use crate::words::Count;
 
@@ -111,6 +113,8 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
 /// | --- | --- | --- |
 /// | [`Client::lock`](crate::Client::lock) | `getLock(n)`, `getFencedLock(n)` | hash `n`: `<client id>:<thread>` → hold count, with a lease; channel `redisson_lock__channel:{n}`; tokens from `redisson_lock_token:{n}` |
 /// | [`Client::spin_lock`](crate::Client::spin_lock) | `getSpinLock(n)` | the same hash |
+/// | [`Client::read_write_lock`](crate::Client::read_write_lock) | `getReadWriteLock(n)` | hash `n`: `mode` → `read`/`write`, each reader `<client id>:<thread>` → its reads, the writer `<client id>:<thread>:write` → its writes; per read hold `k` a key `{n}:<reader>:rwlock_timeout:<k>` with the hold's lease; channel `redisson_rwlock:{n}` (`0` after a read unlock frees it, `1` after a write unlock); writes take tokens from `redisson_lock_token:{n}` |
+/// | [`Client::semaphore`](crate::Client::semaphore) | `getPermitExpirableSemaphore(n)` | string `n`: the permits free; zset `{n}:timeout`: permit id (16 raw bytes) → lease end (epoch ms); channel `redisson_sc:{n}` (counts); tokens from `redisson_lock_token:{n}` |
 /// | [`Client::count_down_latch`](crate::Client::count_down_latch) | `getCountDownLatch(n)` | string `n`; channel `redisson_countdownlatch__channel__{n}` |
 ///
 /// The README's section "Sharing locks with Java services (Redisson)" has the whole table,
@@ -350,13 +354,41 @@ impl LockKeys {
     }
 
     /// Redisson's suffix form of the name: `{name}:<suffix>`, or `name:<suffix>` when the name
-    /// contains `{`.
+    /// contains `{` ([`tagged_name`](LockKeys::tagged_name)).
     pub fn suffixed(&self, suffix: &str) -> String {
+        format!("{}:{suffix}", self.tagged_name())
+    }
+
+    /// What Redisson's suffix form puts in front of a suffix: `{name}`, or `name` itself when
+    /// it contains `{` (so that the keys hash to the name's slot either way).
+    pub fn tagged_name(&self) -> String {
         let name = self.name();
         if name.contains('{') {
-            format!("{name}:{suffix}")
+            name.to_string()
         } else {
-            format!("{{{name}}}:{suffix}")
+            format!("{{{name}}}")
+        }
+    }
+
+    /// The owner id (the field in Redis) of a read (`read`) or of the write of this
+    /// read-write lock by the thread whose owner id is `thread`: ours `<thread>:r` for a read
+    /// and `<thread>` for a write; Redisson's `<thread>` for a read and `<thread>:write` for a
+    /// write (`REDISSON-FORMAT.md` 7.1). Either way a thread's read and its write are two
+    /// holders.
+    pub fn rw_owner(&self, thread: &str, read: bool) -> Arc<str> {
+        match (self.layout, read) {
+            (Layout::Redlatch, true) => format!("{thread}:r").into(),
+            (Layout::Redisson, false) => format!("{thread}:write").into(),
+            _ => thread.into(),
+        }
+    }
+
+    /// Whether `owner`, a holder of this read-write lock, holds a read (see
+    /// [`rw_owner`](LockKeys::rw_owner)).
+    pub fn reads(&self, owner: &str) -> bool {
+        match self.layout {
+            Layout::Redlatch => owner.ends_with(":r"),
+            Layout::Redisson => !owner.ends_with(":write"),
         }
     }
 
@@ -399,9 +431,13 @@ impl LockKeys {
     }
 
     /// The lease of each holder of a kind with shares (a read-write lock, a semaphore):
-    /// zset owner -> lease end.
+    /// zset owner -> lease end. In Redisson's layout, a semaphore's permits held,
+    /// `{name}:timeout` (permit id -> lease end).
     pub fn leases(&self) -> String {
-        format!("{}:leases", self.lock())
+        match self.layout {
+            Layout::Redlatch => format!("{}:leases", self.lock()),
+            Layout::Redisson => self.suffixed("timeout"),
+        }
     }
 
     /// A semaphore's total number of permits.

@@ -175,7 +175,7 @@ impl Hold {
     /// What is held, for the user's callback.
     fn kind(&self) -> HoldKind {
         match self.keys.family {
-            Family::ReadWrite if self.owner.ends_with(":r") => HoldKind::Read,
+            Family::ReadWrite if self.keys.reads(&self.owner) => HoldKind::Read,
             Family::ReadWrite => HoldKind::Write,
             Family::Semaphore => HoldKind::Permits,
             Family::Lock | Family::Latch => HoldKind::Lock,

@@ -40,6 +40,17 @@ use crate::keys::{Family, LockKeys};
 /// In Redis it is `p:{name}:rwlock` and its companions (see the README's data layout): a
 /// read-write lock and a [`Lock`](crate::Lock) of the same name are two objects.
 ///
+/// # In [`Layout::Redisson`](crate::Layout::Redisson)
+/// It is Java's `getReadWriteLock(name)`, so Rust and Java readers share it and writers of
+/// either exclude the other: the hash `name` (the same key as Redisson's lock called `name`,
+/// as in Java), a reader's field its thread's owner id, the writer's that with `:write`, and
+/// per read hold a key `{name}:<reader>:rwlock_timeout:<k>` with the hold's lease, which the
+/// watchdog renews with the hash (Java keeps a reader only while such a key lives). The rules
+/// above hold but for two, which are Redisson's: there is no queue, so **readers enter while
+/// a writer waits** and a release wakes waiters, which race (a write unlock wakes them all, a
+/// final read unlock one per client); and a read does not move the counter
+/// `redisson_lock_token:{name}` the writes take their tokens from.
+///
 /// ```no_run
 /// # fn main() -> redlatch::Result<()> {
 /// use std::time::Duration;
@@ -123,8 +134,9 @@ impl ReadWriteLock {
     ) -> Result<Option<ReadGuard>> {
         self.check(lease)?;
         let core = &self.runtime.core;
-        let writer = core.thread_owner();
-        let owner: Arc<str> = format!("{writer}:r").into();
+        let thread = core.thread_owner();
+        let writer = self.keys.rw_owner(&thread, false);
+        let owner = self.keys.rw_owner(&thread, true);
         let share = Share::new(core, self.keys.clone(), Wants::Read { writer });
         let held = share.acquire(&self.runtime, owner, wait, lease)?;
         Ok(held.map(|held| ReadGuard {
@@ -140,10 +152,11 @@ impl ReadWriteLock {
     ) -> Result<Option<WriteGuard>> {
         self.check(lease)?;
         let core = &self.runtime.core;
-        let owner = core.thread_owner();
+        let thread = core.thread_owner();
+        let owner = self.keys.rw_owner(&thread, false);
         let reads = core
             .holds
-            .get(self.keys.lock(), &format!("{owner}:r"))
+            .get(self.keys.lock(), &self.keys.rw_owner(&thread, true))
             .is_some();
         if reads && core.holds.get(self.keys.lock(), &owner).is_none() {
             return Err(Error::WouldDeadlock {
@@ -223,7 +236,9 @@ guard!(
     "read",
     "the thread's owner id with `:r` after it, \
      [`Client::current_thread_owner_id`](crate::Client::current_thread_owner_id)`:r`, as \
-     reads and the write of one thread are separate holders of the lock"
+     reads and the write of one thread are separate holders of the lock (in \
+     [`Layout::Redisson`](crate::Layout::Redisson), the thread's owner id itself, as Java's \
+     reader field)"
 );
 
 guard!(
@@ -233,5 +248,7 @@ guard!(
     WriteGuard,
     "write",
     "the thread's, \
-     [`Client::current_thread_owner_id`](crate::Client::current_thread_owner_id)"
+     [`Client::current_thread_owner_id`](crate::Client::current_thread_owner_id) (in \
+     [`Layout::Redisson`](crate::Layout::Redisson), that with `:write` after it, as Java's \
+     writer field)"
 );

@@ -8,8 +8,9 @@ use super::shares::{Share, Wants};
 use crate::core::Runtime;
 use crate::engine::{self, validate_duration, validate_lease};
 use crate::error::{Error, Result};
-use crate::keys::{Family, LockKeys};
-use crate::scripts::shares;
+use crate::keys::{Family, Layout, LockKeys};
+use crate::scripts::{redisson, shares};
+use crate::words::Count;
 
 /// A handle on the semaphore called [`name`](Semaphore::name), made by
 /// [`Client::semaphore`](crate::Client::semaphore): at most [`set_permits`] permits in use at
@@ -39,6 +40,20 @@ use crate::scripts::shares;
 ///
 /// In Redis it is `p:{name}:semaphore` and its companions (see the README's data layout): a
 /// semaphore and a [`Lock`](crate::Lock) of the same name are two objects.
+///
+/// # In [`Layout::Redisson`]
+/// It is Java's `getPermitExpirableSemaphore(name)`: the string `name` counts the permits
+/// free, and the zset `{name}:timeout` keeps each permit held under an id of 16 random bytes,
+/// scored by the end of its lease in epoch ms by the acquiring client's clock (so the clients'
+/// clocks must agree, as Java's must); `n` permits are `n` ids (at most 65,536 in one
+/// acquisition). Leases and tokens are as above (Java takes no token for a semaphore; ours
+/// come from `redisson_lock_token:{name}`), but the rest is Redisson's: [`set_permits`] sets
+/// the total as Java's `setPermits` (the permits free become the total less those held, below
+/// zero until enough come back), [`available`](Semaphore::available) gives back the permits
+/// whose lease ended first, and there is no queue: a release publishes the new count and the
+/// waiters it wakes race, in no order, small requests before large ones. A waiter sleeps
+/// until a message or the earliest lease end among the holders. Redisson's plain
+/// `getSemaphore` (permits with no owner and no lease) is not supported.
 ///
 /// [`set_permits`]: Semaphore::set_permits
 ///
@@ -97,8 +112,8 @@ impl Semaphore {
     pub fn available(&self) -> Result<u32> {
         self.check_name()?;
         let keys = &self.keys;
-        engine::call(&self.runtime.core, keys, |con, _| {
-            shares::available(con, keys)
+        engine::call(&self.runtime.core, keys, |con, freeing| {
+            shares::available(con, keys, freeing)
         })
     }
 
@@ -139,8 +154,19 @@ impl Semaphore {
             ));
         }
         let core = &self.runtime.core;
+        let owner = match core.layout {
+            Layout::Redlatch => core.fresh_owner(),
+            Layout::Redisson if n > redisson::semaphore::MAX_PERMITS => {
+                return Err(Error::invalid(format!(
+                    "{n} permits in one acquisition: Layout::Redisson keeps an id per permit \
+                     and allows at most {}",
+                    Count(redisson::semaphore::MAX_PERMITS)
+                )));
+            }
+            Layout::Redisson => redisson::semaphore::owner(n),
+        };
         let share = Share::new(core, self.keys.clone(), Wants::Permits(n));
-        let held = share.acquire(&self.runtime, core.fresh_owner(), wait, lease)?;
+        let held = share.acquire(&self.runtime, owner, wait, lease)?;
         Ok(held.map(|held| Permits { held, count: n }))
     }
 }
@@ -187,7 +213,8 @@ impl Permits {
 
     /// The owner id these permits are held under in Redis: `<client id>:p<n>`, this
     /// acquisition's own, never a thread's. For tracing and for matching what the operator's
-    /// tools show.
+    /// tools show. In [`Layout::Redisson`], the permit ids in hex as
+    /// Java shows them (32 digits each), separated by commas.
     pub fn owner_id(&self) -> &str {
         self.held.owner_id()
     }

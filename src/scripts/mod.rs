@@ -539,6 +539,10 @@ pub(crate) fn give_back(
     lease: Duration,
     freeing: Freeing,
 ) -> RedisResult<Release> {
+    // Redisson's layout hands nothing over, so nothing is ever to be given back.
+    if keys.layout == Layout::Redisson {
+        return Ok(Release::NotOurs);
+    }
     let how = Releasing {
         holds: 1,
         taken_by: None,
@@ -606,16 +610,20 @@ fn renewal<'a>(
     fence_retention: Duration,
 ) -> Invocation<'a> {
     let first = batch.first().map(|r| (r.keys.layout, r.keys.family));
-    if let Some((Layout::Redisson, Family::Lock)) = first {
-        return redisson::renewal(batch, lease);
-    }
-    match first.map(|(_, family)| family) {
-        Some(Family::Lock) | None => lock::renewal(batch, lease, fence_retention),
+    match first {
+        Some((Layout::Redlatch, Family::Lock)) | None => {
+            lock::renewal(batch, lease, fence_retention)
+        }
         // A holder's token is kept in its field, not checked against the fence.
-        Some(Family::ReadWrite | Family::Semaphore) => shares::renewal(batch, lease),
+        Some((Layout::Redlatch, Family::ReadWrite | Family::Semaphore)) => {
+            shares::renewal(batch, lease)
+        }
+        Some((Layout::Redisson, Family::Lock)) => redisson::renewal(batch, lease),
+        Some((Layout::Redisson, Family::ReadWrite)) => redisson::read_write::renewal(batch, lease),
+        Some((Layout::Redisson, Family::Semaphore)) => redisson::semaphore::renewal(batch, lease),
         // Nothing of a latch is held, so nothing of it is ever registered for renewal; were
         // it, the lock's script would find no hold of it and answer "not ours".
-        Some(Family::Latch) => lock::renewal(batch, lease, fence_retention),
+        Some((_, Family::Latch)) => lock::renewal(batch, lease, fence_retention),
     }
 }
 

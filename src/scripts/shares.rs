@@ -4,14 +4,18 @@
 //! Their common Lua (`lua/shares.lua`: the keys, the purge of ended leases, the grant rule)
 //! is put in front of each script's own text (`with_prelude!`), so every script stays one
 //! EVALSHA with no library to load first.
+//!
+//! An object in Redisson's layout goes to `scripts::redisson`'s calls instead, with the same
+//! replies.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
+use super::redisson;
 use super::{Acquire, Freeing, Invocation, Lua, Queueing, Release, Releasing, Renewal, millis};
-use crate::keys::{Family, LockKeys};
+use crate::keys::{Family, Layout, LockKeys};
 
 static ACQUIRE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(with_prelude!("shares.lua", "shares_acquire.lua")));
@@ -74,6 +78,15 @@ pub(crate) fn acquire(
     need: Need<'_>,
     freeing: Freeing,
 ) -> RedisResult<Acquire> {
+    if keys.layout == Layout::Redisson {
+        return match need {
+            Need::Read { writer } => {
+                redisson::read_write::acquire(con, keys, owner, held, lease, Some(writer))
+            }
+            Need::Write => redisson::read_write::acquire(con, keys, owner, held, lease, None),
+            Need::Permits(_) => redisson::semaphore::acquire(con, keys, owner, lease, freeing),
+        };
+    }
     let (holds, token) = held.unwrap_or((0, 0));
     let (need, writer) = match need {
         Need::Read { writer } => ("r".to_string(), writer),
@@ -102,6 +115,10 @@ pub(crate) fn withdraw(
     lease: Duration,
     freeing: Freeing,
 ) -> RedisResult<Option<u64>> {
+    // Redisson's layout keeps no queue: a waiter that gives up has nothing to leave.
+    if keys.layout == Layout::Redisson {
+        return Ok(None);
+    }
     let (granted, token): (i64, i64) = prelude(&WITHDRAW, keys, freeing)
         .arg(owner)
         .arg(millis(lease))
@@ -119,6 +136,15 @@ pub(crate) fn release(
     how: Releasing,
     freeing: Freeing,
 ) -> RedisResult<Release> {
+    match (keys.layout, keys.family) {
+        (Layout::Redisson, Family::Semaphore) => {
+            return redisson::semaphore::release(con, keys, owner, freeing);
+        }
+        (Layout::Redisson, _) => {
+            return redisson::read_write::release(con, keys, owner, token, how, freeing);
+        }
+        (Layout::Redlatch, _) => {}
+    }
     let reply: i64 = prelude(&RELEASE, keys, freeing)
         .key(keys.release_latch(owner, token))
         .arg(owner)
@@ -155,14 +181,25 @@ pub(crate) fn set_permits(
     total: u32,
     freeing: Freeing,
 ) -> RedisResult<()> {
+    if keys.layout == Layout::Redisson {
+        return redisson::semaphore::set_permits(con, keys, total, freeing);
+    }
     let _: i64 = prelude(&SET_PERMITS, keys, freeing)
         .arg(total)
         .invoke(con)?;
     Ok(())
 }
 
-/// The permits of a semaphore free now.
-pub(crate) fn available(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResult<u32> {
+/// The permits of a semaphore free now (in Redisson's layout, once those whose lease ended
+/// are given back, which publishes the new count).
+pub(crate) fn available(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    freeing: Freeing,
+) -> RedisResult<u32> {
+    if keys.layout == Layout::Redisson {
+        return redisson::semaphore::available(con, keys, freeing);
+    }
     let n: i64 = AVAILABLE
         .key(keys.lock())
         .key(keys.leases())

@@ -4,7 +4,11 @@
 //!
 //! The data each script reads and writes is Redisson 4.x's (`REDISSON-FORMAT.md`); the
 //! scripts, and so their replies, are our own. Redisson's layout has no hand-over: a release
-//! publishes a wake-up ("0", or "1" for all), and waiters attempt again.
+//! publishes a wake-up ("0", or "1" for all; a semaphore's count), and waiters attempt again.
+//!
+//! This file has the lock's scripts and the messages ([`Wakes`]); [`read_write`] and
+//! [`semaphore`] those of the kinds with shares. `scripts::lock` and `scripts::shares` call
+//! them when the object's keys are in this layout, so the kinds and the engine need not know.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -14,22 +18,25 @@ use redis::{ConnectionLike, RedisResult, Value};
 use super::{Acquire, Freeing, Invocation, Lua, Release, Releasing, Renewal, millis};
 use crate::keys::{Family, LockKeys};
 
+pub(crate) mod read_write;
+pub(crate) mod semaphore;
+
 static ACQUIRE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/acquire.lua")));
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/acquire.lua")));
 static RELEASE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/release.lua")));
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/release.lua")));
 static RENEW: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/renew.lua")));
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/renew.lua")));
 static FORCE_UNLOCK: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/force_unlock.lua")));
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/force_unlock.lua")));
 static TRANSFER: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/transfer.lua")));
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/transfer.lua")));
 static FAIR_ACQUIRE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/fair_acquire.lua")));
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/fair_acquire.lua")));
 static FAIR_WITHDRAW: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/fair_withdraw.lua")));
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/fair_withdraw.lua")));
 static FAIR_RELEASE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/fair_release.lua")));
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/fair_release.lua")));
 
 /// Takes or re-enters lock `keys` for `owner` (who holds `hold`: its guard count and token,
 /// if it holds it already) with `lease` (`redisson/acquire.lua`).
@@ -48,7 +55,9 @@ pub(crate) fn acquire(
     acquire_reply(invocation.invoke(con)?)
 }
 
-/// A reply of `redisson/acquire.lua` or `redisson/fair_acquire.lua`.
+/// What an acquisition script of this layout answered (`redisson/acquire.lua` says how;
+/// `redisson/fair_acquire.lua` and the kinds with shares answer alike): a token, `{0, ms}`
+/// busy, `{-1, 0}` a re-entry whose hold is gone.
 fn acquire_reply(reply: Value) -> RedisResult<Acquire> {
     if !matches!(reply, Value::Array(_)) {
         return Ok(Acquire::Acquired {
@@ -57,10 +66,11 @@ fn acquire_reply(reply: Value) -> RedisResult<Acquire> {
     }
     let reply: Vec<i64> = redis::from_redis_value(reply)?;
     Ok(match reply.as_slice() {
-        [0, pttl, ..] => Acquire::Busy {
-            // A holder without a lease (only a foreign client leaves one) frees the lock by
-            // a message alone: sleep as long as the engine lets a waiter sleep, no shorter.
-            ttl: u64::try_from(*pttl).map_or(Duration::MAX, Duration::from_millis),
+        [0, ms, ..] => Acquire::Busy {
+            // A holder without a lease (only a foreign client leaves one) frees the object
+            // by a message alone: sleep as long as the engine lets a waiter sleep, no
+            // shorter.
+            ttl: u64::try_from(*ms).map_or(Duration::MAX, Duration::from_millis),
             fence: 0,
             place: None,
         },
@@ -156,13 +166,17 @@ pub(crate) fn release(
             .key(keys.unlock_latch(&request_id(owner, token, how.holds)))
             .arg(millis(freeing.latch_ttl));
     }
-    let reply: i64 = invocation.invoke(con)?;
-    Ok(match reply {
+    Ok(release_reply(invocation.invoke(con)?))
+}
+
+/// What a release script of this layout answered (`redisson/release.lua` says how).
+fn release_reply(reply: i64) -> Release {
+    match reply {
         1 => Release::Released,
         2 => Release::StillHeld,
         3 => Release::Gone,
         _ => Release::NotOurs,
-    })
+    }
 }
 
 /// What `redisson/transfer.lua` answered.

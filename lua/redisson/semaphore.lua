@@ -1,0 +1,55 @@
+-- redisson/semaphore.lua: what the scripts of a semaphore in Redisson's layout share (Java's
+-- getPermitExpirableSemaphore(name): REDISSON-FORMAT.md 9.1). Not a script of its own: it is
+-- put in front of each (scripts::splice).
+--
+-- KEYS[1]  the permits free     <name>              string: a number, below 0 while the
+--                                                   total is lowered under what is held
+-- KEYS[2]  the permits held     {<name>}:timeout    zset: permit id (16 raw bytes) -> lease
+--                               (<name>:timeout when the name has a '{')
+--                                                   end, epoch ms by the acquiring client's
+--                                                   clock; 922337203685477: no lease
+-- KEYS[3]  the channel          redisson_sc:{<name>}
+-- Each script says what follows.
+--
+-- Messages on the channel are counts, decimal, as Java's: a waiter of any client that reads
+-- n > 0 wakes up to n waiters of its own, which attempt again.
+
+local sem, held, channel = KEYS[1], KEYS[2], KEYS[3]
+
+-- The role of a key that holds foreign data ("lock" for the count, "leases" for the zset),
+-- or nil: checked before anything is written.
+local function foreign()
+  local found = redis.call('type', sem).ok
+  if found ~= 'none'
+      and (found ~= 'string' or not string.match(redis.call('get', sem), '^%-?%d+$')) then
+    return 'lock'
+  end
+  found = redis.call('type', held).ok
+  if found ~= 'none' and found ~= 'zset' then
+    return 'leases'
+  end
+  return nil
+end
+
+-- Java's reclaim: the permits whose lease ended by `now` (at most `limit` of them; all
+-- without one) are free again; if any were, the new count is published when above 0.
+-- Returns that count, or nil when nothing had ended.
+local function reclaim(now, limit, publish)
+  local ended
+  if limit then
+    ended = redis.call('zrangebyscore', held, 0, now, 'limit', 0, limit)
+  else
+    ended = redis.call('zrangebyscore', held, 0, now)
+  end
+  if #ended == 0 then
+    return nil
+  end
+  for _, id in ipairs(ended) do
+    redis.call('zrem', held, id)
+  end
+  local free = redis.call('incrby', sem, #ended)
+  if free > 0 then
+    redis.call(publish, channel, free)
+  end
+  return free
+end

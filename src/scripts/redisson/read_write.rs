@@ -1,0 +1,118 @@
+//! The read-write lock of Redisson's layout (Java's `getReadWriteLock`, `REDISSON-FORMAT.md`
+//! section 7): typed calls of `lua/redisson/read_*.lua`, `write_*.lua` and `rw_renew.lua`.
+//!
+//! One hash, `name`: `mode` (`read` or `write`), each reader's field (its thread's owner id)
+//! with its count of reads, the writer's field (`<owner>:write`) with its count of writes
+//! ([`LockKeys::rw_owner`]). Each read hold `k` of a reader also has a key of its own,
+//! `{name}:<owner>:rwlock_timeout:<k>`, with the hold's lease: Java counts a reader alive by
+//! those keys alone, so ours are renewed with the hash.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{ConnectionLike, RedisResult};
+
+use super::super::{Acquire, Freeing, Invocation, Lua, Release, Releasing, Renewal, millis};
+use super::{acquire_reply, release_reply, request_id};
+use crate::keys::LockKeys;
+
+static READ_ACQUIRE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/read_acquire.lua")));
+static WRITE_ACQUIRE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/write_acquire.lua")));
+static READ_RELEASE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/read_release.lua")));
+static WRITE_RELEASE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/write_release.lua")));
+static RENEW: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/rw_renew.lua")));
+
+/// The timeout keys of reader `owner` of lock `keys`, without the hold's number:
+/// `{name}:<owner>:rwlock_timeout`.
+fn timeouts(keys: &LockKeys, owner: &str) -> String {
+    keys.suffixed(&format!("{owner}:rwlock_timeout"))
+}
+
+/// Takes or re-enters a read of lock `keys` for `owner` if `writer` is given (the write
+/// owner of the reading thread, which may read while it writes), else its write; `hold` is
+/// the owner's guard count and token if it holds it already (`redisson/read_acquire.lua`,
+/// `redisson/write_acquire.lua`).
+pub(crate) fn acquire(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    hold: Option<(u32, u64)>,
+    lease: Duration,
+    writer: Option<&str>,
+) -> RedisResult<Acquire> {
+    let mut invocation = match writer {
+        Some(writer) => {
+            let mut invocation = READ_ACQUIRE.key(keys.lock());
+            invocation
+                .key(timeouts(keys, owner))
+                .key(keys.fence())
+                .arg(owner)
+                .arg(writer);
+            invocation
+        }
+        None => {
+            let mut invocation = WRITE_ACQUIRE.key(keys.lock());
+            invocation.key(keys.fence()).arg(owner);
+            invocation
+        }
+    };
+    invocation.arg(millis(lease));
+    if let Some((holds, token)) = hold {
+        invocation.arg(holds).arg(token);
+    }
+    acquire_reply(invocation.invoke(con)?)
+}
+
+/// Releases one of `owner`'s read or write holds (taken with `token`) of lock `keys`, as
+/// `how` says (`redisson/read_release.lua`, `redisson/write_release.lua`).
+pub(crate) fn release(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    token: u64,
+    how: Releasing,
+    freeing: Freeing,
+) -> RedisResult<Release> {
+    let mut invocation = if keys.reads(owner) {
+        let mut invocation = READ_RELEASE.key(keys.lock());
+        invocation
+            .key(keys.channel())
+            .key(timeouts(keys, owner))
+            .key(keys.tagged_name());
+        invocation
+    } else {
+        let mut invocation = WRITE_RELEASE.key(keys.lock());
+        invocation.key(keys.channel());
+        invocation
+    };
+    invocation.arg(owner).arg(how.holds).arg(freeing.publish);
+    if freeing.retries_unseen {
+        invocation
+            .key(keys.unlock_latch(&request_id(owner, token, how.holds)))
+            .arg(millis(freeing.latch_ttl));
+    }
+    Ok(release_reply(invocation.invoke(con)?))
+}
+
+/// The call of `redisson/rw_renew.lua` that renews the read and write holds in `batch`.
+pub(in crate::scripts) fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) -> Invocation<'a> {
+    let mut invocation = RENEW.prepare_invoke();
+    invocation.arg(millis(lease));
+    for r in batch {
+        invocation.key(r.keys.lock());
+        if r.keys.reads(r.owner) {
+            invocation
+                .key(timeouts(r.keys, r.owner))
+                .arg(r.owner)
+                .arg("read");
+        } else {
+            invocation.key(r.keys.fence()).arg(r.owner).arg(r.token);
+        }
+    }
+    invocation
+}

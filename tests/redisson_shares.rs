@@ -1,0 +1,932 @@
+//! `Layout::Redisson`, the kinds with shares: `read_write_lock(n)` is Java's
+//! `getReadWriteLock(n)` and `semaphore(n)` Java's `getPermitExpirableSemaphore(n)`. The Java
+//! side here is raw commands and Lua snippets that follow REDISSON-FORMAT.md's steps (sections
+//! 7 and 9); keys, fields and messages are compared with its reference trace (section 14).
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redlatch::{Client, Error, HoldKind, Layout, LostLock};
+use support::{RedisServer, eventually, join_all, unique};
+
+fn redisson(server: &RedisServer) -> Client {
+    Client::builder(&server.url())
+        .layout(Layout::Redisson)
+        .build()
+        .unwrap()
+}
+
+fn with_watchdog(server: &RedisServer, watchdog: Duration) -> Client {
+    Client::builder(&server.url())
+        .layout(Layout::Redisson)
+        .watchdog_timeout(watchdog)
+        .build()
+        .unwrap()
+}
+
+fn hash(admin: &mut redis::Connection, key: &str) -> HashMap<String, String> {
+    redis::cmd("HGETALL").arg(key).query(admin).unwrap()
+}
+
+fn pttl(admin: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(admin).unwrap()
+}
+
+fn get(admin: &mut redis::Connection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query(admin).unwrap()
+}
+
+fn exists(admin: &mut redis::Connection, key: &str) -> bool {
+    redis::cmd("EXISTS").arg(key).query(admin).unwrap()
+}
+
+/// `{name}:<field>:rwlock_timeout:<k>`: a reader's timeout key of its hold k.
+fn timeout_key(name: &str, field: &str, k: u32) -> String {
+    format!("{{{name}}}:{field}:rwlock_timeout:{k}")
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// The messages on a channel, heard by a connection of their own (its thread ends with the
+/// server).
+struct Listener {
+    messages: mpsc::Receiver<String>,
+}
+
+impl Listener {
+    /// Listens on `channel`; returns once the subscription is confirmed.
+    fn on(server: &RedisServer, channel: &str) -> Listener {
+        let mut con = redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let (subscribed, confirmed) = mpsc::channel();
+        let (heard, messages) = mpsc::channel();
+        let channel = channel.to_string();
+        thread::spawn(move || {
+            let mut pubsub = con.as_pubsub();
+            pubsub.subscribe(&channel).unwrap();
+            subscribed.send(()).unwrap();
+            while let Ok(message) = pubsub.get_message() {
+                let payload = String::from_utf8_lossy(message.get_payload_bytes()).into_owned();
+                if heard.send(payload).is_err() {
+                    break;
+                }
+            }
+        });
+        confirmed.recv_timeout(Duration::from_secs(5)).unwrap();
+        Listener { messages }
+    }
+
+    /// The next message's payload, or `None` if none comes within `within`.
+    fn next(&mut self, within: Duration) -> Option<String> {
+        self.messages.recv_timeout(within).ok()
+    }
+}
+
+// The Java side of the read-write lock (REDISSON-FORMAT.md 7.2 to 7.5), written from the
+// numbered steps, without the unlock latch (a Java retry's concern only).
+
+/// 7.2, read acquire. KEYS: the hash, the reader's timeout prefix. ARGV: lease, F, F:write.
+const JAVA_READ: &str = r"
+local mode = redis.call('hget', KEYS[1], 'mode')
+if not mode then
+  redis.call('hset', KEYS[1], 'mode', 'read')
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('set', KEYS[2] .. ':1', 1)
+  redis.call('pexpire', KEYS[2] .. ':1', ARGV[1])
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
+  local k = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('set', KEYS[2] .. ':' .. k, 1)
+  redis.call('pexpire', KEYS[2] .. ':' .. k, ARGV[1])
+  local r = redis.call('pttl', KEYS[1])
+  redis.call('pexpire', KEYS[1], math.max(r, tonumber(ARGV[1])))
+  return nil
+end
+return redis.call('pttl', KEYS[1])
+";
+
+/// 7.3, read unlock. KEYS: the hash, the channel, the reader's timeout prefix, the key
+/// prefix `{N}`. ARGV: `0`, F, publish command. Step 6 is Java's recomputation of the hash
+/// TTL from every holder's timeout keys.
+const JAVA_READ_UNLOCK: &str = r"
+local mode = redis.call('hget', KEYS[1], 'mode')
+if not mode then
+  redis.call(ARGV[3], KEYS[2], ARGV[1])
+  return nil
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+  return nil
+end
+local c = redis.call('hincrby', KEYS[1], ARGV[2], -1)
+if c == 0 then
+  redis.call('hdel', KEYS[1], ARGV[2])
+end
+redis.call('del', KEYS[3] .. ':' .. (c + 1))
+if redis.call('hlen', KEYS[1]) > 1 then
+  local m = -3
+  for _, x in ipairs(redis.call('hkeys', KEYS[1])) do
+    local v = tonumber(redis.call('hget', KEYS[1], x))
+    if v then
+      for k = v, 1, -1 do
+        m = math.max(m, redis.call('pttl', KEYS[4] .. ':' .. x .. ':rwlock_timeout:' .. k))
+      end
+    end
+  end
+  if m > 0 then
+    redis.call('pexpire', KEYS[1], m)
+    return 0
+  end
+  if mode == 'write' then
+    return 0
+  end
+end
+redis.call('del', KEYS[1])
+redis.call(ARGV[3], KEYS[2], ARGV[1])
+return 1
+";
+
+/// 7.4 (first acquisition only) and 7.5 (final unlock).
+const JAVA_WRITE: &str = r"
+if redis.call('hget', KEYS[1], 'mode') then
+  return redis.call('pttl', KEYS[1])
+end
+redis.call('hset', KEYS[1], 'mode', 'write')
+redis.call('hset', KEYS[1], ARGV[2], 1)
+redis.call('pexpire', KEYS[1], ARGV[1])
+return nil
+";
+const JAVA_WRITE_UNLOCK: &str = r"
+if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return nil
+end
+redis.call('hdel', KEYS[1], ARGV[1])
+if redis.call('hlen', KEYS[1]) == 1 then
+  redis.call('del', KEYS[1])
+  redis.call('publish', KEYS[2], '1')
+else
+  redis.call('hset', KEYS[1], 'mode', 'read')
+end
+return 1
+";
+
+/// A Java service's thread: `<uuid>:<thread id>`.
+const JAVA: &str = "5f1c2c9e-3b7e-4b4e-9d6a-2f0d3c1f9a10:87";
+
+fn java_reads(admin: &mut redis::Connection, name: &str, field: &str, lease_ms: u64) {
+    let busy: Option<i64> = redis::Script::new(JAVA_READ)
+        .key(name)
+        .key(format!("{{{name}}}:{field}:rwlock_timeout"))
+        .arg(lease_ms)
+        .arg(field)
+        .arg(format!("{field}:write"))
+        .invoke(admin)
+        .unwrap();
+    assert_eq!(busy, None, "the Java read is taken");
+}
+
+fn java_read_unlocks(admin: &mut redis::Connection, name: &str, field: &str) -> Option<i64> {
+    redis::Script::new(JAVA_READ_UNLOCK)
+        .key(name)
+        .key(format!("redisson_rwlock:{{{name}}}"))
+        .key(format!("{{{name}}}:{field}:rwlock_timeout"))
+        .key(format!("{{{name}}}"))
+        .arg("0")
+        .arg(field)
+        .arg("PUBLISH")
+        .invoke(admin)
+        .unwrap()
+}
+
+fn java_writes(admin: &mut redis::Connection, name: &str, field: &str) {
+    let busy: Option<i64> = redis::Script::new(JAVA_WRITE)
+        .key(name)
+        .arg(30_000)
+        .arg(format!("{field}:write"))
+        .invoke(admin)
+        .unwrap();
+    assert_eq!(busy, None, "the Java write is taken");
+}
+
+fn java_write_unlocks(admin: &mut redis::Connection, name: &str, field: &str) {
+    let done: Option<i64> = redis::Script::new(JAVA_WRITE_UNLOCK)
+        .key(name)
+        .key(format!("redisson_rwlock:{{{name}}}"))
+        .arg(format!("{field}:write"))
+        .invoke(admin)
+        .unwrap();
+    assert_eq!(done, Some(1));
+}
+
+#[test]
+fn reads_and_writes_leave_what_redisson_leaves() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("rw");
+    let lock = client.read_write_lock(&name);
+    let me = client.current_thread_owner_id();
+    let token_key = format!("redisson_lock_token:{{{name}}}");
+
+    // Two reads of one thread: the trace's {mode: read, U:1: 1}, then a count of 2 and a
+    // timeout key per hold, each with the 30 s lease; a read takes no token.
+    let read = lock.read().unwrap();
+    assert_eq!(read.owner_id(), me);
+    assert_eq!(
+        read.fencing_token(),
+        0,
+        "no write yet: the counter is not there"
+    );
+    assert!(!exists(&mut admin, &token_key), "a read moves no counter");
+    let again = lock.read().unwrap();
+    assert_eq!(
+        hash(&mut admin, &name),
+        HashMap::from([("mode".into(), "read".into()), (me.clone(), "2".into())])
+    );
+    for k in [1, 2] {
+        let key = timeout_key(&name, &me, k);
+        assert_eq!(get(&mut admin, &key).as_deref(), Some("1"));
+        assert!((25_000..=30_000).contains(&pttl(&mut admin, &key)), "{key}");
+    }
+    assert!((25_000..=30_000).contains(&pttl(&mut admin, &name)));
+    // Unlock deletes the timeout key numbered by the old count.
+    drop(again);
+    assert_eq!(hash(&mut admin, &name)[&me], "1");
+    assert!(!exists(&mut admin, &timeout_key(&name, &me, 2)));
+    assert!(exists(&mut admin, &timeout_key(&name, &me, 1)));
+    drop(read);
+    assert!(!exists(&mut admin, &name));
+    assert!(!exists(&mut admin, &timeout_key(&name, &me, 1)));
+
+    // A write: {mode: write, F:write: 1}, a token from the counter; the writer may read,
+    // which shows as its plain field beside the write (the trace's U:3 and U:3:write).
+    let write = lock.write().unwrap();
+    let writer = format!("{me}:write");
+    assert_eq!(write.owner_id(), writer);
+    let token: u64 = get(&mut admin, &token_key).unwrap().parse().unwrap();
+    assert_eq!(write.fencing_token(), token);
+    assert_eq!(
+        hash(&mut admin, &name),
+        HashMap::from([
+            ("mode".into(), "write".into()),
+            (writer.clone(), "1".into())
+        ])
+    );
+    assert!((25_000..=30_000).contains(&pttl(&mut admin, &name)));
+    let read = lock.read().unwrap();
+    assert_eq!(
+        read.fencing_token(),
+        token,
+        "a read carries the last write's token"
+    );
+    assert_eq!(
+        hash(&mut admin, &name),
+        HashMap::from([
+            ("mode".into(), "write".into()),
+            (writer.clone(), "1".into()),
+            (me.clone(), "1".into())
+        ])
+    );
+    // Re-entry keeps the token; the write unlock with a read held turns the mode to read.
+    let rewrite = lock.write().unwrap();
+    assert_eq!(rewrite.fencing_token(), token);
+    assert_eq!(hash(&mut admin, &name)[&writer], "2");
+    drop(rewrite);
+    write.unlock().unwrap();
+    assert_eq!(
+        hash(&mut admin, &name),
+        HashMap::from([("mode".into(), "read".into()), (me.clone(), "1".into())])
+    );
+    read.unlock().unwrap();
+    assert!(!exists(&mut admin, &name));
+    // The next write's token is above the last.
+    let next = lock.write().unwrap();
+    assert!(next.fencing_token() > token);
+}
+
+#[test]
+fn our_unlocks_publish_what_java_waiters_read() {
+    let server = RedisServer::start();
+    let client = redisson(&server);
+    let name = unique("msgs");
+    let mut listener = Listener::on(&server, &format!("redisson_rwlock:{{{name}}}"));
+    let lock = client.read_write_lock(&name);
+    // A downgrade publishes nothing; the final read unlock "0".
+    let write = lock.write().unwrap();
+    let read = lock.read().unwrap();
+    let second = lock.read().unwrap();
+    drop(write);
+    drop(second);
+    drop(read);
+    // A write unlock that frees the lock: "1".
+    lock.write().unwrap().unlock().unwrap();
+    let wait = Duration::from_secs(5);
+    assert_eq!(listener.next(wait).as_deref(), Some("0"));
+    assert_eq!(listener.next(wait).as_deref(), Some("1"));
+    assert_eq!(listener.next(Duration::from_millis(300)), None);
+}
+
+#[test]
+fn a_java_reader_and_ours_share_and_a_java_read_unlock_keeps_our_read() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("shared");
+    // The Java reader's lease is the longer, so the hash's TTL could only come from our
+    // reader's timeout key after the Java one leaves.
+    java_reads(&mut admin, &name, JAVA, 60_000);
+    let lock = client.read_write_lock(&name);
+    let read = lock
+        .try_read(Duration::ZERO, None)
+        .unwrap()
+        .expect("readers share");
+    let me = client.current_thread_owner_id();
+    assert_eq!(
+        hash(&mut admin, &name),
+        HashMap::from([
+            ("mode".into(), "read".into()),
+            (JAVA.into(), "1".into()),
+            (me.clone(), "1".into())
+        ])
+    );
+    assert!(
+        pttl(&mut admin, &name) > 55_000,
+        "a read only extends the hash"
+    );
+
+    // Java's read unlock: the hash lives on as long as our timeout key, and our field with it.
+    assert_eq!(java_read_unlocks(&mut admin, &name, JAVA), Some(0));
+    let fields = hash(&mut admin, &name);
+    assert_eq!(
+        fields,
+        HashMap::from([("mode".into(), "read".into()), (me.clone(), "1".into())])
+    );
+    let ours = pttl(&mut admin, &timeout_key(&name, &me, 1));
+    let left = pttl(&mut admin, &name);
+    assert!(
+        left > 25_000 && (left - ours).abs() < 1_000,
+        "{left} {ours}"
+    );
+    assert!(!read.is_lost());
+
+    // And ours, the last, deletes it.
+    read.unlock().unwrap();
+    assert!(!exists(&mut admin, &name));
+}
+
+#[test]
+fn our_read_unlock_recomputes_the_ttl_from_the_java_readers_keys() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("recompute");
+    let lock = client.read_write_lock(&name);
+    let read = lock.read().unwrap();
+    java_reads(&mut admin, &name, JAVA, 5_000);
+    read.unlock().unwrap();
+    // Java's rule: the longest timeout key left, the Java reader's 5 s.
+    assert_eq!(
+        hash(&mut admin, &name),
+        HashMap::from([("mode".into(), "read".into()), (JAVA.into(), "1".into())])
+    );
+    let left = pttl(&mut admin, &name);
+    assert!((3_000..=5_000).contains(&left), "{left}");
+}
+
+/// A writer of ours waits while `hold` holds the lock, and must be woken by the message of
+/// `release`, long before the lease ends.
+fn writer_woken_by(
+    release: impl FnOnce(&mut redis::Connection, &str),
+    hold: fn(&mut redis::Connection, &str),
+) {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("woken");
+    hold(&mut admin, &name);
+    let lock = client.read_write_lock(&name);
+    assert!(lock.try_write(Duration::ZERO, None).unwrap().is_none());
+    let waiting = {
+        let lock = lock.clone();
+        thread::spawn(move || {
+            let guard = lock.try_write(Duration::from_secs(20), None).unwrap();
+            (Instant::now(), guard.map(|g| g.fencing_token()))
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || {
+        client.stats().waiting_threads == 1 && client.stats().subscriptions == 1
+    }));
+    thread::sleep(Duration::from_millis(100));
+    let released = Instant::now();
+    release(&mut admin, &name);
+    let (woken, token) = join_all(vec![waiting], Duration::from_secs(30), "writer").remove(0);
+    assert!(token.is_some(), "the write was taken");
+    assert!(
+        woken - released < Duration::from_millis(800),
+        "woken {:?} after the release, with 30 s of lease left",
+        woken - released
+    );
+}
+
+#[test]
+fn a_java_final_read_unlock_wakes_our_writer() {
+    writer_woken_by(
+        |admin, name| assert_eq!(java_read_unlocks(admin, name, JAVA), Some(1)),
+        |admin, name| java_reads(admin, name, JAVA, 30_000),
+    );
+}
+
+#[test]
+fn a_java_write_unlock_wakes_our_writer() {
+    writer_woken_by(
+        |admin, name| java_write_unlocks(admin, name, JAVA),
+        |admin, name| java_writes(admin, name, JAVA),
+    );
+}
+
+#[test]
+fn readers_enter_while_a_writer_waits_and_a_reader_asking_to_write_would_deadlock() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (a, b) = (redisson(&server), redisson(&server));
+    let name = unique("nopref");
+    java_reads(&mut admin, &name, JAVA, 30_000);
+    let waiting = {
+        let lock = a.read_write_lock(&name);
+        thread::spawn(move || {
+            lock.try_write(Duration::from_secs(3), None)
+                .unwrap()
+                .is_some()
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || a
+        .stats()
+        .waiting_threads
+        == 1));
+    // Redisson's rule: no writer preference.
+    let lock = b.read_write_lock(&name);
+    let read = lock
+        .try_read(Duration::ZERO, None)
+        .unwrap()
+        .expect("no writer preference");
+    // Ours: a reader asking to write is refused at once, waiting or not.
+    let started = Instant::now();
+    for wait in [Duration::ZERO, Duration::from_secs(10)] {
+        match lock.try_write(wait, None) {
+            Err(Error::WouldDeadlock { name: n }) => assert_eq!(n, name),
+            other => panic!("expected WouldDeadlock, got {other:?}"),
+        }
+    }
+    assert!(matches!(lock.write(), Err(Error::WouldDeadlock { .. })));
+    assert!(started.elapsed() < Duration::from_secs(2));
+    drop(read);
+    assert!(!join_all(vec![waiting], Duration::from_secs(10), "writer").remove(0));
+}
+
+#[test]
+fn the_watchdog_keeps_every_read_timeout_key_and_the_write_alive() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = with_watchdog(&server, Duration::from_millis(900));
+    let name = unique("renewed");
+    let lock = client.read_write_lock(&name);
+    let me = client.current_thread_owner_id();
+    let read = lock.read().unwrap();
+    let again = lock.read().unwrap();
+    thread::sleep(Duration::from_millis(2_000));
+    assert!(!read.is_lost() && !again.is_lost());
+    for k in [1, 2] {
+        let left = pttl(&mut admin, &timeout_key(&name, &me, k));
+        assert!(left > 0, "timeout key {k} renewed: {left}");
+    }
+    assert!(pttl(&mut admin, &name) > 0);
+    // A Java read unlock finds our reader alive through its keys, long after their first
+    // lease.
+    java_reads(&mut admin, &name, JAVA, 30_000);
+    assert_eq!(java_read_unlocks(&mut admin, &name, JAVA), Some(0));
+    assert_eq!(hash(&mut admin, &name)[&me], "2");
+    drop(again);
+    drop(read);
+    assert!(!exists(&mut admin, &name));
+
+    let write = lock.write().unwrap();
+    thread::sleep(Duration::from_millis(2_000));
+    assert!(!write.is_lost());
+    assert!(pttl(&mut admin, &name) > 0);
+    write.unlock().unwrap();
+}
+
+#[test]
+fn a_read_whose_keys_are_gone_is_reported_lost_as_a_read() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let lost = Arc::new(Mutex::new(Vec::<LostLock>::new()));
+    let client = {
+        let lost = lost.clone();
+        Client::builder(&server.url())
+            .layout(Layout::Redisson)
+            .watchdog_timeout(Duration::from_millis(900))
+            .on_lock_lost(move |l| lost.lock().unwrap().push(l.clone()))
+            .build()
+            .unwrap()
+    };
+    let name = unique("gone");
+    let lock = client.read_write_lock(&name);
+    let me = client.current_thread_owner_id();
+    let read = lock.read().unwrap();
+    // What a Java read unlock leaves of a reader without live timeout keys: nothing.
+    let _: () = redis::cmd("DEL")
+        .arg(&name)
+        .arg(timeout_key(&name, &me, 1))
+        .query(&mut admin)
+        .unwrap();
+    assert!(eventually(Duration::from_secs(3), || read.is_lost()));
+    assert!(eventually(Duration::from_secs(3), || !lost
+        .lock()
+        .unwrap()
+        .is_empty()));
+    let reported = lost.lock().unwrap()[0].clone();
+    assert_eq!(
+        (reported.name.as_str(), reported.kind),
+        (name.as_str(), HoldKind::Read)
+    );
+    assert!(matches!(read.unlock(), Err(Error::LockLost { .. })));
+}
+
+// The Java side of the permit-expirable semaphore (REDISSON-FORMAT.md 9.2).
+
+/// A permit a Java service took: the count down by one, its 16-byte id in the zset scored by
+/// its lease end.
+fn java_takes_permit(admin: &mut redis::Connection, name: &str, id: &[u8; 16], ends: i64) {
+    let _: () = redis::pipe()
+        .cmd("DECRBY")
+        .arg(name)
+        .arg(1)
+        .cmd("ZADD")
+        .arg(format!("{{{name}}}:timeout"))
+        .arg(ends)
+        .arg(&id[..])
+        .query(admin)
+        .unwrap();
+}
+
+/// Java's tryRelease(id): remove it, count it back, publish the new count.
+const JAVA_RELEASE: &str = r"
+if redis.call('zrem', KEYS[3], ARGV[1]) == 0 then
+  return 0
+end
+local v = redis.call('incrby', KEYS[1], 1)
+redis.call('publish', KEYS[2], v)
+return 1
+";
+
+fn java_releases_permit(admin: &mut redis::Connection, name: &str, id: &[u8; 16]) {
+    let released: i64 = redis::Script::new(JAVA_RELEASE)
+        .key(name)
+        .key(format!("redisson_sc:{{{name}}}"))
+        .key(format!("{{{name}}}:timeout"))
+        .arg(&id[..])
+        .invoke(admin)
+        .unwrap();
+    assert_eq!(released, 1);
+}
+
+fn permits_held(admin: &mut redis::Connection, name: &str) -> Vec<(Vec<u8>, f64)> {
+    redis::cmd("ZRANGE")
+        .arg(format!("{{{name}}}:timeout"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(admin)
+        .unwrap()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn permits_are_redissons_ids_and_scores_with_counts_published() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("sem");
+    let mut listener = Listener::on(&server, &format!("redisson_sc:{{{name}}}"));
+    let wait = Duration::from_secs(5);
+    let semaphore = client.semaphore(&name);
+    semaphore.set_permits(3).unwrap();
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("3"));
+    assert_eq!(
+        listener.next(wait).as_deref(),
+        Some("3"),
+        "setPermits publishes the total"
+    );
+
+    let before = now_ms();
+    let two = semaphore.acquire(2).unwrap();
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("1"));
+    let held = permits_held(&mut admin, &name);
+    assert_eq!(held.len(), 2);
+    for (id, score) in &held {
+        assert_eq!(id.len(), 16, "raw 16-byte ids");
+        let ends = *score as i64;
+        assert!(
+            (before + 30_000..=now_ms() + 30_000).contains(&ends),
+            "a watchdog permit ends a watchdog timeout from now: {ends}"
+        );
+    }
+    let mut ids: Vec<String> = held.iter().map(|(id, _)| hex(id)).collect();
+    let mut owned: Vec<String> = two.owner_id().split(',').map(String::from).collect();
+    ids.sort();
+    owned.sort();
+    assert_eq!(
+        owned, ids,
+        "the owner id is the permit ids, as Java shows them"
+    );
+    let token_key = format!("redisson_lock_token:{{{name}}}");
+    let counter: u64 = get(&mut admin, &token_key).unwrap().parse().unwrap();
+    assert_eq!(two.fencing_token(), counter);
+    assert_eq!(semaphore.available().unwrap(), 1);
+
+    // A fixed lease: its end by this client's clock; tokens rise.
+    let before = now_ms();
+    let one = semaphore
+        .try_acquire(1, Duration::ZERO, Some(Duration::from_secs(10)))
+        .unwrap()
+        .unwrap();
+    assert!(one.fencing_token() > two.fencing_token());
+    let held = permits_held(&mut admin, &name);
+    let (_, score) = held
+        .iter()
+        .find(|(id, _)| hex(id) == one.owner_id())
+        .unwrap();
+    assert!((before + 10_000..=now_ms() + 10_000).contains(&(*score as i64)));
+    assert_eq!(semaphore.available().unwrap(), 0);
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("0"));
+
+    // setPermits counts what is held: a total of 5 with 3 held leaves 2 free.
+    semaphore.set_permits(5).unwrap();
+    assert_eq!(listener.next(wait).as_deref(), Some("5"));
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("2"));
+    semaphore.set_permits(5).unwrap();
+
+    // A release publishes the new count.
+    two.release().unwrap();
+    assert_eq!(listener.next(wait).as_deref(), Some("4"));
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("4"));
+    drop(one);
+    assert_eq!(listener.next(wait).as_deref(), Some("5"));
+    assert_eq!(permits_held(&mut admin, &name), vec![]);
+    assert_eq!(
+        listener.next(Duration::from_millis(300)),
+        None,
+        "nothing else"
+    );
+}
+
+#[test]
+fn a_java_release_wakes_our_waiter() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("semwait");
+    let semaphore = client.semaphore(&name);
+    semaphore.set_permits(1).unwrap();
+    let id = *b"java-permit-id16";
+    java_takes_permit(&mut admin, &name, &id, now_ms() + 60_000);
+    assert!(
+        semaphore
+            .try_acquire(1, Duration::ZERO, None)
+            .unwrap()
+            .is_none()
+    );
+    let waiting = {
+        let semaphore = semaphore.clone();
+        thread::spawn(move || {
+            let permits = semaphore
+                .try_acquire(1, Duration::from_secs(20), None)
+                .unwrap();
+            (Instant::now(), permits.is_some())
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || {
+        client.stats().waiting_threads == 1 && client.stats().subscriptions == 1
+    }));
+    thread::sleep(Duration::from_millis(100));
+    let released = Instant::now();
+    java_releases_permit(&mut admin, &name, &id);
+    let (woken, got) = join_all(vec![waiting], Duration::from_secs(30), "waiter").remove(0);
+    assert!(got);
+    assert!(
+        woken - released < Duration::from_millis(800),
+        "woken {:?} after the release, with 60 s of lease left",
+        woken - released
+    );
+}
+
+#[test]
+fn an_expired_java_permit_is_reclaimed_and_our_waiter_sleeps_only_until_its_end() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("reclaim");
+    let semaphore = client.semaphore(&name);
+    semaphore.set_permits(1).unwrap();
+    let mut listener = Listener::on(&server, &format!("redisson_sc:{{{name}}}"));
+    // Ended a second ago: availablePermits gives it back, and says so.
+    java_takes_permit(&mut admin, &name, b"expired-permit!!", now_ms() - 1_000);
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("0"));
+    assert_eq!(semaphore.available().unwrap(), 1);
+    assert_eq!(permits_held(&mut admin, &name), vec![]);
+    assert_eq!(listener.next(Duration::from_secs(5)).as_deref(), Some("1"));
+
+    // Ends in 700 ms, and nobody publishes: a waiter tries again at its end.
+    java_takes_permit(&mut admin, &name, b"ends-soon-permit", now_ms() + 700);
+    let started = Instant::now();
+    let permits = semaphore
+        .try_acquire(1, Duration::from_secs(10), None)
+        .unwrap();
+    assert!(permits.is_some());
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_millis(2_500),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn the_watchdog_moves_a_permits_lease_end() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = with_watchdog(&server, Duration::from_millis(900));
+    let name = unique("semrenew");
+    let semaphore = client.semaphore(&name);
+    semaphore.set_permits(1).unwrap();
+    let permits = semaphore.acquire(1).unwrap();
+    let first = permits_held(&mut admin, &name)[0].1;
+    thread::sleep(Duration::from_millis(2_000));
+    assert!(!permits.is_lost());
+    let later = permits_held(&mut admin, &name)[0].1;
+    assert!(later > first + 1_000.0, "renewed: {first} -> {later}");
+    assert!(later as i64 > now_ms(), "still in the future");
+    // Another client sees it held: nothing reclaimed.
+    assert_eq!(redisson(&server).semaphore(&name).available().unwrap(), 0);
+    permits.release().unwrap();
+    assert_eq!(semaphore.available().unwrap(), 1);
+}
+
+#[test]
+fn a_request_above_the_total_waits_and_the_counts_are_checked() {
+    let server = RedisServer::start();
+    let client = redisson(&server);
+    let semaphore = client.semaphore(&unique("above"));
+    semaphore.set_permits(2).unwrap();
+    let started = Instant::now();
+    let got = semaphore
+        .try_acquire(3, Duration::from_millis(300), None)
+        .unwrap();
+    assert!(got.is_none());
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(matches!(
+        semaphore.try_acquire(0, Duration::ZERO, None),
+        Err(Error::InvalidArgument(_))
+    ));
+    match semaphore.try_acquire(65_537, Duration::ZERO, None) {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("65,536"), "{why}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    assert_eq!(semaphore.available().unwrap(), 2);
+}
+
+#[test]
+fn keys_of_another_type_are_wrong_type_and_left_alone() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+
+    // A read-write lock over a string.
+    let name = unique("string");
+    let _: () = redis::cmd("SET")
+        .arg(&name)
+        .arg("data")
+        .query(&mut admin)
+        .unwrap();
+    let lock = client.read_write_lock(&name);
+    for attempt in [
+        lock.try_read(Duration::ZERO, None).map(|g| g.is_some()),
+        lock.try_write(Duration::ZERO, None).map(|g| g.is_some()),
+    ] {
+        match attempt {
+            Err(Error::WrongType { key }) => assert_eq!(key, name),
+            other => panic!("expected WrongType, got {other:?}"),
+        }
+    }
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("data"));
+
+    // A write whose token counter is not a number: refused before anything is written.
+    let other = unique("badtoken");
+    let token_key = format!("redisson_lock_token:{{{other}}}");
+    let _: () = redis::cmd("SET")
+        .arg(&token_key)
+        .arg("x")
+        .query(&mut admin)
+        .unwrap();
+    for attempt in [
+        client
+            .read_write_lock(&other)
+            .try_write(Duration::ZERO, None)
+            .map(|g| g.is_some()),
+        client
+            .read_write_lock(&other)
+            .try_read(Duration::ZERO, None)
+            .map(|g| g.is_some()),
+    ] {
+        match attempt {
+            Err(Error::WrongType { key }) => assert_eq!(key, token_key),
+            other => panic!("expected WrongType, got {other:?}"),
+        }
+    }
+    assert!(!exists(&mut admin, &other));
+
+    // A semaphore over a hash, and one whose permit zset is a string.
+    let hashed = unique("hash");
+    let _: () = redis::cmd("HSET")
+        .arg(&hashed)
+        .arg("a")
+        .arg("b")
+        .query(&mut admin)
+        .unwrap();
+    let semaphore = client.semaphore(&hashed);
+    let results = [
+        semaphore.set_permits(3).map(|_| ()),
+        semaphore.available().map(|_| ()),
+        semaphore.try_acquire(1, Duration::ZERO, None).map(|_| ()),
+    ];
+    for result in results {
+        match result {
+            Err(Error::WrongType { key }) => assert_eq!(key, hashed),
+            other => panic!("expected WrongType, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        hash(&mut admin, &hashed),
+        HashMap::from([("a".into(), "b".into())])
+    );
+    let zsetless = unique("zset");
+    let zset = format!("{{{zsetless}}}:timeout");
+    let _: () = redis::cmd("SET")
+        .arg(&zset)
+        .arg("x")
+        .query(&mut admin)
+        .unwrap();
+    match client.semaphore(&zsetless).set_permits(1) {
+        Err(Error::WrongType { key }) => assert_eq!(key, zset),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    assert!(!exists(&mut admin, &zsetless));
+    assert_eq!(get(&mut admin, &zset).as_deref(), Some("x"));
+}
+
+#[test]
+fn two_redlatch_clients_share_a_semaphore_and_wake_each_other() {
+    let server = RedisServer::start();
+    let (a, b) = (redisson(&server), redisson(&server));
+    let name = unique("semours");
+    a.semaphore(&name).set_permits(1).unwrap();
+    let held = a.semaphore(&name).acquire(1).unwrap();
+    let waiting = {
+        let semaphore = b.semaphore(&name);
+        thread::spawn(move || {
+            let permits = semaphore
+                .try_acquire(1, Duration::from_secs(20), None)
+                .unwrap();
+            (Instant::now(), permits.map(|p| p.fencing_token()))
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || b
+        .stats()
+        .waiting_threads
+        == 1));
+    thread::sleep(Duration::from_millis(100));
+    let first = held.fencing_token();
+    let released = Instant::now();
+    // Permits are Send: given back from another thread.
+    thread::spawn(move || held.release().unwrap())
+        .join()
+        .unwrap();
+    let (woken, token) = join_all(vec![waiting], Duration::from_secs(30), "waiter").remove(0);
+    assert!(token.unwrap() > first);
+    assert!(woken - released < Duration::from_millis(800));
+}
