@@ -339,6 +339,133 @@ fn multi_lock_over_java_locks(f: &Fleet) {
     assert!(got && woken - released < QUICK);
 }
 
+/// Readers share across both sides while a writer waits; a Java read release leaves our
+/// reader; write and read releases wake the other side's writer.
+fn read_write_lock_both_ways(f: &Fleet) {
+    let name = unique("rw");
+    let rw = f.ours.read_write_lock(&name);
+    let ours = rw.read().unwrap();
+    assert!(f.java.read_try_lock(&name, 1, Duration::ZERO, JAVA_LEASE));
+    // A Java writer waits for both readers.
+    let java_writer = {
+        let java = f.java.clone();
+        let name = name.clone();
+        on_thread(move || java.write_try_lock(&name, 2, Duration::from_secs(20), JAVA_LEASE))
+    };
+    thread::sleep(Duration::from_millis(300));
+    // Readers still enter while it waits (Redisson's rule), from both sides.
+    let second = {
+        let rw = rw.clone();
+        thread::spawn(move || rw.try_read(Duration::ZERO, None).unwrap().is_some())
+            .join()
+            .unwrap()
+    };
+    assert!(
+        second,
+        "our second reader entered while Java's writer waits"
+    );
+    // Java's read release leaves our reader in place, its lease intact.
+    assert_eq!(f.java.read_unlock(&name, 1), Some(0));
+    assert!(!ours.is_lost());
+    thread::sleep(Duration::from_millis(200));
+    assert!(f.java.is_locked(&name), "our reader keeps the lock");
+    let released = Instant::now();
+    drop(ours);
+    let (woken, got) =
+        join_all(vec![java_writer], Duration::from_secs(30), "Java writer").remove(0);
+    assert!(
+        got && woken - released < QUICK,
+        "Java's writer woken {:?} after our read release",
+        woken - released
+    );
+
+    // Java writes; our writer and reader wait; Java's write release wakes both.
+    let our_writer = {
+        let rw = rw.clone();
+        on_thread(move || {
+            rw.try_write(Duration::from_secs(20), None)
+                .unwrap()
+                .map(|g| g.fencing_token())
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || f
+        .ours
+        .stats()
+        .waiting_threads
+        == 1));
+    thread::sleep(Duration::from_millis(100));
+    let released = Instant::now();
+    assert_eq!(f.java.write_unlock(&name, 2), Some(1));
+    let (woken, token) =
+        join_all(vec![our_writer], Duration::from_secs(30), "our writer").remove(0);
+    assert!(token.is_some() && woken - released < QUICK);
+    // Our writer's turn is over: a Java reader gets in.
+    assert!(
+        f.java
+            .read_try_lock(&name, 3, Duration::from_secs(5), JAVA_LEASE)
+    );
+    assert_eq!(f.java.read_unlock(&name, 3), Some(1));
+}
+
+/// The semaphore's counts agree on both sides, and releases wake the other side.
+fn semaphore_both_ways(f: &Fleet) {
+    let name = unique("sem");
+    let semaphore = f.ours.semaphore(&name);
+    semaphore.set_permits(2).unwrap();
+    assert_eq!(f.java.permit_available(&name), 2);
+    let java_permit = f
+        .java
+        .permit_try_acquire(&name, Duration::ZERO, JAVA_LEASE)
+        .unwrap();
+    assert_eq!(semaphore.available().unwrap(), 1);
+    let ours = semaphore
+        .try_acquire(1, Duration::ZERO, None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(f.java.permit_available(&name), 0);
+    // Our waiter is woken by Java's release, Java's by ours.
+    let waiting = {
+        let semaphore = semaphore.clone();
+        on_thread(move || {
+            semaphore
+                .try_acquire(1, Duration::from_secs(20), None)
+                .unwrap()
+                .is_some()
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || f
+        .ours
+        .stats()
+        .waiting_threads
+        == 1));
+    thread::sleep(Duration::from_millis(100));
+    let released = Instant::now();
+    assert!(f.java.permit_release(&name, &java_permit));
+    let (woken, got) = join_all(vec![waiting], Duration::from_secs(30), "our waiter").remove(0);
+    assert!(
+        got && woken - released < QUICK,
+        "ours woken {:?} after Java's release",
+        woken - released
+    );
+    let java_waiting = {
+        let java = f.java.clone();
+        let name = name.clone();
+        on_thread(move || java.permit_try_acquire(&name, Duration::from_secs(20), JAVA_LEASE))
+    };
+    thread::sleep(Duration::from_millis(300));
+    let released = Instant::now();
+    ours.release().unwrap();
+    let (woken, got) =
+        join_all(vec![java_waiting], Duration::from_secs(30), "Java's waiter").remove(0);
+    let id = got.expect("Java got the permit");
+    assert!(
+        woken - released < QUICK,
+        "Java woken {:?} after our release",
+        woken - released
+    );
+    assert!(f.java.permit_release(&name, &id));
+}
+
 fn suite(f: &Fleet, watchdog: Duration) {
     lock_excludes_both_ways(f);
     releases_wake_the_other_side(f);
@@ -349,6 +476,8 @@ fn suite(f: &Fleet, watchdog: Duration) {
     latch_opens_both_ways(f);
     spin_lock_both_ways(f);
     multi_lock_over_java_locks(f);
+    read_write_lock_both_ways(f);
+    semaphore_both_ways(f);
 }
 
 const WATCHDOG: Duration = Duration::from_secs(3);
