@@ -508,3 +508,48 @@ fn a_fair_release_wakes_the_head_on_its_own_channel_and_a_waiter_that_gives_up_l
     // Not the Java head's turn yet in our eyes: our attempt finds it ahead.
     assert!(lock.try_lock(Duration::ZERO, None).unwrap().is_none());
 }
+
+#[test]
+fn inspect_reads_redissons_read_write_lock_and_semaphore() {
+    let server = RedisServer::start();
+    let client = redisson(&server);
+    let rw_name = unique("rwi");
+    let rw = client.read_write_lock(&rw_name);
+    let read = rw.read().unwrap();
+    let report = client
+        .inspect(redlatch::ObjectKind::ReadWriteLock, &rw_name)
+        .unwrap();
+    assert_eq!(report.holders.len(), 1, "{report}");
+    let holder = &report.holders[0];
+    assert_eq!(holder.owner, read.owner_id());
+    assert!(!holder.writer && holder.count == 1);
+    assert!(holder.lease_left.is_some_and(|l| l > Duration::from_secs(20)), "{report}");
+    drop(read);
+    let write = rw.write().unwrap();
+    let report = client
+        .inspect(redlatch::ObjectKind::ReadWriteLock, &rw_name)
+        .unwrap();
+    assert!(report.holders.iter().any(|h| h.writer), "{report}");
+    assert_eq!(report.fence, Some(write.fencing_token()));
+
+    let sem_name = unique("semi");
+    let semaphore = client.semaphore(&sem_name);
+    semaphore.set_permits(3).unwrap();
+    let permits = semaphore.acquire(2).unwrap();
+    let report = client
+        .inspect(redlatch::ObjectKind::Semaphore, &sem_name)
+        .unwrap();
+    assert_eq!(report.count, Some(3), "the total: {report}");
+    assert_eq!(report.holders.len(), 2, "one line per permit id: {report}");
+    for holder in &report.holders {
+        assert_eq!(holder.owner.len(), 32, "a permit id in hex: {}", holder.owner);
+        assert!(permits.owner_id().contains(&holder.owner));
+    }
+    let listed = client.list(&format!("{}*", &sem_name[..6])).unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|l| l.name == sem_name && l.kind == redlatch::ObjectKind::Semaphore),
+        "{listed:?}"
+    );
+}
