@@ -523,7 +523,12 @@ fn inspect_reads_redissons_read_write_lock_and_semaphore() {
     let holder = &report.holders[0];
     assert_eq!(holder.owner, read.owner_id());
     assert!(!holder.writer && holder.count == 1);
-    assert!(holder.lease_left.is_some_and(|l| l > Duration::from_secs(20)), "{report}");
+    assert!(
+        holder
+            .lease_left
+            .is_some_and(|l| l > Duration::from_secs(20)),
+        "{report}"
+    );
     drop(read);
     let write = rw.write().unwrap();
     let report = client
@@ -542,7 +547,12 @@ fn inspect_reads_redissons_read_write_lock_and_semaphore() {
     assert_eq!(report.count, Some(3), "the total: {report}");
     assert_eq!(report.holders.len(), 2, "one line per permit id: {report}");
     for holder in &report.holders {
-        assert_eq!(holder.owner.len(), 32, "a permit id in hex: {}", holder.owner);
+        assert_eq!(
+            holder.owner.len(),
+            32,
+            "a permit id in hex: {}",
+            holder.owner
+        );
         assert!(permits.owner_id().contains(&holder.owner));
     }
     let listed = client.list(&format!("{}*", &sem_name[..6])).unwrap();

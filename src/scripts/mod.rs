@@ -5,17 +5,15 @@
 //! text and caches it again, so a flushed script cache never surfaces to the user. The text is
 //! fixed; keys and values travel as KEYS and ARGV, so user data never becomes code.
 //!
-//! This module runs the scripts and holds what every kind shares: the replies the engine
-//! understands ([`Acquire`], [`Release`]), the error a refusal means ([`failure`]), and the
-//! parsed form of every message a script publishes ([`Message`]). Each family's scripts have a
-//! file of their own ([`lock`], [`shares`], [`latch`]).
+//! This module holds what every kind shares: the replies the engine understands
+//! ([`Acquire`], [`Release`]), the error a refusal means ([`failure`]), and renewal. How a
+//! script is called is in [`call`], the parsed form of every message a script publishes in
+//! [`message`]; each family's scripts have a file of their own ([`lock`], [`shares`],
+//! [`latch`]), and Redisson's layout a directory ([`redisson`]).
 
 use std::time::Duration;
 
-use redis::{
-    ConnectionLike, ErrorKind, FromRedisValue, RedisError, RedisResult, RedisWrite, Script,
-    ServerErrorKind, ToRedisArgs,
-};
+use redis::{ConnectionLike, RedisError, RedisResult};
 
 use crate::backend::Backend;
 use crate::error::Error;
@@ -44,212 +42,20 @@ fn splice(prelude: &str, file: &str, marker: &str) -> String {
     }
 }
 
+mod call;
 pub(crate) mod latch;
 mod lock;
+mod message;
 pub(crate) mod redisson;
 pub(crate) mod shares;
+
+use call::{Invocation, Lua, Optional};
+pub(crate) use message::{Grants, Message};
 
 pub(crate) use lock::{
     AcquireMany, Inspection, Place, acquire, acquire_many, force_unlock, inspect, release,
     was_forced, withdraw,
 };
-
-/// One script of `lua/`: EVALSHA, then EVAL on `NOSCRIPT`.
-///
-/// Not `redis::Script`, which answers `NOSCRIPT` with SCRIPT LOAD and then EVALSHA again: a
-/// flush between those two (flushes back to back, say) reached the caller as a `NOSCRIPT`
-/// error, and a release that failed so left its lock held until the lease ran out. EVAL loads
-/// and runs in one command, so nothing can come between; it is also one round trip fewer.
-struct Lua {
-    code: String,
-    hash: String,
-}
-
-impl Lua {
-    fn new(code: impl Into<String>) -> Lua {
-        let code = code.into();
-        Lua {
-            hash: Script::new(&code).get_hash().to_string(),
-            code,
-        }
-    }
-
-    fn key<T: ToRedisArgs>(&self, key: T) -> Invocation<'_> {
-        let mut invocation = self.prepare_invoke();
-        invocation.key(key);
-        invocation
-    }
-
-    fn prepare_invoke(&self) -> Invocation<'_> {
-        Invocation {
-            lua: self,
-            keys: Args::default(),
-            args: Args::default(),
-        }
-    }
-}
-
-/// The value of an argument a script may go without ([`Invocation::optional_args`]).
-#[derive(Clone, Copy)]
-enum Optional<'a> {
-    Number(u64),
-    Text(&'a str),
-}
-
-/// A call of a [`Lua`] script with its KEYS and ARGV, each already encoded as the command will
-/// carry them, so that the command is put together with one allocation. Encoding through a
-/// `redis::Cmd` instead (arguments, then the command, then its packed bytes) reallocated
-/// about 30 times per lock and unlock: callgrind counted 16,000 instructions per cycle in its
-/// `write_arg` alone.
-struct Invocation<'a> {
-    lua: &'a Lua,
-    keys: Args,
-    args: Args,
-}
-
-impl Invocation<'_> {
-    fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
-        key.write_redis_args(&mut self.keys);
-        self
-    }
-
-    fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
-        arg.write_redis_args(&mut self.args);
-        self
-    }
-
-    /// Adds the arguments a script may go without, in order, each with whether it differs
-    /// from what the script takes for its absence: only as far as the last one that does.
-    /// Every key and argument costs Redis about 1,300 instructions (`acquire.lua`), so a
-    /// call sends none it can leave off the end.
-    fn optional_args(&mut self, optional: &[(bool, Optional<'_>)]) -> &mut Self {
-        let sent = optional
-            .iter()
-            .rposition(|&(differs, _)| differs)
-            .map_or(0, |last| last + 1);
-        for (_, arg) in &optional[..sent] {
-            match *arg {
-                Optional::Number(n) => self.arg(n),
-                Optional::Text(text) => self.arg(text),
-            };
-        }
-        self
-    }
-
-    fn invoke<T: FromRedisValue>(&self, con: &mut dyn ConnectionLike) -> RedisResult<T> {
-        match self.query(con, "EVALSHA", &self.lua.hash) {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.query(con, "EVAL", &self.lua.code)
-            }
-            other => other,
-        }
-    }
-
-    fn query<T: FromRedisValue>(
-        &self,
-        con: &mut dyn ConnectionLike,
-        eval: &str,
-        script: &str,
-    ) -> RedisResult<T> {
-        let reply = con.req_packed_command(&self.packed(eval, script))?;
-        Ok(redis::from_redis_value(reply.extract_error()?)?)
-    }
-
-    /// The EVALSHA command as sent, for a pipeline (which cannot fall back to EVAL call by
-    /// call).
-    fn packed_sha(&self) -> Vec<u8> {
-        self.packed("EVALSHA", &self.lua.hash)
-    }
-
-    /// The command `<eval> <script> <number of keys> KEYS... ARGV...` as RESP.
-    fn packed(&self, eval: &str, script: &str) -> Vec<u8> {
-        let (keys, args) = (&self.keys, &self.args);
-        let mut packed =
-            Vec::with_capacity(64 + script.len() + keys.bytes.len() + args.bytes.len());
-        let mut digits = [0; 20];
-        packed.push(b'*');
-        packed.extend_from_slice(decimal(3 + keys.count + args.count, &mut digits));
-        packed.extend_from_slice(b"\r\n");
-        push_bulk(&mut packed, eval.as_bytes());
-        push_bulk(&mut packed, script.as_bytes());
-        push_bulk(&mut packed, decimal(keys.count, &mut digits));
-        packed.extend_from_slice(&keys.bytes);
-        packed.extend_from_slice(&args.bytes);
-        packed
-    }
-}
-
-/// Arguments of a command, each encoded as a RESP bulk string as it is written.
-struct Args {
-    bytes: Vec<u8>,
-    count: usize,
-}
-
-impl Default for Args {
-    fn default() -> Self {
-        Args {
-            // A lock's keys or arguments rarely take more (a name of 30 bytes, six keys).
-            bytes: Vec::with_capacity(256),
-            count: 0,
-        }
-    }
-}
-
-impl RedisWrite for Args {
-    fn write_arg(&mut self, arg: &[u8]) {
-        push_bulk(&mut self.bytes, arg);
-        self.count += 1;
-    }
-
-    fn writer_for_next_arg(&mut self) -> impl std::io::Write + '_ {
-        /// Collects the argument, which is written out whole when it ends.
-        struct Next<'a> {
-            args: &'a mut Args,
-            arg: Vec<u8>,
-        }
-        impl Drop for Next<'_> {
-            fn drop(&mut self) {
-                self.args.write_arg(&self.arg);
-            }
-        }
-        impl std::io::Write for Next<'_> {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.arg.extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        Next {
-            args: self,
-            arg: Vec::new(),
-        }
-    }
-}
-
-/// `$<length>\r\n<arg>\r\n`
-fn push_bulk(out: &mut Vec<u8>, arg: &[u8]) {
-    out.push(b'$');
-    out.extend_from_slice(decimal(arg.len(), &mut [0; 20]));
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(arg);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// `n` in decimal, written at the end of `digits`.
-fn decimal(mut n: usize, digits: &mut [u8; 20]) -> &[u8] {
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    &digits[at..]
-}
 
 /// The error a failed script call on the lock `keys` means. Our scripts refuse foreign data
 /// with `WRONGTYPE <which>`, naming which of the lock's keys holds it (`lock`, `fence`,
@@ -301,102 +107,6 @@ impl Freeing {
             } else {
                 "PUBLISH"
             },
-        }
-    }
-}
-
-/// What the scripts that free an object publish on its channel (`release.lua`,
-/// `force_unlock.lua`, `shares_*.lua`, `latch_count_down.lua`), parsed: the one place that
-/// knows the messages' text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Message<'a> {
-    /// `grant <token> <lease ms> <owner>[ <token> <owner>]...`: the object was handed to
-    /// each `owner` (waiters still waiting, oldest first) with its fencing `token`, for
-    /// `lease` unless renewed. A lock grants one owner; a kind with shares may grant several
-    /// in one message.
-    Grant { lease: Duration, grants: Grants<'a> },
-    /// `unlock`: freed, with only stale places queued: one waiter should try.
-    Unlock,
-    /// `force`: deleted by a force-unlock: every waiter should try.
-    Force,
-    /// `open`: a count-down latch reached zero: every waiter goes through.
-    Open,
-}
-
-/// The `(token, owner)` pairs of a [`Message::Grant`], checked when parsed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Grants<'a> {
-    first: (u64, &'a str),
-    /// `<token> <owner>` pairs after the first, separated by single spaces.
-    rest: &'a str,
-}
-
-impl<'a> Grants<'a> {
-    /// Every `(token, owner)`, in the order granted.
-    pub fn iter(&self) -> impl Iterator<Item = (u64, &'a str)> + use<'a> {
-        let mut words = self.rest.split(' ').filter(|w| !w.is_empty());
-        let more = std::iter::from_fn(move || {
-            let token = words.next()?.parse().ok()?;
-            Some((token, words.next()?))
-        });
-        std::iter::once(self.first).chain(more)
-    }
-}
-
-impl<'a> Message<'a> {
-    /// The message `payload` carries; `None` for anything our scripts never publish.
-    pub fn parse(payload: &'a [u8]) -> Option<Message<'a>> {
-        match payload {
-            b"unlock" => return Some(Message::Unlock),
-            b"force" => return Some(Message::Force),
-            b"open" => return Some(Message::Open),
-            _ => {}
-        }
-        let grant = std::str::from_utf8(payload.strip_prefix(b"grant ")?).ok()?;
-        let mut parts = grant.splitn(4, ' ');
-        let token = parts.next()?.parse().ok()?;
-        let lease = Duration::from_millis(parts.next()?.parse().ok()?);
-        let owner = parts.next().filter(|o| !o.is_empty())?;
-        let rest = parts.next().unwrap_or("");
-        // Whole pairs only: a token that is a number, and an owner after it.
-        let words: Vec<&str> = rest.split(' ').collect();
-        let pairs_ok = rest.is_empty()
-            || (words.len().is_multiple_of(2)
-                && words
-                    .chunks(2)
-                    .all(|pair| pair[0].parse::<u64>().is_ok() && !pair[1].is_empty()));
-        pairs_ok.then_some(Message::Grant {
-            lease,
-            grants: Grants {
-                first: (token, owner),
-                rest,
-            },
-        })
-    }
-
-    /// The payload of a grant of `grants`, as the scripts publish it: for tests that play a
-    /// release's part.
-    #[cfg(test)]
-    pub fn grant(lease: Duration, grants: &[(u64, &str)]) -> Vec<u8> {
-        let pairs: Vec<String> = grants.iter().map(|(t, o)| format!("{t} {o}")).collect();
-        let (first, rest) = pairs.split_first().expect("at least one grant");
-        let (token, owner) = first.split_once(' ').unwrap();
-        let mut payload = format!("grant {token} {} {owner}", lease.as_millis());
-        for pair in rest {
-            payload.push(' ');
-            payload.push_str(pair);
-        }
-        payload.into_bytes()
-    }
-
-    /// The payload of `unlock`, `force` or `open`.
-    #[cfg(test)]
-    pub fn payload(&self) -> Vec<u8> {
-        match self {
-            Message::Unlock => b"unlock".to_vec(),
-            Message::Force => b"force".to_vec(),
-            Message::Open => b"open".to_vec(),
-            Message::Grant { .. } => panic!("use Message::grant"),
         }
     }
 }
@@ -650,55 +360,5 @@ mod tests {
         assert!(usual_case < helpers && !acquire.contains("goes here"));
         let withdraw = with_prelude!("places.lua", "withdraw.lua");
         assert!(withdraw.starts_with(include_str!("../../lua/places.lua")));
-    }
-
-    /// The text `release.lua` and `force_unlock.lua` publish (their `string.format` and
-    /// literals), and what is not theirs.
-    #[test]
-    fn messages_parse_as_the_scripts_publish_them() {
-        fn grants(m: Option<Message<'_>>) -> Option<(Duration, Vec<(u64, &str)>)> {
-            match m {
-                Some(Message::Grant { lease, grants }) => Some((lease, grants.iter().collect())),
-                _ => None,
-            }
-        }
-        assert_eq!(
-            grants(Message::parse(b"grant 42 30000 c0ffee:7")),
-            Some((Duration::from_secs(30), vec![(42, "c0ffee:7")]))
-        );
-        assert_eq!(
-            grants(Message::parse(b"grant 42 500 c:7 43 c:8 44 d:1")),
-            Some((
-                Duration::from_millis(500),
-                vec![(42, "c:7"), (43, "c:8"), (44, "d:1")]
-            ))
-        );
-        assert_eq!(Message::parse(b"unlock"), Some(Message::Unlock));
-        assert_eq!(Message::parse(b"force"), Some(Message::Force));
-        assert_eq!(Message::parse(b"open"), Some(Message::Open));
-        for foreign in [
-            &b"grant"[..],
-            b"grant 42",
-            b"grant 42 30000",
-            b"grant 42 30000 ",
-            b"grant x 30000 o:1",
-            b"grant 42 -1 o:1",
-            b"grant 42 1 o:1 43",
-            b"grant 42 1 o:1 x o:2",
-            b"grant 42 1 o:1 43 ",
-            b"grant 42 1 o:1  o:2",
-            b"unlock ",
-            b"opened",
-            b"hello",
-            b"",
-        ] {
-            assert_eq!(Message::parse(foreign), None, "{foreign:?}");
-        }
-        let payload = Message::grant(Duration::from_millis(1500), &[(9, "id:3"), (10, "id:4")]);
-        assert_eq!(payload, b"grant 9 1500 id:3 10 id:4");
-        assert_eq!(
-            grants(Message::parse(&payload)),
-            Some((Duration::from_millis(1500), vec![(9, "id:3"), (10, "id:4")]))
-        );
     }
 }
