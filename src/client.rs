@@ -270,7 +270,8 @@ impl Client {
     /// The owner id that the calling thread's holds of this client's locks carry in Redis,
     /// `<client id>:<thread number>`: what [`LockGuard::owner_id`](crate::LockGuard::owner_id)
     /// and [`WriteGuard::owner_id`](crate::WriteGuard::owner_id) answer on this thread (a read
-    /// adds `:r`). Different on every thread, and never one that an
+    /// adds `:r`; in [`Layout::Redisson`] a read has it as is, a write adds `:write`, as Java's
+    /// fields). Different on every thread, and never one that an
     /// [`OwnedLockGuard`](crate::OwnedLockGuard) or [`Permits`](crate::Permits) carry. For
     /// logs and traces: it is what `redlatch inspect` shows as a holder or waiter. No I/O.
     pub fn current_thread_owner_id(&self) -> String {

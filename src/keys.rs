@@ -112,10 +112,18 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
 /// | redlatch | Java (Redisson 4.x) | in Redis |
 /// | --- | --- | --- |
 /// | [`Client::lock`](crate::Client::lock) | `getLock(n)`, `getFencedLock(n)` | hash `n`: `<client id>:<thread>` → hold count, with a lease; channel `redisson_lock__channel:{n}`; tokens from `redisson_lock_token:{n}` |
+/// | [`Client::fair_lock`](crate::Client::fair_lock) | `getFairLock(n)` | the same hash; queue `redisson_lock_queue:{n}`, deadlines `redisson_lock_timeout:{n}` (epoch ms), a channel `redisson_lock__channel:{n}:<owner>` per waiter |
 /// | [`Client::spin_lock`](crate::Client::spin_lock) | `getSpinLock(n)` | the same hash |
+/// | [`Client::multi_lock`](crate::Client::multi_lock), [`RedlockClient`](crate::RedlockClient) | `getMultiLock`, `RedissonRedLock` over `getLock` | the members' hashes |
 /// | [`Client::read_write_lock`](crate::Client::read_write_lock) | `getReadWriteLock(n)` | hash `n`: `mode` → `read`/`write`, each reader `<client id>:<thread>` → its reads, the writer `<client id>:<thread>:write` → its writes; per read hold `k` a key `{n}:<reader>:rwlock_timeout:<k>` with the hold's lease; channel `redisson_rwlock:{n}` (`0` after a read unlock frees it, `1` after a write unlock); writes take tokens from `redisson_lock_token:{n}` |
 /// | [`Client::semaphore`](crate::Client::semaphore) | `getPermitExpirableSemaphore(n)` | string `n`: the permits free; zset `{n}:timeout`: permit id (16 raw bytes) → lease end (epoch ms); channel `redisson_sc:{n}` (counts); tokens from `redisson_lock_token:{n}` |
 /// | [`Client::count_down_latch`](crate::Client::count_down_latch) | `getCountDownLatch(n)` | string `n`; channel `redisson_countdownlatch__channel__{n}` |
+///
+/// Where the two differ, Redisson's rules hold for what Redis holds: the plain lock is not
+/// fair (a release wakes one waiter per client, and they race; within a client a release
+/// hands the lock to a waiting thread), the read-write lock and the semaphore keep no queue,
+/// and objects of different kinds with the same name share the key `n`. Guards, re-entry,
+/// [`WouldDeadlock`](crate::Error::WouldDeadlock), leases, `on_lock_lost` and stats stay ours.
 ///
 /// The README's section "Sharing locks with Java services (Redisson)" has the whole table,
 /// what differs, and which Redisson versions interoperate.

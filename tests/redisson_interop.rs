@@ -149,6 +149,43 @@ fn releases_wake_the_other_side(f: &Fleet) {
     assert_eq!(f.java.unlock(&name, 2), Some(1));
 }
 
+/// A name with braces follows Redisson's rule on both sides (`app{42}lock` wakes on
+/// `redisson_lock__channel:app{42}lock`): a Java release still wakes ours, and ours Java's.
+fn a_name_with_braces_wakes_both_ways(f: &Fleet) {
+    let name = format!("{}{{42}}lock", unique("app"));
+    assert!(f.java.try_lock(&name, 8, Duration::ZERO, JAVA_LEASE));
+    let ours = {
+        let lock = f.ours.lock(&name);
+        on_thread(move || {
+            lock.try_lock(Duration::from_secs(20), None)
+                .unwrap()
+                .is_some()
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || f
+        .ours
+        .stats()
+        .waiting_threads
+        == 1));
+    thread::sleep(Duration::from_millis(100));
+    let released = Instant::now();
+    assert_eq!(f.java.unlock(&name, 8), Some(1));
+    let (woken, got) = join_all(vec![ours], Duration::from_secs(30), "our waiter").remove(0);
+    assert!(got && woken - released < QUICK);
+    let guard = f.ours.lock(&name).lock().unwrap();
+    let java = {
+        let java = f.java.clone();
+        let name = name.clone();
+        on_thread(move || java.try_lock(&name, 9, Duration::from_secs(20), JAVA_LEASE))
+    };
+    thread::sleep(Duration::from_millis(300));
+    let released = Instant::now();
+    drop(guard);
+    let (woken, got) = join_all(vec![java], Duration::from_secs(30), "Java's waiter").remove(0);
+    assert!(got && woken - released < QUICK);
+    assert_eq!(f.java.unlock(&name, 9), Some(1));
+}
+
 /// Our waiting thread sends nothing while nothing happens.
 fn our_waiter_sends_nothing_while_it_waits(f: &Fleet) {
     let name = unique("quiet");
@@ -469,6 +506,7 @@ fn semaphore_both_ways(f: &Fleet) {
 fn suite(f: &Fleet, watchdog: Duration) {
     lock_excludes_both_ways(f);
     releases_wake_the_other_side(f);
+    a_name_with_braces_wakes_both_ways(f);
     our_waiter_sends_nothing_while_it_waits(f);
     a_java_force_unlock_is_reported_lost(f, watchdog);
     tokens_rise_across_both_sides(f);

@@ -127,7 +127,9 @@ pub struct Report {
 pub struct Holder {
     /// Its owner id: `<client id>:<thread>` (a read adds `:r`; permits `<client id>:p<n>`;
     /// an [`OwnedLockGuard`](crate::OwnedLockGuard) `<client id>:<n>`, shaped like a thread's
-    /// but no thread's). What the guards' `owner_id()` answer.
+    /// but no thread's). What the guards' `owner_id()` answer. In
+    /// [`Layout::Redisson`](crate::Layout::Redisson), Redisson's fields as they are (a Java
+    /// service's `<uuid>:<thread>` too), and a semaphore's holders one permit id (hex) each.
     pub owner: String,
     /// Its hold count (re-entries), or the permits it holds.
     pub count: u64,

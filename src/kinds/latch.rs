@@ -37,6 +37,13 @@ const MAX_COUNT: u64 = i64::MAX as u64;
 /// Its count lives in Redis without a lease: a round whose counters die stays open until
 /// someone counts it down (or, for a fresh start, deletes `p:{name}:latch`).
 ///
+/// # In [`Layout::Redisson`](crate::Layout::Redisson)
+/// It is Java's `getCountDownLatch(name)`: the string `name`, deleted at zero, and the
+/// channel `redisson_countdownlatch__channel__{name}` (braces always), on which the
+/// count-down that reaches zero publishes `0` and a new round `1`. A count-down's retry
+/// answers the same through a marker under `redisson_unlock_latch:{name}:`, which Java never
+/// reads.
+///
 /// ```no_run
 /// # fn main() -> redlatch::Result<()> {
 /// use std::time::Duration;

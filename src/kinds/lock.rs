@@ -48,6 +48,14 @@ use crate::scripts::{self, Acquire, Freeing, Queueing, Release, Releasing};
 /// (one command); a waiter that dies in the queue can be handed the lock, which then frees
 /// itself when the lease that waiter asked for runs out.
 ///
+/// # In [`Layout::Redisson`](crate::Layout::Redisson)
+/// It is Java's `getLock(name)` (and `getFencedLock(name)`): the hash `name`, `<client
+/// id>:<thread>` → hold count, tokens from `redisson_lock_token:{name}`. There is no queue:
+/// a release publishes `0` on `redisson_lock__channel:{name}`, which wakes one waiter in
+/// every client, Java's and ours, and they race; a release whose client has a thread waiting
+/// hands the lock to it instead (at most three times in a row).
+/// [`Client::fair_lock`](crate::Client::fair_lock) gives Redisson's fair lock.
+///
 /// # Time
 /// Every Redis round trip is bounded by the client's response timeout (3 s by default), so a
 /// call may overrun its `wait` by up to that much when Redis stops answering, and then fails

@@ -23,6 +23,9 @@ use crate::scripts::{self, AcquireMany, TakenBy};
 /// name order. Every thread waits for locks in that one order, so two multi-locks over
 /// overlapping names, asked for in whatever order, cannot wait for each other.
 ///
+/// In [`Layout::Redisson`](crate::Layout::Redisson) its members are Redisson's locks (RLock
+/// hashes), as Java's `getMultiLock(getLock(a), getLock(b))`, taken all or none in one call.
+///
 /// ```no_run
 /// # fn main() -> redlatch::Result<()> {
 /// use std::time::Duration;

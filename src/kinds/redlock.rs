@@ -31,6 +31,10 @@ const DRIFT_MIN: Duration = Duration::from_millis(2);
 /// Independent masters to take locks on by majority, made from one [`Client`] per master:
 /// what [`Redlock`]s are made from, as [`Lock`]s are made from a [`Client`].
 ///
+/// Over clients in [`Layout::Redisson`](crate::Layout::Redisson), each member is Redisson's
+/// lock of the name on its master, as Java's `RedissonRedLock` over `getLock(name)` of each
+/// master takes it: the two exclude each other by majority.
+///
 /// ```no_run
 /// # fn main() -> redlatch::Result<()> {
 /// use redlatch::{Client, RedlockClient};

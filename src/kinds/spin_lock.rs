@@ -28,6 +28,9 @@ use crate::error::Result;
 /// release at its next attempt, and a queued [`Lock`] waiter goes before it, since a release
 /// hands the lock to the queue.
 ///
+/// In [`Layout::Redisson`](crate::Layout::Redisson) it is Java's `getSpinLock(name)`, the
+/// lock's hash: it excludes, and is excluded by, Java's spin lock and Java's lock of the name.
+///
 /// ```no_run
 /// # fn main() -> redlatch::Result<()> {
 /// use std::time::Duration;
