@@ -7,6 +7,7 @@ use redis::ConnectionLike;
 
 use super::hold::Hold;
 use super::lease::{Terms, deadline_after};
+use super::local::{self, Handed};
 use super::{Kind, renew};
 use crate::core::{Core, Replicas};
 use crate::error::{Error, Result};
@@ -403,9 +404,21 @@ pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>) -> Result<
     let keys = kind.keys();
     if holds == 1
         && !was_lost
-        && let Some(handed) = super::local::hand_over(core, keys, hold)
+        && let Some(handed) = local::hand_over(core, keys, hold)
     {
-        return handed;
+        return match handed {
+            Ok(Handed::Delivered) => Ok(()),
+            Ok(Handed::Undelivered { to, token, lease }) => {
+                // Free the lock for the others.
+                give_back(core, keys, &to, token, lease);
+                Ok(())
+            }
+            Ok(Handed::NotOurs) => {
+                hold.mark_lost(why_gone(core, keys, hold.token, LossCause::FoundGone));
+                Err(lost(keys))
+            }
+            Err(e) => Err(scripts::failure(keys, e)),
+        };
     }
     let freeing = super::freeing(core);
     let mut attempts = 0;
@@ -522,7 +535,7 @@ pub(crate) fn forced(core: &Core, keys: &LockKeys) {
     }
 }
 
-pub(super) fn lost(keys: &LockKeys) -> Error {
+fn lost(keys: &LockKeys) -> Error {
     Error::LockLost {
         name: keys.name().to_string(),
     }
