@@ -563,3 +563,64 @@ fn inspect_reads_redissons_read_write_lock_and_semaphore() {
         "{listed:?}"
     );
 }
+
+/// Within one client, a release hands the lock to a waiting thread of that client: the hash
+/// changes field, nothing is published, and nobody else is woken; after three such releases
+/// in a row the next one frees it for everybody ("0" on the channel).
+#[test]
+fn a_release_hands_the_lock_to_a_waiting_thread_of_its_client_three_times_in_a_row() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("local");
+    let mut listener = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut pubsub = listener.as_pubsub();
+    pubsub
+        .subscribe(format!("redisson_lock__channel:{{{name}}}"))
+        .unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let lock = client.lock(&name);
+    // Owned guards move between threads: each round's holder releases with a waiter queued.
+    let mut guard = lock.lock_owned().unwrap();
+    let mut published = Vec::new();
+    for round in 0..8 {
+        let waiting = {
+            let lock = lock.clone();
+            thread::spawn(move || lock.try_lock_owned(Duration::from_secs(20), None).unwrap())
+        };
+        assert!(eventually(Duration::from_secs(5), || client
+            .stats()
+            .waiting_threads
+            == 1));
+        let before = (guard.fencing_token(), client.stats().handed_over);
+        drop(guard);
+        guard = waiting.join().unwrap().expect("the waiter got it");
+        assert!(
+            guard.fencing_token() > before.0,
+            "round {round}: a new token"
+        );
+        let fields: Vec<String> = redis::cmd("HKEYS").arg(&name).query(&mut admin).unwrap();
+        assert_eq!(fields, vec![guard.owner_id().to_string()], "round {round}");
+        let mut messages = 0;
+        while pubsub.get_message().is_ok() {
+            messages += 1;
+        }
+        published.push(messages);
+        let handed = client.stats().handed_over > before.1;
+        assert_eq!(
+            handed,
+            messages == 0,
+            "round {round}: handed over or published"
+        );
+    }
+    // Three handed over, the fourth freed for everybody, and again.
+    assert_eq!(published, vec![0, 0, 0, 1, 0, 0, 0, 1]);
+    drop(guard);
+    let exists: bool = redis::cmd("EXISTS").arg(&name).query(&mut admin).unwrap();
+    assert!(!exists);
+}

@@ -113,6 +113,9 @@ struct Shared {
     /// The thread handed something over since it last looked at the entries: a waiter is
     /// about to leave, perhaps the entry's last, without a ring (see [`LINGER`]).
     handed_over: AtomicBool,
+    /// By lock channel, how many releases in a row handed the lock to a thread of this
+    /// client ([`Subscriber::local_successor`]); only locks in such a streak have one.
+    local_streaks: Mutex<HashMap<String, u32>>,
 }
 
 impl Subscriber {
@@ -137,6 +140,7 @@ impl Subscriber {
             counters,
             arriving: Mutex::new(HashMap::new()),
             handed_over: AtomicBool::new(false),
+            local_streaks: Mutex::new(HashMap::new()),
         });
         let task = SubscriberTask(polled::PolledTask::new(shared.clone(), backend, poll));
         Ok((Subscriber { shared }, task))

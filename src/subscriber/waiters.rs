@@ -220,9 +220,6 @@ pub(super) struct EntryState {
     handovers: u64,
     handover_ends: Option<Instant>,
     queue: VecDeque<Arc<Slot>>,
-    /// Releases in a row that handed the lock to a waiter of this client
-    /// ([`Subscriber::local_successor`]).
-    local_streak: u32,
     /// Since when the queue has been empty: the subscriber thread drops the entry once it
     /// lingered [`LINGER`](super::LINGER).
     idle_since: Option<Instant>,
@@ -464,7 +461,6 @@ impl Subscriber {
                             handovers: 0,
                             handover_ends: None,
                             queue: VecDeque::new(),
-                            local_streak: 0,
                             idle_since: None,
                         }),
                     });
@@ -515,22 +511,22 @@ impl Subscriber {
     /// none waits, or when the last [`MAX_LOCAL_STREAK`] releases of the lock in this client
     /// all went to one of its own waiters: this one then frees the lock for every client.
     pub fn local_successor(&self, keys: &LockKeys) -> Option<LocalHandOff> {
-        let entry = self.shared.entries.lock().get(keys.channel()).cloned()?;
-        let mut state = entry.state.lock();
-        if state.local_streak >= MAX_LOCAL_STREAK {
-            state.local_streak = 0;
+        // The streak outlives the lock's entry, which goes when no thread waits for a while:
+        // a chain of holders that each arrive while the last one holds must still end.
+        let mut streaks = self.shared.local_streaks.lock();
+        let streak = streaks.remove(keys.channel()).unwrap_or(0);
+        if streak >= MAX_LOCAL_STREAK {
             return None;
         }
+        let entry = self.shared.entries.lock().get(keys.channel()).cloned()?;
+        let state = entry.state.lock();
         let (slot, lease) = state.queue.iter().find_map(|slot| {
             let lease = (*slot.local_lease.lock())?;
-            slot.state
-                .lock()
-                .handed
-                .is_none()
-                .then(|| (slot.clone(), lease))
+            let free = slot.state.lock().handed.is_none();
+            free.then(|| (slot.clone(), lease))
         })?;
-        state.local_streak += 1;
         drop(state);
+        streaks.insert(keys.channel().to_string(), streak + 1);
         Some(LocalHandOff { entry, slot, lease })
     }
 
@@ -645,7 +641,8 @@ impl Drop for Waiter<'_> {
 /// How many releases in a row may hand a lock to a waiter of the releasing client
 /// ([`Subscriber::local_successor`]) before one frees it for every client: where a layout
 /// has no fair queue (Redisson's), a hand-over inside the client spares every other client's
-/// waiter an attempt that would fail, and the lock's other users still get their turn.
+/// waiter an attempt that would fail, and the lock's other users still get their turn. A
+/// release that hands nothing over ends the streak (and its record).
 pub(crate) const MAX_LOCAL_STREAK: u32 = 3;
 
 /// A waiting thread of this client chosen to be handed a lock its holder releases: the
