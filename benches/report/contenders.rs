@@ -399,6 +399,52 @@ impl Handle for SemaphoreHandle {
     }
 }
 
+/// Writers of a redlatch read-write lock, used as a lock: a write's hand-off against the
+/// lock's.
+pub struct RedlatchWriters {
+    clients: Vec<redlatch::Client>,
+}
+
+impl RedlatchWriters {
+    pub fn new(url: &str, clients: usize) -> RedlatchWriters {
+        RedlatchWriters {
+            clients: (0..clients)
+                .map(|_| redlatch::Client::open(url).unwrap())
+                .collect(),
+        }
+    }
+}
+
+impl Contender for RedlatchWriters {
+    fn name(&self) -> &'static str {
+        "redlatch-writers"
+    }
+    fn handle(&self, client: usize, lock: &str) -> Box<dyn Handle> {
+        Box::new(WriterHandle {
+            lock: self.clients[client].read_write_lock(lock),
+            guard: None,
+        })
+    }
+    fn inner_commands(&self) -> &'static [&'static str] {
+        redlatch_script_commands(true)
+    }
+}
+
+struct WriterHandle {
+    lock: redlatch::ReadWriteLock,
+    guard: Option<redlatch::WriteGuard>,
+}
+
+impl Handle for WriterHandle {
+    fn lock(&mut self, wait: Duration) -> bool {
+        self.guard = self.lock.try_write(wait, None).unwrap();
+        self.guard.is_some()
+    }
+    fn unlock(&mut self) {
+        self.guard.take().unwrap().unlock().unwrap();
+    }
+}
+
 /// Readers of a redlatch read-write lock: they share it, so only their throughput counts.
 pub struct RedlatchReaders {
     clients: Vec<redlatch::Client>,

@@ -15,6 +15,7 @@ mod support;
 
 mod contenders;
 mod cpu;
+mod family;
 mod plot;
 mod redisson;
 mod scenario;
@@ -125,6 +126,17 @@ fn main() {
     let url = server.url();
     let mut f = Figures::default();
     // Only the Redisson layout's figures (REPORT_ONLY=redisson), for a quick look at them.
+    if std::env::var("REPORT_ONLY").as_deref() == Ok("family") {
+        let lock_handoff_p50 = family::figures(&mut f, &url, secs);
+        let mut con = connection(&url);
+        let mut pings = time_each(1000, || {
+            let _: String = redis::cmd("PING").query(&mut con).unwrap();
+        });
+        let ping = percentile(&mut pings, 0.5);
+        latch_figures(&mut f, &url, ping, lock_handoff_p50);
+        println!("\n{}", f.markdown());
+        return;
+    }
     if std::env::var("REPORT_ONLY").as_deref() == Ok("redisson") {
         redisson::figures(&mut f, &url, secs);
         redisson::wake_figures(&mut f, &url);
@@ -445,7 +457,8 @@ fn main() {
     }
 
     eprintln!("count-down latch wake-ups");
-    latch_figures(&mut f, &url, ping_p50);
+    let family_lock_handoff_p50 = family::figures(&mut f, &url, secs);
+    latch_figures(&mut f, &url, ping_p50, family_lock_handoff_p50);
 
     eprintln!("16 threads over 1000 locks, no hold");
     // CPU per acquisition, this process's and the server's: the scenario keeps both cores
@@ -695,7 +708,7 @@ fn fence_figures(f: &mut Figures, url: &str) {
 
 /// A latch's wake-up: four threads of another client wait on a latch at 1; from the call
 /// that counts it down to each waiter's return, over many rounds.
-fn latch_figures(f: &mut Figures, url: &str, ping: Duration) {
+fn latch_figures(f: &mut Figures, url: &str, ping: Duration, lock_handoff_p50: Duration) {
     let counter = redlatch::Client::open(url).unwrap();
     let waiting = redlatch::Client::open(url).unwrap();
     let mut wakeups = Vec::new();
@@ -731,6 +744,12 @@ fn latch_figures(f: &mut Figures, url: &str, ping: Duration) {
         ratio(percentile(&mut wakeups, 0.5), ping),
         "",
         "count_down to zero until each of 4 waiters (another client) returns / PING",
+    );
+    f.put(
+        "latch_wakeup_p50_over_lock_handoff_p50",
+        ratio(percentile(&mut wakeups, 0.5), lock_handoff_p50),
+        "<= 1.2",
+        "the count-down that reaches zero -> a waiter of another client returns, over the lock's hand-off p50 (same run)",
     );
     f.put(
         "latch_wakeup_p99_over_ping",

@@ -1,0 +1,127 @@
+//! The lock family against the lock, in the same run: what Redis spends on an uncontended
+//! cycle of each kind (INFO commandstats, the scripts' own time), and a write's hand-off
+//! against a lock's.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::contenders::{Redlatch, RedlatchWriters, connection};
+use super::scenario::{self, Contended};
+use super::stats::percentile;
+use super::{Figures, ratio};
+
+/// The kinds whose cycles are measured, in the order of their blocks.
+const KINDS: [&str; 4] = ["lock", "semaphore", "write", "read"];
+
+/// Server time per uncontended cycle of each kind over the lock's, and a write's hand-off over
+/// a lock's; the lock's hand-off p50 is returned for the latch's figure.
+pub fn figures(f: &mut Figures, url: &str, secs: Duration) -> Duration {
+    eprintln!("the family: server time per uncontended cycle, in alternating blocks");
+    let client = redlatch::Client::open(url).unwrap();
+    let lock = client.lock("family-cycle");
+    let semaphore = client.semaphore("family-cycle");
+    semaphore.set_permits(1).unwrap();
+    let rw = client.read_write_lock("family-cycle");
+    let mut admin = connection(url);
+    let mut usec: HashMap<&str, u64> = HashMap::new();
+    let mut cycles: HashMap<&str, u64> = HashMap::new();
+    // Blocks of 500 cycles of each kind in turn, ten rounds after one to warm up: a slow
+    // spell of the machine falls on all of them alike.
+    for round in 0..11 {
+        for kind in KINDS {
+            let _: () = redis::cmd("CONFIG")
+                .arg("RESETSTAT")
+                .query(&mut admin)
+                .unwrap();
+            for _ in 0..500 {
+                match kind {
+                    "lock" => drop(lock.try_lock(Duration::ZERO, None).unwrap().unwrap()),
+                    "semaphore" => semaphore
+                        .try_acquire(1, Duration::ZERO, None)
+                        .unwrap()
+                        .unwrap()
+                        .release()
+                        .unwrap(),
+                    "write" => drop(rw.try_write(Duration::ZERO, None).unwrap().unwrap()),
+                    _ => drop(rw.try_read(Duration::ZERO, None).unwrap().unwrap()),
+                }
+            }
+            let stats = command_usec(&mut admin);
+            if round > 0 {
+                *usec.entry(kind).or_default() += stats;
+                *cycles.entry(kind).or_default() += 500;
+            }
+        }
+    }
+    let per_cycle = |kind: &str| usec[kind] as f64 / cycles[kind] as f64;
+    let lock_usec = per_cycle("lock");
+    f.put(
+        "lock_server_usec_per_cycle",
+        lock_usec,
+        "(reference)",
+        "the scripts' server time (INFO commandstats) per uncontended lock+unlock, µs",
+    );
+    for (kind, key, what) in [
+        (
+            "semaphore",
+            "semaphore_server_usec_per_cycle_over_lock",
+            "acquire(1)+release",
+        ),
+        (
+            "write",
+            "write_lock_server_usec_per_cycle_over_lock",
+            "write+unlock",
+        ),
+        (
+            "read",
+            "read_lock_server_usec_per_cycle_over_lock",
+            "read+unlock",
+        ),
+    ] {
+        f.put(
+            key,
+            per_cycle(kind) / lock_usec,
+            "<= 1.5",
+            &format!("server time of an uncontended {what} over a lock's (same run)"),
+        );
+    }
+
+    let four_by_four = Contended {
+        clients: 4,
+        threads_per_client: 4,
+        hold: Duration::from_millis(1),
+        hold_spread: Duration::ZERO,
+        pause: Duration::ZERO,
+        duration: secs,
+    };
+    eprintln!("the family: a write's hand-off against a lock's, 16 threads in 4 clients");
+    let locks = Redlatch::new(url, 4);
+    let mut l = scenario::contended(&locks, &four_by_four, url);
+    drop(locks);
+    let writers = RedlatchWriters::new(url, 4);
+    let mut w = scenario::contended(&writers, &four_by_four, url);
+    let lock_p50 = percentile(&mut l.handoffs, 0.5);
+    f.put(
+        "read_write_handoff_p50_over_lock",
+        ratio(percentile(&mut w.handoffs, 0.5), lock_p50),
+        "<= 1.1",
+        "a write released to a waiting writer over the lock's hand-off (same run)",
+    );
+    lock_p50
+}
+
+/// The scripts' server time since the last CONFIG RESETSTAT, µs.
+fn command_usec(admin: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(admin).unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("usec=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
