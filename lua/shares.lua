@@ -1,7 +1,9 @@
 -- shares.lua: what the scripts of the kinds with shares (the read-write lock, the semaphore)
--- have in common. Not a script of its own: scripts/shares.rs puts it in front of
--- shares_acquire.lua, shares_release.lua, shares_withdraw.lua and semaphore_set.lua, which
--- all pass these KEYS and ARGV[1]:
+-- have in common. Not a script of its own: scripts/shares.rs puts it in
+-- shares_acquire.lua, shares_release.lua, shares_withdraw.lua and semaphore_set.lua (after
+-- the usual case of the first two, at their line "-- shares.lua goes here", so that case
+-- makes none of the functions below; in front of the others), which all pass these KEYS and
+-- ARGV[1]:
 --
 -- KEYS[1]  the holders     <prefix>:{<name>}:<kind>          hash: owner -> "<count> <token>"
 --                          (a read-write lock also has field "writer" -> the write owner)

@@ -30,6 +30,48 @@
 -- read while it writes is the exception: it never waits.
 -- At maxmemory the first write that needs memory is refused, as a lock's attempt is.
 
+-- The usual case first, before shares.lua's helpers are made (each costs Redis a function
+-- made on every run): a first acquisition of an object nobody holds or waits for. Its
+-- holders, leases and queue are all absent (one EXISTS), so none of them can hold foreign
+-- data; the counter (and a semaphore's total) are read before any write, and anything
+-- unexpected there goes the general way below, which names what is foreign. The first write
+-- is the counter's (or, for a read that keeps the counter as it is, the holders'): refused
+-- at maxmemory, it leaves nothing written.
+if ARGV[5] == '0' and redis.call('exists', KEYS[1], KEYS[5], KEYS[3]) == 0 then
+  local counter = redis.pcall('get', KEYS[2])
+  local rw, need = ARGV[1] == 'rw', ARGV[11]
+  local fits = type(counter) ~= 'table' and (not counter or tonumber(counter))
+  if fits and not rw then
+    local permits = redis.pcall('get', KEYS[7])
+    fits = type(permits) ~= 'table' and tonumber(permits or '0')
+      and tonumber(need) <= tonumber(permits or '0')
+  end
+  if fits then
+    local owner, lease, retention = ARGV[4], tonumber(ARGV[6]), tonumber(ARGV[3])
+    local time = redis.call('time')
+    local token = counter
+    if not (rw and need == 'r' and counter) then
+      -- As shares.lua's next_token: above the last, at least the clock in µs.
+      local micros = time[1] * 1000000 + time[2]
+      token = string.format('%d', math.max(micros, tonumber(counter or '0') + 1))
+      redis.call('set', KEYS[2], token, 'PX', lease + retention)
+    elseif redis.call('pttl', KEYS[2]) < lease + retention then
+      redis.call('pexpire', KEYS[2], lease + retention) -- a read keeps the counter alive
+    end
+    if rw and need == 'w' then
+      redis.call('hset', KEYS[1], owner, '1 ' .. token, 'writer', owner)
+    else
+      redis.call('hset', KEYS[1], owner, (rw and '1' or need) .. ' ' .. token)
+    end
+    redis.call('zadd', KEYS[5], time[1] * 1000 + math.floor(time[2] / 1000) + lease, owner)
+    redis.call('pexpire', KEYS[1], lease)
+    redis.call('pexpire', KEYS[5], lease)
+    return {1, tonumber(token)}
+  end
+end
+
+-- shares.lua goes here
+
 local owner, holds, lease, held_token = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local queue_for, queued, handover_lease = tonumber(ARGV[8]), ARGV[9] == '1', ARGV[10]
 local need, writer_of = ARGV[11], ARGV[12]

@@ -22,6 +22,33 @@
 -- Frees first (HDEL), so that a server at maxmemory does not refuse it (see release.lua).
 -- A key of another type answers 0 ("not ours") and is left alone.
 
+-- The usual case first, before shares.lua's helpers are made: the last hold of the only
+-- holder, taken by an attempt of its own, with nobody queued. Its field carries the hold's
+-- token and its lease has not ended; then the holders and the leases go with one DEL (a
+-- deletion: a server at maxmemory lets it through), and the latch is left. Anything else,
+-- foreign data included (a read that fails goes this way), takes the general way below.
+if ARGV[5] == '1' and ARGV[8] == '0' then
+  local H, owner = KEYS[1], ARGV[4]
+  local held = redis.pcall('hget', H, owner)
+  if type(held) == 'string' and string.match(held, '^%d+ (%d+)$') == ARGV[6] then
+    local fields = redis.call('hlen', H)
+    local alone = fields == 1
+      or (fields == 2 and ARGV[1] == 'rw' and redis.call('hget', H, 'writer') == owner)
+    if alone and redis.call('exists', KEYS[3]) == 0 then
+      local time = redis.call('time')
+      local now = time[1] * 1000 + math.floor(time[2] / 1000)
+      local ends = redis.pcall('zscore', KEYS[5], owner)
+      if type(ends) == 'string' and tonumber(ends) > now then
+        redis.call('del', H, KEYS[5])
+        redis.pcall('set', KEYS[8], '1', 'px', ARGV[7])
+        return 1
+      end
+    end
+  end
+end
+
+-- shares.lua goes here
+
 local latch = KEYS[8]
 local owner, holds, token = ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local latch_ttl, unused_only, granted = ARGV[7], ARGV[8] == '1', ARGV[8] ~= '0'

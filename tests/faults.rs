@@ -1168,3 +1168,49 @@ fn failed_waits_place_is_voided_by(take: fn(&Client, &str) -> redlatch::Result<H
         released.elapsed()
     );
 }
+
+/// The same for a read-write lock's write: the thread's owner is the same on both holds, so
+/// only the token tells the late release's hold from the new one.
+#[test]
+fn a_write_release_that_reaches_redis_late_leaves_a_newer_write_alone() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port);
+    let client = impatient_client(&proxy);
+    // The release script in the server's cache, so that the late one runs rather than
+    // meet NOSCRIPT.
+    let warm = client.read_write_lock(&unique("warm-write"));
+    warm.write().unwrap().unlock().unwrap();
+    let rw = client.read_write_lock(&unique("late-write"));
+    let first = rw
+        .try_write(Duration::ZERO, Some(Duration::from_secs(30)))
+        .unwrap()
+        .unwrap();
+
+    proxy.stall_open_connections();
+    assert!(matches!(first.unlock(), Err(Error::Redis(_))));
+    let again = rw
+        .try_write(Duration::from_secs(10), Some(Duration::from_secs(30)))
+        .unwrap()
+        .unwrap();
+
+    let mut admin = server.admin();
+    let scripts_run = support::command_calls(&mut admin, "evalsha");
+    assert!(proxy.deliver_held() > 0);
+    assert!(
+        eventually(Duration::from_secs(5), || support::command_calls(
+            &mut admin, "evalsha"
+        ) > scripts_run),
+        "the held-back release never ran"
+    );
+    let other = Client::open(&server.url()).unwrap();
+    assert!(
+        other
+            .read_write_lock(rw.name())
+            .try_write(Duration::ZERO, None)
+            .unwrap()
+            .is_none(),
+        "the late release freed the write under its new holder"
+    );
+    assert!(!again.is_lost());
+    again.unlock().unwrap();
+}
