@@ -1,16 +1,27 @@
 -- latch_count.lua: read a count-down latch's count. Reads only.
 --
 -- KEYS[1]  the count    <prefix>:{<name>}:latch   string: what remains
+-- ARGV[1]  "t"          (optional) answer the server time of this look as well
 --
 -- Reply: the count as a decimal string; "0" for a latch never set (or expired at zero).
+-- With ARGV[1]: "<count> <server time, µs>", which a waiter holds against the time an "open"
+-- message carries (latch_count_down.lua): an opening after this look needs no other look.
 -- Errors: "WRONGTYPE latch" when the key holds data that is not a count of ours.
+
+local function answer(count)
+  if ARGV[1] ~= 't' then
+    return count
+  end
+  local time = redis.call('time')
+  return string.format('%s %d%06d', count, time[1], time[2])
+end
 
 local kind = redis.call('type', KEYS[1]).ok
 if kind == 'none' then
-  return '0'
+  return answer('0')
 end
 local current = kind == 'string' and redis.call('get', KEYS[1])
 if not current or not string.match(current, '^%d+$') then
   return redis.error_reply('WRONGTYPE latch')
 end
-return current
+return answer(current)

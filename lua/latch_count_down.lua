@@ -11,7 +11,8 @@
 -- Errors: "WRONGTYPE latch" when the key holds data that is not a count of ours; nothing is
 -- written then.
 --
--- The count-down that reaches zero publishes "open" on the channel, which wakes every waiter
+-- The count-down that reaches zero publishes "open <server time, µs>" on the channel, which
+-- wakes every waiter
 -- of every client, and gives the key an expiry of ARGV[1]: an absent latch counts 0, so a
 -- waiter or a count() that comes after it expired sees what it would have seen before, and
 -- nothing is left behind.
@@ -41,7 +42,10 @@ if current and current ~= '0' then
   reply = redis.call('get', count)
   if reply == '0' then
     redis.call('pexpire', count, ttl)
-    redis.call(publish, channel, 'open')
+    -- The server time (µs) goes with it: a waiter whose last look came before it returns
+    -- without another (latch_count.lua answers the time of that look).
+    local time = redis.call('time')
+    redis.call(publish, channel, string.format('open %d%06d', time[1], time[2]))
   end
 end
 redis.call('set', marker, reply, 'px', ttl)

@@ -298,3 +298,38 @@ fn counting_down_and_setting_are_idempotent_under_lost_replies() {
         "a retried count-down counted twice"
     );
 }
+
+/// The count-down that reaches zero tells the waiters when (its server time), and a waiter
+/// whose last look came before that returns without another: the opening costs the server one
+/// script call, the count-down, however many wait.
+#[test]
+fn waiters_return_on_the_opening_without_another_look() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (counter, waiting) = (
+        Client::open(&server.url()).unwrap(),
+        Client::open(&server.url()).unwrap(),
+    );
+    let name = unique("opening");
+    counter.count_down_latch(&name).try_set_count(1).unwrap();
+    let waiters: Vec<_> = (0..4)
+        .map(|_| {
+            let latch = waiting.count_down_latch(&name);
+            std::thread::spawn(move || latch.wait(Duration::from_secs(20)).unwrap())
+        })
+        .collect();
+    assert!(support::eventually(Duration::from_secs(5), || {
+        waiting.stats().waiting_threads == 4
+    }));
+    // Each has looked again since its subscription was confirmed.
+    std::thread::sleep(Duration::from_millis(200));
+    let before = support::command_calls(&mut admin, "evalsha");
+    assert_eq!(counter.count_down_latch(&name).count_down().unwrap(), 0);
+    let opened = support::join_all(waiters, Duration::from_secs(30), "waiters");
+    assert!(opened.iter().all(|o| *o));
+    assert_eq!(
+        support::command_calls(&mut admin, "evalsha") - before,
+        1,
+        "only the count-down ran"
+    );
+}

@@ -48,7 +48,7 @@ pub(crate) use hold::Hold;
 pub(crate) use lease::{Terms, deadline_after, validate_duration, validate_lease};
 pub(crate) use renew::{Renewed, renew};
 pub(crate) use spin::{Backoff, spin};
-pub(crate) use watch::watch;
+pub(crate) use watch::{Look, watch};
 
 /// What one kind of lock does in Redis. The engine calls these inside its retry policy, so
 /// each must be idempotent: a call whose reply was lost runs again.

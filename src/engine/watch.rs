@@ -12,9 +12,17 @@ use crate::core::Core;
 use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::scripts;
+use crate::subscriber::Wake;
 
-/// Waits at most `wait` (`None`: as long as it takes) until `check` answers `true`, for
-/// `owner` (the calling thread's owner id). `Ok(false)`: not in time.
+/// What a look at a watched condition found: whether it holds, and the server time of the
+/// look (µs), when the look tells it.
+pub(crate) struct Look {
+    pub holds: bool,
+    pub at_us: Option<u64>,
+}
+
+/// Waits at most `wait` (`None`: as long as it takes) until `check` finds the condition
+/// holds, for `owner` (the calling thread's owner id). `Ok(false)`: not in time.
 ///
 /// `check` runs once before anything else (a condition that holds costs one round trip and
 /// no subscription), then after every wake: a message on `keys`'s channel, the subscription
@@ -22,21 +30,30 @@ use crate::scripts;
 /// most that long, never a hang. The subscription is announced before the first check and
 /// confirmed before the second, so a change between the two is never missed. `check` must
 /// only read.
+///
+/// A message that says the condition came to hold at a server time after the last look
+/// (a latch's `open <µs>`) ends the wait without another look: it came to hold while the
+/// caller waited.
 pub(crate) fn watch(
     core: &Core,
     keys: &Arc<LockKeys>,
     owner: Arc<str>,
     wait: Option<Duration>,
-    mut check: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<bool>,
+    mut check: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<Look>,
 ) -> Result<bool> {
     let deadline = deadline_after(wait);
-    let mut checked = || {
-        core.backend
+    // When the last look was taken (server µs), if it said.
+    let mut looked_at = None;
+    let mut checked = |looked_at: &mut Option<u64>| -> Result<bool> {
+        let look = core
+            .backend
             .run(&mut check)
-            .map_err(|e| scripts::failure(keys, e))
+            .map_err(|e| scripts::failure(keys, e))?;
+        *looked_at = look.at_us;
+        Ok(look.holds)
     };
     let expecting = core.subscriber.expect(keys, &owner);
-    if checked()? {
+    if checked(&mut looked_at)? {
         return Ok(true);
     }
     if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -47,10 +64,16 @@ pub(crate) fn watch(
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         if left == Some(Duration::ZERO) {
             // One last look: a message may have been lost on the way.
-            return checked();
+            return checked(&mut looked_at);
         }
-        waiter.wait(left.map_or(core.watchdog_timeout, |l| l.min(core.watchdog_timeout)));
-        if checked()? {
+        let wake =
+            waiter.wait(left.map_or(core.watchdog_timeout, |l| l.min(core.watchdog_timeout)));
+        if let Wake::Opened { at_us } = wake
+            && looked_at.is_some_and(|seen| at_us > seen)
+        {
+            return Ok(true);
+        }
+        if checked(&mut looked_at)? {
             return Ok(true);
         }
     }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::Runtime;
-use crate::engine::{self, validate_duration};
+use crate::engine::{self, Look, validate_duration};
 use crate::error::{Error, Result};
 use crate::keys::{Family, LockKeys};
 use crate::scripts::latch;
@@ -129,7 +129,11 @@ impl CountDownLatch {
         let core = &self.runtime.core;
         let keys = &self.keys;
         engine::watch(core, keys, core.thread_owner(), Some(timeout), |con| {
-            Ok(latch::count(con, keys)? == 0)
+            let (count, at_us) = latch::count_at(con, keys)?;
+            Ok(Look {
+                holds: count == 0,
+                at_us: Some(at_us),
+            })
         })
     }
 

@@ -74,6 +74,20 @@ pub(crate) fn count(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResul
     parse(&count)
 }
 
+/// The count now and the server time of this look (µs): what a waiter holds against an
+/// `open` message's time ([`Message::Open`](super::Message::Open)).
+pub(crate) fn count_at(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResult<(u64, u64)> {
+    let reply: String = COUNT.key(keys.lock()).arg("t").invoke(con)?;
+    match reply.split_once(' ') {
+        Some((count, at)) => Ok((parse(count)?, parse(at)?)),
+        None => Err(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "latch_count.lua answered without a time",
+            reply,
+        ))),
+    }
+}
+
 fn parse(count: &str) -> RedisResult<u64> {
     count.parse().map_err(|_| {
         redis::RedisError::from((

@@ -17,8 +17,10 @@ pub(crate) enum Message<'a> {
     Unlock,
     /// `force`: deleted by a force-unlock: every waiter should try.
     Force,
-    /// `open`: a count-down latch reached zero: every waiter goes through.
-    Open,
+    /// `open <µs>`: a count-down latch reached zero at that server time: every waiter goes
+    /// through, and one whose last look at the count came before then needs no other
+    /// (`open` alone, from an earlier version, says no time).
+    Open { at_us: Option<u64> },
 }
 
 /// The `(token, owner)` pairs of a [`Message::Grant`], checked when parsed.
@@ -47,8 +49,16 @@ impl<'a> Message<'a> {
         match payload {
             b"unlock" => return Some(Message::Unlock),
             b"force" => return Some(Message::Force),
-            b"open" => return Some(Message::Open),
+            b"open" => return Some(Message::Open { at_us: None }),
             _ => {}
+        }
+        if let Some(at) = payload.strip_prefix(b"open ") {
+            let at = std::str::from_utf8(at).ok()?;
+            let at_us = at
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| at.parse().ok())??;
+            return Some(Message::Open { at_us: Some(at_us) });
         }
         let grant = std::str::from_utf8(payload.strip_prefix(b"grant ")?).ok()?;
         let mut parts = grant.splitn(4, ' ');
@@ -93,7 +103,8 @@ impl<'a> Message<'a> {
         match self {
             Message::Unlock => b"unlock".to_vec(),
             Message::Force => b"force".to_vec(),
-            Message::Open => b"open".to_vec(),
+            Message::Open { at_us: None } => b"open".to_vec(),
+            Message::Open { at_us: Some(at) } => format!("open {at}").into_bytes(),
             Message::Grant { .. } => panic!("use Message::grant"),
         }
     }
@@ -126,7 +137,22 @@ mod tests {
         );
         assert_eq!(Message::parse(b"unlock"), Some(Message::Unlock));
         assert_eq!(Message::parse(b"force"), Some(Message::Force));
-        assert_eq!(Message::parse(b"open"), Some(Message::Open));
+        assert_eq!(Message::parse(b"open"), Some(Message::Open { at_us: None }));
+        assert_eq!(
+            Message::parse(b"open 1795548688566984"),
+            Some(Message::Open {
+                at_us: Some(1795548688566984)
+            })
+        );
+        for foreign in [
+            &b"open "[..],
+            b"open x",
+            b"open -1",
+            b"open 1 2",
+            b"open +1",
+        ] {
+            assert_eq!(Message::parse(foreign), None, "{foreign:?}");
+        }
         for foreign in [
             &b"grant"[..],
             b"grant 42",

@@ -99,11 +99,20 @@ impl Shared {
                     Entry::wake_one(&state);
                 }
             }
-            Some(Message::Force | Message::Open) => {
+            Some(Message::Force | Message::Open { at_us: None }) => {
                 if let Some(entry) = entry {
                     let mut state = entry.state.lock();
                     state.wakes += 1;
                     Entry::wake_all(&state);
+                }
+            }
+            Some(Message::Open { at_us: Some(at) }) => {
+                if let Some(entry) = entry {
+                    let mut state = entry.state.lock();
+                    state.wakes += 1;
+                    for slot in &state.queue {
+                        slot.open(at);
+                    }
                 }
             }
             None => {}
@@ -282,6 +291,9 @@ struct SlotState {
     /// The hand-over came from a release in this client ([`LocalHandOff`]), not through the
     /// subscriber thread, which therefore must be rung when the waiter leaves.
     handed_locally: bool,
+    /// The latest time (server µs) a latch was said to open at, with the permit that woke
+    /// the waiter for it.
+    opened_at: Option<u64>,
     /// Wake no later than this to try again: the lock's lease changed hands and ends then.
     wake_by: Option<Instant>,
 }
@@ -304,6 +316,14 @@ impl Slot {
         state.permit = true;
         self.wake.notify_one();
         true
+    }
+
+    /// A latch opened at `at` (server µs): a permit, and the time.
+    fn open(&self, at: u64) {
+        let mut state = self.state.lock();
+        state.opened_at = Some(state.opened_at.map_or(at, |was| was.max(at)));
+        state.permit = true;
+        self.wake.notify_one();
     }
 
     fn wake_by(&self, when: Instant) {
@@ -388,6 +408,9 @@ pub(crate) enum Wake {
     Permit,
     /// The lock was handed to this thread with this token (if it is news: see `Lock`).
     HandedOver { token: u64 },
+    /// A latch opened at this server time (µs): a waiter whose last look came before it is
+    /// through, without another.
+    Opened { at_us: u64 },
     /// The time asked for passed.
     Timeout,
 }
@@ -569,7 +592,10 @@ impl Waiter<'_> {
                     };
                 }
                 if std::mem::replace(&mut state.permit, false) {
-                    break Wake::Permit;
+                    break match state.opened_at.take() {
+                        Some(at_us) => Wake::Opened { at_us },
+                        None => Wake::Permit,
+                    };
                 }
                 let until = state.wake_by.map_or(deadline, |w| w.min(deadline));
                 if Instant::now() >= until {
