@@ -40,30 +40,35 @@
 if ARGV[5] == '0' and redis.call('exists', KEYS[1], KEYS[5], KEYS[3]) == 0 then
   local counter = redis.pcall('get', KEYS[2])
   local rw, need = ARGV[1] == 'rw', ARGV[11]
-  local fits = type(counter) ~= 'table' and (not counter or tonumber(counter))
+  local last = type(counter) ~= 'table' and tonumber(counter or '0')
+  local fits = last ~= nil and last ~= false
   if fits and not rw then
     local permits = redis.pcall('get', KEYS[7])
-    fits = type(permits) ~= 'table' and tonumber(permits or '0')
-      and tonumber(need) <= tonumber(permits or '0')
+    local total = type(permits) ~= 'table' and tonumber(permits or '0')
+    fits = total and tonumber(need) <= total
   end
   if fits then
-    local owner, lease, retention = ARGV[4], tonumber(ARGV[6]), tonumber(ARGV[3])
+    -- Numbers go to Redis as text made here with %d: a Lua number passed as it is costs a
+    -- floating-point conversion, and ARGV's text none.
+    local owner, lease = ARGV[4], ARGV[6]
     local time = redis.call('time')
     local token = counter
+    local counter_life = string.format('%d', tonumber(lease) + tonumber(ARGV[3]))
     if not (rw and need == 'r' and counter) then
       -- As shares.lua's next_token: above the last, at least the clock in µs.
-      local micros = time[1] * 1000000 + time[2]
-      token = string.format('%d', math.max(micros, tonumber(counter or '0') + 1))
-      redis.call('set', KEYS[2], token, 'PX', lease + retention)
-    elseif redis.call('pttl', KEYS[2]) < lease + retention then
-      redis.call('pexpire', KEYS[2], lease + retention) -- a read keeps the counter alive
+      local micros = tonumber(time[1]) * 1000000 + tonumber(time[2])
+      token = string.format('%d', math.max(micros, last + 1))
+      redis.call('set', KEYS[2], token, 'PX', counter_life)
+    elseif redis.call('pttl', KEYS[2]) < tonumber(counter_life) then
+      redis.call('pexpire', KEYS[2], counter_life) -- a read keeps the counter alive
     end
     if rw and need == 'w' then
       redis.call('hset', KEYS[1], owner, '1 ' .. token, 'writer', owner)
     else
       redis.call('hset', KEYS[1], owner, (rw and '1' or need) .. ' ' .. token)
     end
-    redis.call('zadd', KEYS[5], time[1] * 1000 + math.floor(time[2] / 1000) + lease, owner)
+    local ends = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) + tonumber(lease)
+    redis.call('zadd', KEYS[5], string.format('%d', ends), owner)
     redis.call('pexpire', KEYS[1], lease)
     redis.call('pexpire', KEYS[5], lease)
     return {1, tonumber(token)}
