@@ -1,5 +1,5 @@
 -- semaphore_set.lua: set a semaphore's total, and grant the waiters that now fit.
--- shares.lua comes first: see it for KEYS[1..7], ARGV[1..3] (policy "sem") and the grant
+-- shares.lua comes first: see it for KEYS[1] (and the keys made from it), ARGV[1..3] (policy "sem") and the grant
 -- rule.
 --
 -- ARGV[4]  total             the new number of permits

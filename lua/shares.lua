@@ -2,19 +2,23 @@
 -- have in common. Not a script of its own: scripts/shares.rs puts it in
 -- shares_acquire.lua, shares_release.lua, shares_withdraw.lua and semaphore_set.lua (after
 -- the usual case of the first two, at their line "-- shares.lua goes here", so that case
--- makes none of the functions below; in front of the others), which all pass these KEYS and
--- ARGV[1]:
+-- makes none of the functions below; in front of the others), which all pass KEYS[1] and
+-- ARGV[1..3]:
 --
 -- KEYS[1]  the holders     <prefix>:{<name>}:<kind>          hash: owner -> "<count> <token>"
 --                          (a read-write lock also has field "writer" -> the write owner)
--- KEYS[2]  the fence       <prefix>:{<name>}:<kind>:fence    string: the last token; lives the
---                          latest token's lease plus the retention (ARGV[3])
--- KEYS[3]  the wait queue  <prefix>:{<name>}:<kind>:queue    zset: owner -> arrival (µs)
--- KEYS[4]  waiters' terms  <prefix>:{<name>}:<kind>:waiters  hash: owner -> terms (below)
--- KEYS[5]  the leases      <prefix>:{<name>}:<kind>:leases   zset: owner -> lease end (ms)
--- KEYS[6]  the channel     <prefix>:{<name>}:<kind>:unlocked
--- KEYS[7]  the total       <prefix>:{<name>}:semaphore:permits  string; a semaphore's only
---                          (a read-write lock passes its own name for it and never reads it)
+--
+-- and make the object's other keys from it, as release.lua makes a lock's channel: every key
+-- and argument costs Redis a Lua table entry on every call (about 1,300 instructions), a
+-- name made here a few hundred, and only where it is used. All share KEYS[1]'s hash tag, so
+-- a Cluster node that serves KEYS[1] serves them all:
+--   <KEYS[1]>:fence     string: the last token; lives the latest token's lease plus the
+--                       retention (ARGV[3])
+--   <KEYS[1]>:queue     zset: owner -> arrival (µs)
+--   <KEYS[1]>:waiters   hash: owner -> terms (below)
+--   <KEYS[1]>:leases    zset: owner -> lease end (ms)
+--   <KEYS[1]>:unlocked  the channel
+--   <KEYS[1]>:permits   string: a semaphore's total (a read-write lock never reads it)
 -- ARGV[1]  policy          "rw" (read-write lock) or "sem" (semaphore)
 -- ARGV[2]  publish command PUBLISH (or SPUBLISH on a sharded cluster), for grants
 -- ARGV[3]  fence retention ms the fencing counter outlives the lease of the latest token
@@ -49,8 +53,9 @@
 -- Foreign data: every key's type is checked before anything is written ("WRONGTYPE <role>",
 -- raised with error(), which Redis answers as that error); nothing of anyone's is changed.
 
-local H, fence, queue, waiters, leases, channel, total_key =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local H = KEYS[1]
+local fence, queue, waiters, leases, channel, total_key =
+  H .. ':fence', H .. ':queue', H .. ':waiters', H .. ':leases', H .. ':unlocked', H .. ':permits'
 local policy, publish, retention = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local rw = policy == 'rw'
 local clock = redis.call('time')

@@ -1,6 +1,6 @@
 -- shares_acquire.lua: take a share (a read, a write, permits) for one owner, or re-enter a
 -- read or write it holds; or queue the owner for it. shares.lua comes first: see it for
--- KEYS[1..7], ARGV[1..3], the terms, the grant rule and the tokens.
+-- KEYS[1] (and the keys made from it), ARGV[1..3], the terms, the grant rule and the tokens.
 --
 -- ARGV[4]  owner id        a thread's ("<client>:<n>" writes, "<client>:<n>:r" reads) or an
 --                          acquisition's ("<client>:p<n>", permits)
@@ -37,13 +37,15 @@
 -- unexpected there goes the general way below, which names what is foreign. The first write
 -- is the counter's (or, for a read that keeps the counter as it is, the holders'): refused
 -- at maxmemory, it leaves nothing written.
-if ARGV[5] == '0' and redis.call('exists', KEYS[1], KEYS[5], KEYS[3]) == 0 then
-  local counter = redis.pcall('get', KEYS[2])
+local held_by, leased = KEYS[1], KEYS[1] .. ':leases'
+if ARGV[5] == '0' and redis.call('exists', held_by, leased, held_by .. ':queue') == 0 then
+  local counter_key = held_by .. ':fence'
+  local counter = redis.pcall('get', counter_key)
   local rw, need = ARGV[1] == 'rw', ARGV[11]
   local last = type(counter) ~= 'table' and tonumber(counter or '0')
   local fits = last ~= nil and last ~= false
   if fits and not rw then
-    local permits = redis.pcall('get', KEYS[7])
+    local permits = redis.pcall('get', held_by .. ':permits')
     local total = type(permits) ~= 'table' and tonumber(permits or '0')
     fits = total and tonumber(need) <= total
   end
@@ -58,19 +60,19 @@ if ARGV[5] == '0' and redis.call('exists', KEYS[1], KEYS[5], KEYS[3]) == 0 then
       -- As shares.lua's next_token: above the last, at least the clock in µs.
       local micros = tonumber(time[1]) * 1000000 + tonumber(time[2])
       token = string.format('%d', math.max(micros, last + 1))
-      redis.call('set', KEYS[2], token, 'PX', counter_life)
-    elseif redis.call('pttl', KEYS[2]) < tonumber(counter_life) then
-      redis.call('pexpire', KEYS[2], counter_life) -- a read keeps the counter alive
+      redis.call('set', counter_key, token, 'PX', counter_life)
+    elseif redis.call('pttl', counter_key) < tonumber(counter_life) then
+      redis.call('pexpire', counter_key, counter_life) -- a read keeps the counter alive
     end
     if rw and need == 'w' then
-      redis.call('hset', KEYS[1], owner, '1 ' .. token, 'writer', owner)
+      redis.call('hset', held_by, owner, '1 ' .. token, 'writer', owner)
     else
-      redis.call('hset', KEYS[1], owner, (rw and '1' or need) .. ' ' .. token)
+      redis.call('hset', held_by, owner, (rw and '1' or need) .. ' ' .. token)
     end
     local ends = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) + tonumber(lease)
-    redis.call('zadd', KEYS[5], string.format('%d', ends), owner)
-    redis.call('pexpire', KEYS[1], lease)
-    redis.call('pexpire', KEYS[5], lease)
+    redis.call('zadd', leased, string.format('%d', ends), owner)
+    redis.call('pexpire', held_by, lease)
+    redis.call('pexpire', leased, lease)
     return {1, tonumber(token)}
   end
 end

@@ -1,8 +1,7 @@
 -- shares_release.lua: give back one hold of a share; the last one frees it and admits the
--- waiters that now fit. shares.lua comes first: see it for KEYS[1..7], ARGV[1..3] and the
--- grant rule.
---
--- KEYS[8]  the release latch <holders key>:released:<owner>:<token>
+-- waiters that now fit. shares.lua comes first: see it for KEYS[1] (and the keys made from
+-- it), ARGV[1..3] and the grant rule. The release latch is made from KEYS[1] too:
+-- <KEYS[1]>:released:<owner>:<token>.
 -- ARGV[4]  owner id
 -- ARGV[5]  holds             how many holds the caller has before this release (>= 1)
 -- ARGV[6]  token             the fencing token of the hold being released
@@ -29,18 +28,19 @@
 -- foreign data included (a read that fails goes this way), takes the general way below.
 if ARGV[5] == '1' and ARGV[8] == '0' then
   local H, owner = KEYS[1], ARGV[4]
+  local leased = H .. ':leases'
   local held = redis.pcall('hget', H, owner)
   if type(held) == 'string' and string.match(held, '^%d+ (%d+)$') == ARGV[6] then
     local fields = redis.call('hlen', H)
     local alone = fields == 1
       or (fields == 2 and ARGV[1] == 'rw' and redis.call('hget', H, 'writer') == owner)
-    if alone and redis.call('exists', KEYS[3]) == 0 then
+    if alone and redis.call('exists', H .. ':queue') == 0 then
       local time = redis.call('time')
       local now = time[1] * 1000 + math.floor(time[2] / 1000)
-      local ends = redis.pcall('zscore', KEYS[5], owner)
+      local ends = redis.pcall('zscore', leased, owner)
       if type(ends) == 'string' and tonumber(ends) > now then
-        redis.call('del', H, KEYS[5])
-        redis.pcall('set', KEYS[8], '1', 'px', ARGV[7])
+        redis.call('del', H, leased)
+        redis.pcall('set', H .. ':released:' .. owner .. ':' .. ARGV[6], '1', 'px', ARGV[7])
         return 1
       end
     end
@@ -49,8 +49,8 @@ end
 
 -- shares.lua goes here
 
-local latch = KEYS[8]
 local owner, holds, token = ARGV[4], tonumber(ARGV[5]), ARGV[6]
+local latch = H .. ':released:' .. owner .. ':' .. token
 local latch_ttl, unused_only, granted = ARGV[7], ARGV[8] == '1', ARGV[8] ~= '0'
 
 local ok = pcall(check_types)

@@ -1,5 +1,5 @@
 -- shares_withdraw.lua: a waiter gives up its place; if it had been granted its share and has
--- not taken it up, it takes it up instead. shares.lua comes first: see it for KEYS[1..7],
+-- not taken it up, it takes it up instead. shares.lua comes first: see it for KEYS[1] (and the keys made from it),
 -- ARGV[1..3] and the grant rule.
 --
 -- ARGV[4]  owner id

@@ -43,20 +43,11 @@ pub(crate) enum Need<'a> {
     Permits(u32),
 }
 
-/// An invocation of one of the scripts that start with `shares.lua`: its seven keys and
-/// three arguments.
+/// An invocation of one of the scripts that start with `shares.lua`: the object's main key
+/// (the scripts make its other keys from it) and three arguments.
 fn prelude<'a>(lua: &'a Lua, keys: &LockKeys, freeing: Freeing) -> Invocation<'a> {
     let mut invocation = lua.key(keys.lock());
     invocation
-        .key(keys.fence())
-        .key(keys.queue())
-        .key(keys.waiters())
-        .key(keys.leases())
-        .key(keys.channel())
-        .key(match keys.family {
-            Family::Semaphore => keys.permits(),
-            _ => keys.lock().to_string(),
-        })
         .arg(match keys.family {
             Family::Semaphore => "sem",
             _ => "rw",
@@ -146,7 +137,6 @@ pub(crate) fn release(
         (Layout::Redlatch, _) => {}
     }
     let reply: i64 = prelude(&RELEASE, keys, freeing)
-        .key(keys.release_latch(owner, token))
         .arg(owner)
         .arg(how.holds)
         .arg(token)
