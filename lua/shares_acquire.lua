@@ -6,18 +6,21 @@
 --                          acquisition's ("<client>:p<n>", permits)
 -- ARGV[5]  holds           how many holds the caller has (0 = a first acquisition)
 -- ARGV[6]  lease           milliseconds
--- ARGV[7]  token           the fencing token of the caller's hold (when holds > 0)
--- ARGV[8]  queue for       ms the caller will wait if it must (0: don't queue)
--- ARGV[9]  queued          "1" if an earlier attempt of this wait may have queued it
--- ARGV[10] hand-over lease ms the share is granted for, if granted to the caller
--- ARGV[11] need            "r" / "w" (read-write lock) or the number of permits
+-- ARGV[7]  need            "r" / "w" (read-write lock) or the number of permits
+-- ARGV[8]  token           the fencing token of the caller's hold (when holds > 0)
+-- ARGV[9]  queue for       ms the caller will wait if it must (0: don't queue)
+-- ARGV[10] queued          "1" if an earlier attempt of this wait may have queued it
+-- ARGV[11] hand-over lease ms the share is granted for, if granted to the caller
 -- ARGV[12] writer of       a read's thread's write owner: a thread that writes may read
+-- Arguments after the seventh may be left off the end when they are what nothing says: "0"
+-- (ARGV[8], [9], [10]), the lease (ARGV[11]) and "" (ARGV[12]); an attempt that does not
+-- queue sends seven.
 --
 -- Replies (an array), as acquire.lua's:
 --   { 1, token }        acquired (a re-entry keeps its token; taking up a grant the grant's)
 --   { 0, ttl, fence }   not now: ttl bounds how long to sleep (the earliest holder's lease
 --                       end), fence is the counter now (a grant that comes later for a write
---                       or permits has a larger token). With ARGV[8] > 0 the caller is queued.
+--                       or permits has a larger token). With ARGV[9] > 0 the caller is queued.
 --   {-1, 0 }            the caller believed it held a share (holds > 0) but it is gone
 -- Errors: "WRONGTYPE <role>" for foreign data (nothing written); Redis's own when it refuses
 -- a write (READONLY, OOM).
@@ -41,7 +44,7 @@ local held_by, leased = KEYS[1], KEYS[1] .. ':leases'
 if ARGV[5] == '0' and redis.call('exists', held_by, leased, held_by .. ':queue') == 0 then
   local counter_key = held_by .. ':fence'
   local counter = redis.pcall('get', counter_key)
-  local rw, need = ARGV[1] == 'rw', ARGV[11]
+  local rw, need = ARGV[1] == 'rw', ARGV[7]
   local last = type(counter) ~= 'table' and tonumber(counter or '0')
   local fits = last ~= nil and last ~= false
   if fits and not rw then
@@ -79,9 +82,10 @@ end
 
 -- shares.lua goes here
 
-local owner, holds, lease, held_token = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
-local queue_for, queued, handover_lease = tonumber(ARGV[8]), ARGV[9] == '1', ARGV[10]
-local need, writer_of = ARGV[11], ARGV[12]
+local owner, holds, lease, need = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
+local held_token, queue_for = ARGV[8] or '0', tonumber(ARGV[9] or '0')
+local queued, handover_lease = ARGV[10] == '1', ARGV[11] or ARGV[6]
+local writer_of = ARGV[12] or ''
 
 -- A lease is only ever extended by an acquisition.
 local function extend(who, ms)

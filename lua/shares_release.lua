@@ -6,7 +6,8 @@
 -- ARGV[5]  holds             how many holds the caller has before this release (>= 1)
 -- ARGV[6]  token             the fencing token of the hold being released
 -- ARGV[7]  latch ttl         milliseconds the latch outlives a final release
--- ARGV[8]  how the hold was taken, as release.lua's ARGV[6]: "0" by an attempt of its own,
+-- ARGV[8]  how the hold was taken, as release.lua's ARGV[6]: "0" (or absent, as an attempt
+--          sends it) by an attempt of its own,
 --          "1" not at all (an unused grant, given back: act only while the owner's terms
 --          still say "granted <token>"), "2" from a grant's message (terms still there)
 --
@@ -22,28 +23,32 @@
 -- A key of another type answers 0 ("not ours") and is left alone.
 
 -- The usual case first, before shares.lua's helpers are made: the last hold of the only
--- holder, taken by an attempt of its own, with nobody queued. Its field carries the hold's
--- token and its lease has not ended; then the holders and the leases go with one DEL (a
+-- holder, taken by an attempt of its own, with nobody queued. The holders hash is read whole
+-- (one HGETALL): the owner's field with the hold's token, and nothing else but, for a write,
+-- "writer" naming it. Its lease needs no look of its own: the hash lives as long as its
+-- latest lease, and any acquisition drops a holder whose lease ended, so a field still there
+-- is a hold nobody has taken over. Then the holders and the leases go with one DEL (a
 -- deletion: a server at maxmemory lets it through), and the latch is left. Anything else,
 -- foreign data included (a read that fails goes this way), takes the general way below.
-if ARGV[5] == '1' and ARGV[8] == '0' then
+if ARGV[5] == '1' and (ARGV[8] or '0') == '0' then
   local H, owner = KEYS[1], ARGV[4]
-  local leased = H .. ':leases'
-  local held = redis.pcall('hget', H, owner)
-  if type(held) == 'string' and string.match(held, '^%d+ (%d+)$') == ARGV[6] then
-    local fields = redis.call('hlen', H)
-    local alone = fields == 1
-      or (fields == 2 and ARGV[1] == 'rw' and redis.call('hget', H, 'writer') == owner)
-    if alone and redis.call('exists', H .. ':queue') == 0 then
-      local time = redis.call('time')
-      local now = time[1] * 1000 + math.floor(time[2] / 1000)
-      local ends = redis.pcall('zscore', leased, owner)
-      if type(ends) == 'string' and tonumber(ends) > now then
-        redis.call('del', H, leased)
-        redis.pcall('set', H .. ':released:' .. owner .. ':' .. ARGV[6], '1', 'px', ARGV[7])
-        return 1
+  local fields = redis.pcall('hgetall', H)
+  local held, writer
+  if not fields.err and (#fields == 2 or (#fields == 4 and ARGV[1] == 'rw')) then
+    for i = 1, #fields, 2 do
+      if fields[i] == owner then
+        held = fields[i + 1]
+      elseif fields[i] == 'writer' then
+        writer = fields[i + 1]
       end
     end
+  end
+  local alone = held and (#fields == 2 or writer == owner)
+  if alone and string.match(held, '^%d+ (%d+)$') == ARGV[6]
+      and redis.call('exists', H .. ':queue') == 0 then
+    redis.call('del', H, H .. ':leases')
+    redis.pcall('set', H .. ':released:' .. owner .. ':' .. ARGV[6], '1', 'px', ARGV[7])
+    return 1
   end
 end
 
@@ -51,7 +56,8 @@ end
 
 local owner, holds, token = ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local latch = H .. ':released:' .. owner .. ':' .. token
-local latch_ttl, unused_only, granted = ARGV[7], ARGV[8] == '1', ARGV[8] ~= '0'
+local mode = ARGV[8] or '0'
+local latch_ttl, unused_only, granted = ARGV[7], mode == '1', mode ~= '0'
 
 local ok = pcall(check_types)
 if not ok then

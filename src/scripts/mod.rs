@@ -227,7 +227,7 @@ pub(crate) struct Releasing {
 }
 
 impl Releasing {
-    /// How `shares_release.lua` is told the hold was taken (its ARGV[8]): "0" by an attempt,
+    /// How `shares_release.lua` is told the hold was taken (its ARGV[8], left off for "0"): "0" by an attempt,
     /// "2" from a message, "1" not taken up. (`release.lua` tells only "1" apart.)
     fn mode(&self) -> &'static str {
         match self.taken_by {

@@ -14,7 +14,9 @@ use std::time::Duration;
 use redis::{ConnectionLike, RedisResult};
 
 use super::redisson;
-use super::{Acquire, Freeing, Invocation, Lua, Queueing, Release, Releasing, Renewal, millis};
+use super::{
+    Acquire, Freeing, Invocation, Lua, Optional, Queueing, Release, Releasing, Renewal, millis,
+};
 use crate::keys::{Family, Layout, LockKeys};
 
 static ACQUIRE: LazyLock<Lua> =
@@ -84,16 +86,24 @@ pub(crate) fn acquire(
         Need::Write => ("w".to_string(), ""),
         Need::Permits(n) => (n.to_string(), ""),
     };
+    let (lease_ms, queue_for) = (millis(lease), millis(queueing.queue_for));
+    let handover_ms = millis(queueing.handover_lease);
     let reply: redis::Value = prelude(&ACQUIRE, keys, freeing)
         .arg(owner)
         .arg(holds)
-        .arg(millis(lease))
-        .arg(token)
-        .arg(millis(queueing.queue_for))
-        .arg(if queueing.queued { "1" } else { "0" })
-        .arg(millis(queueing.handover_lease))
+        .arg(lease_ms)
         .arg(need)
-        .arg(writer)
+        .optional_args(&[
+            (token != 0, Optional::Number(token)),
+            (queue_for != 0, Optional::Number(queue_for)),
+            (queueing.queued, Optional::Text("1")),
+            // The hand-over lease matters only to an attempt that queues, or queued.
+            (
+                (queue_for != 0 || queueing.queued) && handover_ms != lease_ms,
+                Optional::Number(handover_ms),
+            ),
+            (!writer.is_empty(), Optional::Text(writer)),
+        ])
         .invoke(con)?;
     super::lock::acquire_reply(reply)
 }
@@ -141,7 +151,7 @@ pub(crate) fn release(
         .arg(how.holds)
         .arg(token)
         .arg(millis(freeing.latch_ttl))
-        .arg(how.mode())
+        .optional_args(&[(how.mode() != "0", Optional::Text(how.mode()))])
         .invoke(con)?;
     Ok(match reply {
         1 => Release::Released,
