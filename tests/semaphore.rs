@@ -426,6 +426,24 @@ fn foreign_data_is_refused_and_left_alone() {
     }
     let len: usize = redis::cmd("LLEN").arg(&holders).query(&mut admin).unwrap();
     assert_eq!(len, 1);
+    // A fencing counter that is not one (here a hash), on a name otherwise free: the first
+    // acquisition must not write over it.
+    let name = unique("sem-foreign-fence");
+    let fence = format!("redlatch:{{{name}}}:semaphore:fence");
+    let sem = a.semaphore(&name);
+    sem.set_permits(1).unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(&fence)
+        .arg("f")
+        .arg("v")
+        .query(&mut admin)
+        .unwrap();
+    match sem.try_acquire(1, ZERO, None) {
+        Err(Error::WrongType { key }) => assert_eq!(key, fence),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    let kept: String = redis::cmd("HGET").arg(&fence).arg("f").query(&mut admin).unwrap();
+    assert_eq!(kept, "v");
 }
 
 #[test]
