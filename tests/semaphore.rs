@@ -442,7 +442,11 @@ fn foreign_data_is_refused_and_left_alone() {
         Err(Error::WrongType { key }) => assert_eq!(key, fence),
         other => panic!("expected WrongType, got {other:?}"),
     }
-    let kept: String = redis::cmd("HGET").arg(&fence).arg("f").query(&mut admin).unwrap();
+    let kept: String = redis::cmd("HGET")
+        .arg(&fence)
+        .arg("f")
+        .query(&mut admin)
+        .unwrap();
     assert_eq!(kept, "v");
 }
 
