@@ -26,6 +26,7 @@ pub(crate) mod hold;
 mod lease;
 pub(crate) mod leftover;
 mod local;
+mod release;
 mod renew;
 mod spin;
 mod watch;
@@ -40,12 +41,10 @@ use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::scripts::{self, Acquire, Freeing, Queueing, Release, Releasing};
 
-pub(crate) use acquire::{
-    Acquired, acquire, acquisition, check_replicas, extend_all, forced, give_back, register,
-    release, why_gone,
-};
+pub(crate) use acquire::{Acquired, acquire, acquisition, check_replicas, register};
 pub(crate) use hold::Hold;
 pub(crate) use lease::{Terms, deadline_after, validate_duration, validate_lease};
+pub(crate) use release::{extend_all, forced, give_back, release, why_gone};
 pub(crate) use renew::{Renewed, renew};
 pub(crate) use spin::{Backoff, spin};
 pub(crate) use watch::{Look, watch};
