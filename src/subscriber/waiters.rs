@@ -38,11 +38,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::{Errand, Shared, Subscriber};
-use crate::keys::{Layout, LockKeys};
-use crate::scripts::redisson::Wakes;
-use crate::scripts::{Grants, Message};
+use super::{Shared, Subscriber};
+use crate::keys::LockKeys;
 
+mod deliver;
+mod local;
 #[cfg(test)]
 mod tests;
 
@@ -72,141 +72,6 @@ pub(super) struct Arriving {
 struct HandOver {
     token: u64,
     lease: Duration,
-}
-
-impl Shared {
-    /// A message on a lock's channel. A hand-off wakes exactly the thread it names (if it is
-    /// one of ours); a release that found only stale places queued wakes one waiter; a
-    /// force-unlock, or a latch that opened, all.
-    pub(super) fn deliver(&self, channel: &[u8], payload: &[u8]) {
-        // Not UTF-8: not a channel of ours.
-        let Ok(channel) = std::str::from_utf8(channel) else {
-            return;
-        };
-        let channel = self.object_channel(channel);
-        let entry = self.entries.lock().get(channel).cloned();
-        if let Some(entry) = entry.as_ref().filter(|e| e.keys.layout == Layout::Redisson) {
-            return Entry::deliver_redisson(entry, payload);
-        }
-        match Message::parse(payload) {
-            Some(Message::Grant { lease, grants }) => {
-                self.deliver_grants(channel, entry, lease, grants)
-            }
-            Some(Message::Unlock) => {
-                if let Some(entry) = entry {
-                    let mut state = entry.state.lock();
-                    state.wakes += 1;
-                    Entry::wake_one(&state);
-                }
-            }
-            Some(Message::Force | Message::Open { at_us: None }) => {
-                if let Some(entry) = entry {
-                    let mut state = entry.state.lock();
-                    state.wakes += 1;
-                    Entry::wake_all(&state);
-                }
-            }
-            Some(Message::Open { at_us: Some(at) }) => {
-                if let Some(entry) = entry {
-                    let mut state = entry.state.lock();
-                    state.wakes += 1;
-                    for slot in &state.queue {
-                        slot.open(at);
-                    }
-                }
-            }
-            None => {}
-        }
-    }
-
-    /// The object now belongs to the owners in `grants`, for `lease` unless renewed. Every
-    /// other waiter here learns that the object's lease changed: if a new holder never takes
-    /// it up (it died while it waited), nothing will be published when that lease runs out,
-    /// so no waiter may sleep past it. (Waiters of other clients hear of a release's grants
-    /// only when a new lease ends before the released one: `release.lua`, `shares.lua`.)
-    fn deliver_grants(
-        &self,
-        channel: &str,
-        entry: Option<Arc<Entry>>,
-        lease: Duration,
-        grants: Grants<'_>,
-    ) {
-        let received = Instant::now();
-        let ours = |owner: &str| owner.starts_with(self.owner_prefix.as_str());
-        // `arriving` first, held throughout: a thread moves from it to the entry's queue
-        // under the same lock, so the hand-over finds it in one place or the other.
-        let mut arriving = self.arriving.lock();
-        let mut handed = Vec::new();
-        if let Some(entry) = &entry {
-            let busy_until = received + lease;
-            let mut state = entry.state.lock();
-            state.handovers += 1;
-            state.handover_ends = Some(busy_until);
-            for slot in &state.queue {
-                match grants.iter().find(|(_, owner)| *owner == &*slot.owner) {
-                    Some((token, owner)) if ours(owner) => {
-                        slot.hand_over(HandOver { token, lease }, Some(received));
-                        self.handed_over.store(true, Ordering::Relaxed);
-                        handed.push(owner);
-                    }
-                    // If the new holder never takes it up, nothing is published when its
-                    // lease ends: sleep no longer than that.
-                    _ => slot.wake_by(busy_until),
-                }
-            }
-        }
-        let mut unclaimed = Vec::new();
-        for (token, owner) in grants.iter() {
-            if !ours(owner) || handed.contains(&owner) {
-                continue; // another client's, or delivered above
-            }
-            match arriving.get_mut(owner) {
-                // Its attempt's reply and this message crossed: the thread joins in a moment.
-                Some(a) if a.keys.channel() == channel => {
-                    a.handed = Some(HandOver { token, lease })
-                }
-                // Its thread no longer waits: it gave up, or took the object up with an
-                // attempt of its own, or the message came very late. Give it back if nobody
-                // took it up (the give-back checks that, see `Errand::GiveBack`).
-                _ => unclaimed.push((token, Arc::<str>::from(owner))),
-            }
-        }
-        drop(arriving);
-        if unclaimed.is_empty() {
-            return;
-        }
-        let keys = entry
-            .map(|e| e.keys.clone())
-            .or_else(|| self.keys_of(channel));
-        if let Some(keys) = keys {
-            for (token, owner) in unclaimed {
-                self.give_back(keys.clone(), owner, token, lease);
-            }
-        }
-    }
-
-    /// The object whose channel is `channel`, under this client's prefix.
-    fn keys_of(&self, channel: &str) -> Option<Arc<LockKeys>> {
-        LockKeys::from_channel(&self.key_prefix, channel).map(Arc::new)
-    }
-
-    /// The object's channel `channel` is, or whose grant channel for this client it is
-    /// ([`LockKeys::grant_channel`]): where its entry is kept.
-    pub(super) fn object_channel<'c>(&self, channel: &'c str) -> &'c str {
-        channel
-            .strip_suffix(self.client_id.as_str())
-            .and_then(|c| c.strip_suffix(':'))
-            .unwrap_or(channel)
-    }
-
-    fn give_back(&self, keys: Arc<LockKeys>, owner: Arc<str>, token: u64, lease: Duration) {
-        let _ = self.errands.send(Errand::GiveBack {
-            keys,
-            owner,
-            token,
-            lease,
-        });
-    }
 }
 
 /// The waiters of one lock in this client.
@@ -288,7 +153,7 @@ struct SlotState {
     handed: Option<HandOver>,
     /// When the subscriber thread had the hand-over's message (for [`last_hand_over`]).
     handed_at: Option<Instant>,
-    /// The hand-over came from a release in this client ([`LocalHandOff`]), not through the
+    /// The hand-over came from a release in this client ([`LocalHandOff`](local::LocalHandOff)), not through the
     /// subscriber thread, which therefore must be rung when the waiter leaves.
     handed_locally: bool,
     /// The latest time (server µs) a latch was said to open at, with the permit that woke
@@ -354,34 +219,6 @@ impl Entry {
             if slot.grant() {
                 return;
             }
-        }
-    }
-
-    /// Wakes up to `n` waiters that have no permit yet, oldest first.
-    fn wake_some(state: &EntryState, n: u32) {
-        let mut left = n;
-        for slot in &state.queue {
-            if left == 0 {
-                return;
-            }
-            if slot.grant() {
-                left -= 1;
-            }
-        }
-    }
-
-    /// A message on a channel of Redisson's layout: a wake-up, never a hand-over (see
-    /// `scripts::redisson`).
-    fn deliver_redisson(entry: &Entry, payload: &[u8]) {
-        let Some(wakes) = Wakes::parse(entry.keys.family, payload) else {
-            return;
-        };
-        let mut state = entry.state.lock();
-        state.wakes += 1;
-        match wakes {
-            Wakes::One => Entry::wake_one(&state),
-            Wakes::All => Entry::wake_all(&state),
-            Wakes::Some(n) => Entry::wake_some(&state, n),
         }
     }
 
@@ -529,30 +366,6 @@ impl Subscriber {
         }
     }
 
-    /// The oldest thread of this client waiting for lock `keys` with nothing handed to it
-    /// yet, to hand the lock to as its holder releases it ([`LocalHandOff`]); `None` when
-    /// none waits, or when the last [`MAX_LOCAL_STREAK`] releases of the lock in this client
-    /// all went to one of its own waiters: this one then frees the lock for every client.
-    pub fn local_successor(&self, keys: &LockKeys) -> Option<LocalHandOff> {
-        // The streak outlives the lock's entry, which goes when no thread waits for a while:
-        // a chain of holders that each arrive while the last one holds must still end.
-        let mut streaks = self.shared.local_streaks.lock();
-        let streak = streaks.remove(keys.channel()).unwrap_or(0);
-        if streak >= MAX_LOCAL_STREAK {
-            return None;
-        }
-        let entry = self.shared.entries.lock().get(keys.channel()).cloned()?;
-        let state = entry.state.lock();
-        let (slot, lease) = state.queue.iter().find_map(|slot| {
-            let lease = (*slot.local_lease.lock())?;
-            let free = slot.state.lock().handed.is_none();
-            free.then(|| (slot.clone(), lease))
-        })?;
-        drop(state);
-        streaks.insert(keys.channel().to_string(), streak + 1);
-        Some(LocalHandOff { entry, slot, lease })
-    }
-
     /// Hands a message on `channel` to its waiters, as the thread does when one arrives.
     #[cfg(test)]
     fn deliver(&self, channel: &[u8], payload: &[u8]) {
@@ -661,51 +474,6 @@ impl Drop for Waiter<'_> {
                 self.subscriber.ring();
             }
         }
-    }
-}
-
-/// How many releases in a row may hand a lock to a waiter of the releasing client
-/// ([`Subscriber::local_successor`]) before one frees it for every client: where a layout
-/// has no fair queue (Redisson's), a hand-over inside the client spares every other client's
-/// waiter an attempt that would fail, and the lock's other users still get their turn. A
-/// release that hands nothing over ends the streak (and its record).
-pub(crate) const MAX_LOCAL_STREAK: u32 = 3;
-
-/// A waiting thread of this client chosen to be handed a lock its holder releases: the
-/// release gives the hold to [`owner`](LocalHandOff::owner) in Redis, then
-/// [`deliver`](LocalHandOff::deliver)s it here, as the subscriber delivers a hand-over.
-pub(crate) struct LocalHandOff {
-    entry: Arc<Entry>,
-    slot: Arc<Slot>,
-    lease: Duration,
-}
-
-impl LocalHandOff {
-    /// The owner id the hold goes to.
-    pub fn owner(&self) -> &Arc<str> {
-        &self.slot.owner
-    }
-
-    /// The lease its thread asked for.
-    pub fn lease(&self) -> Duration {
-        self.lease
-    }
-
-    /// Hands the hold taken with `token` for `lease` to the waiting thread; `false` if it no
-    /// longer waits (it gave up, or took the lock by an attempt of its own), which leaves
-    /// the hold to be given back.
-    pub fn deliver(&self, token: u64, lease: Duration) -> bool {
-        // Under the entry's lock: a waiter leaves its queue under it too, and then looks for
-        // a hand-over to give back.
-        let state = self.entry.state.lock();
-        if !state.queue.iter().any(|s| Arc::ptr_eq(s, &self.slot)) {
-            return false;
-        }
-        let mut slot = self.slot.state.lock();
-        slot.handed = Some(HandOver { token, lease });
-        slot.handed_locally = true;
-        self.slot.wake.notify_one();
-        true
     }
 }
 

@@ -4,6 +4,8 @@
 use crossbeam_channel::Receiver;
 
 use super::*;
+use crate::scripts::Message;
+use crate::subscriber::Errand;
 
 /// What a release publishes when it hands the lock to `owner`.
 fn grant(token: u64, lease_ms: u64, owner: &str) -> Vec<u8> {
