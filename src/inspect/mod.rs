@@ -8,22 +8,23 @@
 //! in one and not the other. That is fine for a person looking; nothing decides on it.
 //! Unlike the kinds, this module talks to the servers directly (SCAN on every master, a
 //! subscription of its own): an operator's view is not a policy over the engine.
+//!
+//! This file has the public types, `list` and `inspect`; `report` reads and prints one
+//! object of our own layout, `redisson` one of Redisson's, `watch` follows a channel.
 
 mod redisson;
+mod report;
+mod watch;
 
-use std::collections::HashSet;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
-use redis::{ConnectionLike, RedisResult, Value};
+use redis::{ConnectionLike, RedisResult};
 
-use crate::backend::link::Link;
 use crate::client::Client;
 use crate::core::Core;
 use crate::engine;
 use crate::error::{Error, Result};
 use crate::keys::{Family, Layout, LockKeys};
-use crate::scripts;
-use crate::words::Words;
 
 /// The kinds of object [`Client::inspect`] can look at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -282,7 +283,7 @@ impl Client {
         engine::check_name(core, name)?;
         let keys = core.keys(kind.family(), name);
         let read = |con: &mut dyn ConnectionLike| match core.layout {
-            Layout::Redlatch => read_report(con, kind, &keys),
+            Layout::Redlatch => report::read_report(con, kind, &keys),
             Layout::Redisson => redisson::read_report(con, kind, &keys),
         };
         let mut report = core.backend.run(read).map_err(Error::Redis)?;
@@ -317,125 +318,6 @@ impl Client {
         };
         Ok(report)
     }
-
-    /// Listens on the channels of object `name` of `kind` for at most `duration` (`None`:
-    /// until `each` says stop), calling `each` with every message: when it came and what it
-    /// says (`grant <token> <lease ms> <owner>...` for a hand-over, `unlock`, `force`,
-    /// `open <server time, µs>`). `each` returns `false` to stop; it is asked at each message. A connection that
-    /// fails ends the watch with [`Error::Redis`]. On a Cluster it subscribes on the shard that
-    /// owns the object, with `SSUBSCRIBE` where the cluster publishes that way.
-    ///
-    /// A release hands an object over on the new holders' clients' grant channels (see the
-    /// README's data layout). Where pattern subscriptions are allowed (one server or Sentinel, and an
-    /// ACL that permits the pattern), the watch takes every grant channel with one
-    /// `PSUBSCRIBE`. Elsewhere (sharded pub/sub, or an ACL that allows channels but not that
-    /// pattern) it subscribes the grant channel of each client it finds queued, when it starts
-    /// and after each message; a hand-over to a client that began waiting after the last
-    /// message is then not shown.
-    pub fn watch(
-        &self,
-        kind: ObjectKind,
-        name: &str,
-        duration: Option<Duration>,
-        mut each: impl FnMut(SystemTime, &str) -> bool,
-    ) -> Result<()> {
-        let core = self.core();
-        engine::check_name(core, name)?;
-        let keys = core.keys(kind.family(), name);
-        let sharded = core.backend.sharded_pubsub();
-        let mut link = core.backend.link_for_slot(keys.slot())?;
-        let subscribe = if sharded { "SSUBSCRIBE" } else { "SUBSCRIBE" };
-        link.send(
-            &redis::cmd(subscribe)
-                .arg(keys.channel())
-                .get_packed_command(),
-        )?;
-        let mut watch = Watch {
-            end: duration.and_then(|d| Instant::now().checked_add(d)),
-            each: &mut each,
-            stopped: false,
-        };
-        // Grant channels: all of them by pattern where that is allowed, else client by client.
-        let mut following = None;
-        if keys.layout == Layout::Redisson && keys.family == Family::Lock && !sharded {
-            // A fair lock's waiters each listen on `<channel>:<owner>`.
-            let pattern = format!("{}:*", glob_escape(keys.channel()));
-            link.send(&redis::cmd("PSUBSCRIBE").arg(pattern).get_packed_command())?;
-            watch.until_answer(&mut link, "psubscribe")?;
-        }
-        if keys.grant_channel("").is_some() {
-            let by_pattern = !sharded && {
-                let pattern = format!("{}:*", glob_escape(keys.channel()));
-                link.send(&redis::cmd("PSUBSCRIBE").arg(pattern).get_packed_command())?;
-                watch.until_answer(&mut link, "psubscribe")?
-            };
-            if !by_pattern {
-                following = Some(HashSet::new());
-            }
-        }
-        loop {
-            if let Some(followed) = &mut following {
-                follow_queued(core, &keys, &mut link, subscribe, followed)?;
-            }
-            if watch.stopped || watch.next(&mut link)?.is_none() {
-                return Ok(());
-            }
-        }
-    }
-}
-
-/// A watch under way: when it ends, and whom it tells of each message.
-struct Watch<'a, F: FnMut(SystemTime, &str) -> bool> {
-    end: Option<Instant>,
-    each: &'a mut F,
-    stopped: bool,
-}
-
-impl<F: FnMut(SystemTime, &str) -> bool> Watch<'_, F> {
-    /// Reads the next frame and passes it on if it is a message. `None` once the watch is
-    /// over (its time is up, or `each` said stop).
-    fn next(&mut self, link: &mut Link) -> Result<Option<Value>> {
-        let left = self
-            .end
-            .map(|e| e.saturating_duration_since(Instant::now()));
-        if left == Some(Duration::ZERO) || self.stopped {
-            return Ok(None);
-        }
-        // A read that times out closes the connection (a frame may be half read), so the
-        // only timeout is the end of the watch.
-        link.set_response_timeout(left);
-        let frame = match link.receive() {
-            Ok(frame) => frame,
-            Err(e) if e.is_timeout() => return Ok(None),
-            Err(e) => return Err(Error::Redis(e)),
-        };
-        if let Some(payload) = message_payload(&frame)
-            && !(self.each)(SystemTime::now(), &payload)
-        {
-            self.stopped = true;
-            return Ok(None);
-        }
-        Ok(Some(frame))
-    }
-
-    /// Reads until the answer to a subscription of kind `kind`, passing messages on: whether
-    /// it was a confirmation rather than a refusal.
-    fn until_answer(&mut self, link: &mut Link, kind: &str) -> Result<bool> {
-        while let Some(frame) = self.next(link)? {
-            match &frame {
-                Value::ServerError(_) => return Ok(false),
-                Value::Array(items) | Value::Push { data: items, .. }
-                    if items.first().is_some_and(|first| {
-                        redis::from_redis_value::<String>(first.clone()).is_ok_and(|k| k == kind)
-                    }) =>
-                {
-                    return Ok(true);
-                }
-                _ => {}
-            }
-        }
-        Ok(false)
-    }
 }
 
 /// A lock's places in its queue, oldest first: the member (`"<owner> <hand-over lease ms>
@@ -447,69 +329,6 @@ fn lock_places(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResult<Vec
         .arg(-1)
         .arg("WITHSCORES")
         .query(con)
-}
-
-/// Subscribes, on `link`, the grant channel of every client queued for lock `keys` that is
-/// not in `followed` yet.
-fn follow_queued(
-    core: &Core,
-    keys: &LockKeys,
-    link: &mut Link,
-    subscribe: &str,
-    followed: &mut HashSet<String>,
-) -> Result<()> {
-    let owners: Vec<String> = if keys.family == Family::Lock {
-        let places = core
-            .backend
-            .run(|con| lock_places(con, keys))
-            .map_err(Error::Redis)?;
-        places
-            .iter()
-            .filter_map(|(member, arrival)| scripts::Place::parse(member, *arrival))
-            .map(|place| place.owner.to_string())
-            .collect()
-    } else {
-        core.backend
-            .run(|con| redis::cmd("HKEYS").arg(keys.waiters()).query(con))
-            .map_err(Error::Redis)?
-    };
-    for owner in owners {
-        let client = owner.split(':').next().unwrap_or_default();
-        if let Some(channel) = keys.grant_channel(client)
-            && followed.insert(channel.clone())
-        {
-            link.send(&redis::cmd(subscribe).arg(channel).get_packed_command())?;
-        }
-    }
-    Ok(())
-}
-
-/// `text` as a glob pattern that matches only itself.
-fn glob_escape(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            escaped.push('\\');
-        }
-        escaped.push(c);
-    }
-    escaped
-}
-
-/// The payload of a pub/sub `message`, `smessage` or `pmessage` frame; `None` for a
-/// subscription's confirmation and anything else.
-fn message_payload(frame: &Value) -> Option<String> {
-    let items = match frame {
-        Value::Array(items) | Value::Push { data: items, .. } => items,
-        _ => return None,
-    };
-    let kind: String = redis::from_redis_value(items.first()?.clone()).ok()?;
-    let at = match kind.as_str() {
-        "message" | "smessage" => 2,
-        "pmessage" => 3,
-        _ => return None,
-    };
-    redis::from_redis_value(items.get(at)?.clone()).ok()
 }
 
 /// Every key matching `pattern` on one server, by SCAN.
@@ -529,271 +348,6 @@ fn scan(con: &mut dyn ConnectionLike, pattern: &str) -> RedisResult<Vec<String>>
             return Ok(keys);
         }
         cursor = next;
-    }
-}
-
-/// Reads object `keys` of `kind`: everything but the subscribers.
-fn read_report(
-    con: &mut dyn ConnectionLike,
-    kind: ObjectKind,
-    keys: &LockKeys,
-) -> RedisResult<Report> {
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(con)?;
-    let now_ms = secs * 1000 + micros / 1000;
-    let pttl: i64 = redis::cmd("PTTL").arg(keys.lock()).query(con)?;
-    let ttl = (pttl >= 0).then(|| Duration::from_millis(pttl as u64));
-    let fence: Option<String> = redis::cmd("GET")
-        .arg(keys.fence())
-        .query(con)
-        .unwrap_or(None);
-    let mut report = Report {
-        kind,
-        name: keys.name().to_string(),
-        key: keys.lock().to_string(),
-        holders: Vec::new(),
-        ttl,
-        fence: fence.and_then(|f| f.parse().ok()),
-        queue: Vec::new(),
-        subscribers: 0,
-        count: None,
-    };
-    match kind {
-        ObjectKind::CountDownLatch => {
-            let count: Option<String> = redis::cmd("GET").arg(keys.lock()).query(con)?;
-            report.count = Some(count.and_then(|c| c.parse().ok()).unwrap_or(0));
-            return Ok(report);
-        }
-        ObjectKind::Lock => {
-            let holders: Vec<(String, u64)> = redis::cmd("HGETALL").arg(keys.lock()).query(con)?;
-            report.holders = holders
-                .into_iter()
-                .map(|(owner, count)| Holder {
-                    owner,
-                    count,
-                    token: report.fence,
-                    lease_left: ttl,
-                    writer: false,
-                    client_name: None,
-                    client_addr: None,
-                })
-                .collect();
-        }
-        ObjectKind::ReadWriteLock | ObjectKind::Semaphore => {
-            let fields: Vec<(String, String)> =
-                redis::cmd("HGETALL").arg(keys.lock()).query(con)?;
-            let writer = fields
-                .iter()
-                .find(|(f, _)| f == "writer")
-                .map(|(_, v)| v.clone());
-            let leases: Vec<(String, u64)> = redis::cmd("ZRANGE")
-                .arg(keys.leases())
-                .arg(0)
-                .arg(-1)
-                .arg("WITHSCORES")
-                .query(con)?;
-            for (owner, value) in fields.into_iter().filter(|(f, _)| f != "writer") {
-                let mut parts = value.split(' ');
-                let count = parts.next().and_then(|c| c.parse().ok()).unwrap_or(0);
-                let token = parts.next().and_then(|t| t.parse().ok());
-                let lease_left = leases
-                    .iter()
-                    .find(|(o, _)| *o == owner)
-                    .map(|(_, end)| Duration::from_millis(end.saturating_sub(now_ms)));
-                report.holders.push(Holder {
-                    writer: writer.as_deref() == Some(owner.as_str()),
-                    owner,
-                    count,
-                    token,
-                    lease_left,
-                    client_name: None,
-                    client_addr: None,
-                });
-            }
-            if kind == ObjectKind::Semaphore {
-                let total: Option<String> = redis::cmd("GET").arg(keys.permits()).query(con)?;
-                report.count = Some(total.and_then(|t| t.parse().ok()).unwrap_or(0));
-            }
-        }
-    }
-    if kind == ObjectKind::Lock {
-        report.queue = lock_places(con, keys)?
-            .iter()
-            .map(
-                |(member, arrival)| match scripts::Place::parse(member, *arrival) {
-                    Some(place) => Waiter::waiting(
-                        place.owner,
-                        place.valid_until_ms,
-                        place.handover_lease_ms,
-                        now_ms,
-                    ),
-                    None => Waiter::unread(member, ""),
-                },
-            )
-            .collect();
-        return Ok(report);
-    }
-    let queued: Vec<String> = redis::cmd("ZRANGE")
-        .arg(keys.queue())
-        .arg(0)
-        .arg(-1)
-        .query(con)?;
-    if !queued.is_empty() {
-        let terms: Vec<Option<String>> = redis::cmd("HMGET")
-            .arg(keys.waiters())
-            .arg(&queued)
-            .query(con)?;
-        report.queue = queued
-            .into_iter()
-            .zip(terms)
-            .map(|(owner, terms)| Waiter::of_shares(&owner, &terms.unwrap_or_default(), now_ms))
-            .collect();
-    }
-    Ok(report)
-}
-
-/// The report as `redlatch inspect` prints it, a line per fact, each holder and waiter on a
-/// line of its own with its client's name and address where known:
-///
-/// ```text
-/// lock "invoice:42" (redlatch:{invoice:42})
-///   lease 21 s 400 ms left; fencing counter 1795548688566984; 1 client(s) subscribed
-///   holders:
-///     1b4e28ba-2fa1-11d2-883f-0016d3cca427:7  count 1  token 1795548688566984  lease 21 s 400 ms left  client api@host-7 at 10.0.0.21:51234
-///   queue, oldest first:
-///     1. 6fa459ea-ee8a-3ca4-894e-db77e160355e:3  valid for 29 s 800 ms more, hand-over lease 30 s  client worker@host-2 at 10.0.0.34:40112
-/// ```
-impl std::fmt::Display for Report {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "{} {:?} ({})", self.kind.as_str(), self.name, self.key)?;
-        match self.ttl {
-            Some(ttl) => write!(f, "  lease {} left", Words(ttl))?,
-            None => write!(f, "  no lease")?,
-        }
-        match self.fence {
-            Some(fence) => write!(f, "; fencing counter {fence}")?,
-            None => write!(f, "; fencing counter none")?,
-        }
-        writeln!(f, "; {} client(s) subscribed", self.subscribers)?;
-        if let Some(count) = self.count {
-            let what = match self.kind {
-                ObjectKind::Semaphore => "total permits",
-                _ => "count",
-            };
-            writeln!(f, "  {what} {count}")?;
-        }
-        if self.holders.is_empty() {
-            writeln!(f, "  held by nobody")?;
-        } else {
-            writeln!(f, "  holders:")?;
-        }
-        for h in &self.holders {
-            write!(f, "    {}  count {}", h.owner, h.count)?;
-            if let Some(token) = h.token {
-                write!(f, "  token {token}")?;
-            }
-            if let Some(left) = h.lease_left {
-                write!(f, "  lease {} left", Words(left))?;
-            }
-            if h.writer {
-                write!(f, "  (writer)")?;
-            }
-            writeln!(f, "{}", ClientOf(&h.client_name, &h.client_addr))?;
-        }
-        if self.queue.is_empty() {
-            writeln!(f, "  nobody queued")?;
-        } else {
-            writeln!(f, "  queue, oldest first:")?;
-        }
-        for (i, w) in self.queue.iter().enumerate() {
-            let client = ClientOf(&w.client_name, &w.client_addr);
-            writeln!(f, "    {}. {}  {}{client}", i + 1, w.owner, w.terms)?;
-        }
-        Ok(())
-    }
-}
-
-/// The end of a holder's or waiter's line: `  client api@host-7 at 10.0.0.7:53422`, or
-/// nothing where the client is not known.
-struct ClientOf<'a>(&'a Option<String>, &'a Option<String>);
-
-impl std::fmt::Display for ClientOf<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (self.0, self.1) {
-            (Some(name), Some(addr)) => write!(f, "  client {name} at {addr}"),
-            (Some(name), None) => write!(f, "  client {name}"),
-            _ => Ok(()),
-        }
-    }
-}
-
-impl Waiter {
-    /// A waiter whose terms no script of ours wrote: shown as Redis has them.
-    fn unread(owner: &str, terms: &str) -> Waiter {
-        Waiter {
-            owner: owner.to_string(),
-            terms: terms.to_string(),
-            valid_for: None,
-            handover_lease: None,
-            permits: None,
-            writer: false,
-            granted: None,
-            client_name: None,
-            client_addr: None,
-        }
-    }
-
-    /// A waiter in the queue whose place is valid until `valid_until_ms` (the server's clock,
-    /// which reads `now_ms`) and who is handed the object with `handover_lease_ms`.
-    fn waiting(owner: &str, valid_until_ms: u64, handover_lease_ms: u64, now_ms: u64) -> Waiter {
-        let valid_for = Duration::from_millis(valid_until_ms.saturating_sub(now_ms));
-        let handover_lease = Duration::from_millis(handover_lease_ms);
-        Waiter {
-            terms: format!(
-                "valid for {} more, hand-over lease {}",
-                Words(valid_for),
-                Words(handover_lease)
-            ),
-            valid_for: Some(valid_for),
-            handover_lease: Some(handover_lease),
-            ..Waiter::unread(owner, "")
-        }
-    }
-
-    /// A read-write lock's or a semaphore's waiter, whose terms are `"<valid until ms>
-    /// <hand-over lease ms> <need>"` or `"granted <token>"` (`lua/shares.lua`).
-    fn of_shares(owner: &str, terms: &str, now_ms: u64) -> Waiter {
-        let words: Vec<&str> = terms.split(' ').collect();
-        match words.as_slice() {
-            ["granted", token] => match token.parse() {
-                Ok(token) => Waiter {
-                    terms: format!("granted token {token}, not taken up yet"),
-                    granted: Some(token),
-                    ..Waiter::unread(owner, terms)
-                },
-                Err(_) => Waiter::unread(owner, terms),
-            },
-            [valid, lease, need] => match (valid.parse(), lease.parse()) {
-                (Ok(valid), Ok(lease)) => {
-                    let mut waiter = Waiter::waiting(owner, valid, lease, now_ms);
-                    match *need {
-                        "w" => waiter.writer = true,
-                        "r" => {}
-                        n => waiter.permits = n.parse().ok(),
-                    }
-                    let asks = match (*need, waiter.permits) {
-                        ("w", _) => ", to write".to_string(),
-                        ("r", _) => ", to read".to_string(),
-                        (_, Some(1)) => ", 1 permit".to_string(),
-                        (_, Some(n)) => format!(", {n} permits"),
-                        (_, None) => format!(", asks {need}"),
-                    };
-                    waiter.terms.push_str(&asks);
-                    waiter
-                }
-                _ => Waiter::unread(owner, terms),
-            },
-            _ => Waiter::unread(owner, terms),
-        }
     }
 }
 
