@@ -60,7 +60,17 @@ fn on_thread<T: Send + 'static>(
     })
 }
 
-const JAVA_LEASE: i64 = -1; // Java's "no lease": its watchdog's 30 s
+const JAVA_LEASE: i64 = -1;
+
+/// Waits (at most 5 s) until a Java thread that started waiting after its JVM had sent
+/// `before` commands has parked: attempted, subscribed and attempted again.
+fn await_java_parked(java: &Jvm, before: u64) {
+    assert!(
+        eventually(Duration::from_secs(5), || java.commands_sent()
+            >= before + 3),
+        "the Java waiter did not park"
+    );
+} // Java's "no lease": its watchdog's 30 s
 const QUICK: Duration = Duration::from_millis(800);
 
 /// Exclusion and re-entry seen from both sides; a non-owner's unlock refused either way.
@@ -131,13 +141,13 @@ fn releases_wake_the_other_side(f: &Fleet) {
     );
 
     let guard = f.ours.lock(&name).lock().unwrap();
+    let before = f.java.commands_sent();
     let java = {
         let java = f.java.clone();
         let name = name.clone();
         on_thread(move || java.try_lock(&name, 2, Duration::from_secs(20), JAVA_LEASE))
     };
-    // Java subscribes, attempts, then sleeps: give it time to park.
-    thread::sleep(Duration::from_millis(300));
+    await_java_parked(&f.java, before);
     let released = Instant::now();
     drop(guard);
     let (woken, got) = join_all(vec![java], Duration::from_secs(30), "Java's waiter").remove(0);
@@ -173,12 +183,13 @@ fn a_name_with_braces_wakes_both_ways(f: &Fleet) {
     let (woken, got) = join_all(vec![ours], Duration::from_secs(30), "our waiter").remove(0);
     assert!(got && woken - released < QUICK);
     let guard = f.ours.lock(&name).lock().unwrap();
+    let before = f.java.commands_sent();
     let java = {
         let java = f.java.clone();
         let name = name.clone();
         on_thread(move || java.try_lock(&name, 9, Duration::from_secs(20), JAVA_LEASE))
     };
-    thread::sleep(Duration::from_millis(300));
+    await_java_parked(&f.java, before);
     let released = Instant::now();
     drop(guard);
     let (woken, got) = join_all(vec![java], Duration::from_secs(30), "Java's waiter").remove(0);
@@ -316,12 +327,13 @@ fn latch_opens_both_ways(f: &Fleet) {
     assert!(open && when - opened < QUICK);
 
     assert!(latch.try_set_count(1).unwrap());
+    let before = f.java.commands_sent();
     let java = {
         let java = f.java.clone();
         let name = name.clone();
         on_thread(move || java.latch_await(&name, Duration::from_secs(20)))
     };
-    thread::sleep(Duration::from_millis(300));
+    await_java_parked(&f.java, before);
     let opened = Instant::now();
     assert_eq!(latch.count_down().unwrap(), 0);
     let (when, open) = join_all(vec![java], Duration::from_secs(30), "Java's waiter").remove(0);
@@ -369,7 +381,11 @@ fn multi_lock_over_java_locks(f: &Fleet) {
                 .is_some()
         })
     };
-    thread::sleep(Duration::from_millis(300));
+    assert!(eventually(Duration::from_secs(5), || f
+        .ours
+        .stats()
+        .waiting_threads
+        == 1));
     let released = Instant::now();
     assert_eq!(f.java.unlock(&b, 6), Some(1));
     let (woken, got) = join_all(vec![ours], Duration::from_secs(30), "multi").remove(0);
@@ -384,12 +400,13 @@ fn read_write_lock_both_ways(f: &Fleet) {
     let ours = rw.read().unwrap();
     assert!(f.java.read_try_lock(&name, 1, Duration::ZERO, JAVA_LEASE));
     // A Java writer waits for both readers.
+    let before = f.java.commands_sent();
     let java_writer = {
         let java = f.java.clone();
         let name = name.clone();
         on_thread(move || java.write_try_lock(&name, 2, Duration::from_secs(20), JAVA_LEASE))
     };
-    thread::sleep(Duration::from_millis(300));
+    await_java_parked(&f.java, before);
     // Readers still enter while it waits (Redisson's rule), from both sides.
     let second = {
         let rw = rw.clone();
@@ -404,7 +421,6 @@ fn read_write_lock_both_ways(f: &Fleet) {
     // Java's read release leaves our reader in place, its lease intact.
     assert_eq!(f.java.read_unlock(&name, 1), Some(0));
     assert!(!ours.is_lost());
-    thread::sleep(Duration::from_millis(200));
     assert!(f.java.is_locked(&name), "our reader keeps the lock");
     let released = Instant::now();
     drop(ours);
@@ -464,10 +480,10 @@ fn semaphore_both_ways(f: &Fleet) {
     let waiting = {
         let semaphore = semaphore.clone();
         on_thread(move || {
+            // Kept past the thread (Permits are Send): Java must wait for the last one.
             semaphore
                 .try_acquire(1, Duration::from_secs(20), None)
                 .unwrap()
-                .is_some()
         })
     };
     assert!(eventually(Duration::from_secs(5), || f
@@ -478,18 +494,20 @@ fn semaphore_both_ways(f: &Fleet) {
     thread::sleep(Duration::from_millis(100));
     let released = Instant::now();
     assert!(f.java.permit_release(&name, &java_permit));
-    let (woken, got) = join_all(vec![waiting], Duration::from_secs(30), "our waiter").remove(0);
+    let (woken, kept) = join_all(vec![waiting], Duration::from_secs(30), "our waiter").remove(0);
     assert!(
-        got && woken - released < QUICK,
+        kept.is_some() && woken - released < QUICK,
         "ours woken {:?} after Java's release",
         woken - released
     );
+    assert_eq!(f.java.permit_available(&name), 0);
+    let before = f.java.commands_sent();
     let java_waiting = {
         let java = f.java.clone();
         let name = name.clone();
         on_thread(move || java.permit_try_acquire(&name, Duration::from_secs(20), JAVA_LEASE))
     };
-    thread::sleep(Duration::from_millis(300));
+    await_java_parked(&f.java, before);
     let released = Instant::now();
     ours.release().unwrap();
     let (woken, got) =
@@ -501,6 +519,7 @@ fn semaphore_both_ways(f: &Fleet) {
         woken - released
     );
     assert!(f.java.permit_release(&name, &id));
+    kept.unwrap().release().unwrap();
 }
 
 fn suite(f: &Fleet, watchdog: Duration) {
