@@ -397,6 +397,9 @@ impl Handle for SemaphoreHandle {
     fn unlock(&mut self) {
         self.permits.take().unwrap().release().unwrap();
     }
+    fn last_hand_over(&mut self) -> Option<(Instant, Instant)> {
+        redlatch::bench_support::last_hand_over()
+    }
 }
 
 /// Writers of a redlatch read-write lock, used as a lock: a write's hand-off against the
@@ -442,6 +445,9 @@ impl Handle for WriterHandle {
     }
     fn unlock(&mut self) {
         self.guard.take().unwrap().unlock().unwrap();
+    }
+    fn last_hand_over(&mut self) -> Option<(Instant, Instant)> {
+        redlatch::bench_support::last_hand_over()
     }
 }
 

@@ -1,11 +1,11 @@
 //! The lock family against the lock, in the same run: what Redis spends on an uncontended
-//! cycle of each kind (INFO commandstats, the scripts' own time), and a write's hand-off
-//! against a lock's.
+//! cycle of each kind (INFO commandstats, the scripts' own time), and a write's and a
+//! permit's hand-off against a lock's, each in stages.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::contenders::{Redlatch, RedlatchWriters, connection};
+use super::contenders::{Redlatch, RedlatchSemaphore, RedlatchWriters, connection};
 use super::scenario::{self, Contended};
 use super::stats::percentile;
 use super::{Figures, ratio};
@@ -13,8 +13,8 @@ use super::{Figures, ratio};
 /// The kinds whose cycles are measured, in the order of their blocks.
 const KINDS: [&str; 4] = ["lock", "semaphore", "write", "read"];
 
-/// Server time per uncontended cycle of each kind over the lock's, and a write's hand-off over
-/// a lock's; the lock's hand-off p50 is returned for the latch's figure.
+/// Server time per uncontended cycle of each kind over the lock's, and a write's and a permit's
+/// hand-off over a lock's; the lock's hand-off p50 is returned for the latch's figure.
 pub fn figures(f: &mut Figures, url: &str, secs: Duration) -> Duration {
     eprintln!("the family: server time per uncontended cycle, in alternating blocks");
     let client = redlatch::Client::open(url).unwrap();
@@ -100,7 +100,21 @@ pub fn figures(f: &mut Figures, url: &str, secs: Duration) -> Duration {
     drop(locks);
     let writers = RedlatchWriters::new(url, 4);
     let mut w = scenario::contended(&writers, &four_by_four, url);
+    drop(writers);
+    eprintln!("the family: a semaphore of one permit's hand-off, 16 threads in 4 clients");
+    let semaphores = RedlatchSemaphore::new(url, 4);
+    let mut s = scenario::contended(&semaphores, &four_by_four, url);
+    drop(semaphores);
+    for (kind, o) in [("lock", &l), ("write", &w), ("semaphore", &s)] {
+        stages(f, kind, o);
+    }
     let lock_p50 = percentile(&mut l.handoffs, 0.5);
+    f.put(
+        "semaphore_handoff_p50_over_lock",
+        ratio(percentile(&mut s.handoffs, 0.5), lock_p50),
+        "<= 1.1",
+        "a permit released to a waiting acquirer over the lock's hand-off (same run)",
+    );
     f.put(
         "read_write_handoff_p50_over_lock",
         ratio(percentile(&mut w.handoffs, 0.5), lock_p50),
@@ -108,6 +122,20 @@ pub fn figures(f: &mut Figures, url: &str, secs: Duration) -> Duration {
         "a write released to a waiting writer over the lock's hand-off (same run)",
     );
     lock_p50
+}
+
+/// `kind`'s hand-off in stages, p50 in µs: where a hand-off's time goes, beside the ratios.
+fn stages(f: &mut Figures, kind: &str, o: &scenario::Outcome) {
+    let stage =
+        |i: usize| -> Vec<Duration> { o.stages.iter().map(|s| [s.0, s.1, s.2][i]).collect() };
+    for (i, what) in ["to_subscriber", "wake", "return"].into_iter().enumerate() {
+        f.put(
+            &format!("family_{kind}_handoff_stage_{what}_us_p50"),
+            percentile(&mut stage(i), 0.5).as_secs_f64() * 1e6,
+            "",
+            "stage of the hand-off (as handoff_stage_*: release sent -> subscriber has it -> thread runs -> call returns)",
+        );
+    }
 }
 
 /// The scripts' server time since the last CONFIG RESETSTAT, µs.

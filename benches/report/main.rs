@@ -301,12 +301,6 @@ fn main() {
     let semaphore = RedlatchSemaphore::new(&url, 4);
     let mut o = scenario::contended(&semaphore, &four_by_four, &url);
     f.put(
-        "semaphore_handoff_p50_over_lock",
-        ratio(percentile(&mut o.handoffs, 0.5), lock_handoff_p50),
-        "<= 1.5",
-        "the semaphore's hand-off over the lock's (same run)",
-    );
-    f.put(
         "semaphore_handoff_p99_over_ping",
         ratio(percentile(&mut o.handoffs, 0.99), ping_p50),
         "",
