@@ -5,7 +5,8 @@
 -- ARGV[4]  owner id
 -- ARGV[5]  holds             how many holds the caller has before this release (>= 1)
 -- ARGV[6]  token             the fencing token of the hold being released
--- ARGV[7]  latch ttl         milliseconds the latch outlives a final release
+-- ARGV[7]  latch ttl         milliseconds the latch outlives a final release; "0" leaves
+--                            none (the caller's connection never retries out of its sight)
 -- ARGV[8]  how the hold was taken, as release.lua's ARGV[6]: "0" (or absent, as an attempt
 --          sends it) by an attempt of its own,
 --          "1" not at all (an unused grant, given back: act only while the owner's terms
@@ -13,12 +14,16 @@
 --
 -- Replies: 1 released (the waiters that now fit were granted: one message per client, or
 -- one on the channel; see grant_waiters), 2 still held
--- (the count is now holds - 1), 0 not ours (nothing changed).
+-- (the count is now holds - 1), 0 not ours (nothing changed), 3 gone without a latch to
+-- say why, as release.lua's: a final release found no field of the owner's, and the counter
+-- stands at the hold's token or above (the caller's earlier attempt, whose reply was lost,
+-- may have released it: the caller knows whether there was one).
 --
 -- The hold is ours only if the owner's field carries the hold's token and its lease has not
 -- ended: a release that reaches Redis late must not touch a newer hold.
 -- Idempotent as release.lua: an intermediate release *sets* the count; the final one leaves
--- a short-lived latch, and a retry that finds it answers 1 instead of "not ours".
+-- a short-lived latch where the caller asks for one (ARGV[7]), and a retry that finds it
+-- answers 1 instead of "not ours"; without one, a retry answers 3.
 -- Frees first (HDEL), so that a server at maxmemory does not refuse it (see release.lua).
 -- A key of another type answers 0 ("not ours") and is left alone.
 
@@ -28,7 +33,8 @@
 -- "writer" naming it. Its lease needs no look of its own: the hash lives as long as its
 -- latest lease, and any acquisition drops a holder whose lease ended, so a field still there
 -- is a hold nobody has taken over. Then the holders and the leases go with one DEL (a
--- deletion: a server at maxmemory lets it through), and the latch is left. Anything else,
+-- deletion: a server at maxmemory lets it through), and the latch is left if asked for.
+-- Anything else,
 -- foreign data included (a read that fails goes this way), takes the general way below.
 if ARGV[5] == '1' and (ARGV[8] or '0') == '0' then
   local H, owner = KEYS[1], ARGV[4]
@@ -47,7 +53,9 @@ if ARGV[5] == '1' and (ARGV[8] or '0') == '0' then
   if alone and string.match(held, '^%d+ (%d+)$') == ARGV[6]
       and redis.call('exists', H .. ':queue') == 0 then
     redis.call('del', H, H .. ':leases')
-    redis.pcall('set', H .. ':released:' .. owner .. ':' .. ARGV[6], '1', 'px', ARGV[7])
+    if ARGV[7] ~= '0' then
+      redis.pcall('set', H .. ':released:' .. owner .. ':' .. ARGV[6], '1', 'px', ARGV[7])
+    end
     return 1
   end
 end
@@ -70,8 +78,14 @@ end
 local count, held = holding(owner)
 local lease_end = tonumber(redis.call('zscore', leases, owner) or '0')
 if not count or held ~= token or lease_end <= now then
-  if holds <= 1 and redis.call('exists', latch) == 1 then
+  if holds > 1 then
+    return 0
+  end
+  if latch_ttl ~= '0' and redis.call('exists', latch) == 1 then
     return 1
+  end
+  if not count and tonumber(redis.call('get', fence) or '0') >= tonumber(token) then
+    return 3
   end
   return 0
 end
@@ -90,7 +104,9 @@ end
 if granted then
   redis.call('hdel', waiters, owner)
 end
-redis.pcall('set', latch, '1', 'px', latch_ttl)
+if latch_ttl ~= '0' then
+  redis.pcall('set', latch, '1', 'px', latch_ttl)
+end
 purge()
 grant_waiters(lease_end)
 fix_expiry()

@@ -354,6 +354,63 @@ fn a_release_whose_reply_was_lost_is_retried_without_harm() {
     assert!(!lock.is_locked().unwrap());
 }
 
+/// A share's final release leaves no latch outside a Cluster, as a lock's: its retry must still
+/// answer "released", while a hold deleted under its holder stays lost.
+#[test]
+fn a_share_release_whose_reply_was_lost_is_retried_without_harm() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let proxy = Proxy::start(server.port);
+    let client = Client::open(&proxy.url()).unwrap();
+    warm_up(&client);
+    let lease = Some(Duration::from_secs(30));
+
+    let semaphore = client.semaphore(&unique("lost-permit-release"));
+    semaphore.set_permits(2).unwrap();
+    let permits = semaphore
+        .try_acquire(1, Duration::ZERO, lease)
+        .unwrap()
+        .unwrap();
+    proxy.lose_reply_to(b"EVALSHA");
+    permits
+        .release()
+        .expect("a retried permit release must not report the permits lost");
+    assert_eq!(proxy.cuts(), 1);
+    assert_eq!(semaphore.available().unwrap(), 2);
+
+    let rw = client.read_write_lock(&unique("lost-write-release"));
+    let write = rw.try_write(Duration::ZERO, lease).unwrap().unwrap();
+    proxy.lose_reply_to(b"EVALSHA");
+    write
+        .unlock()
+        .expect("a retried write release must not report the lock lost");
+    assert_eq!(proxy.cuts(), 2);
+    assert!(rw.try_write(Duration::ZERO, lease).unwrap().is_some());
+
+    let keys_left: Vec<String> = redis::cmd("KEYS")
+        .arg("redlatch:*:released:*")
+        .query(&mut admin)
+        .unwrap();
+    assert!(
+        keys_left.is_empty(),
+        "no latch outside a Cluster: {keys_left:?}"
+    );
+
+    // Deleted by hand within its lease: the first and only attempt is no retry.
+    let name = unique("permits-deleted-by-hand");
+    let semaphore = client.semaphore(&name);
+    semaphore.set_permits(1).unwrap();
+    let permits = semaphore
+        .try_acquire(1, Duration::ZERO, lease)
+        .unwrap()
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("redlatch:{{{name}}}:semaphore"))
+        .query(&mut admin)
+        .unwrap();
+    assert!(permits.release().unwrap_err().is_lock_lost());
+}
+
 #[test]
 fn a_release_that_handed_over_and_lost_its_reply_is_still_a_release() {
     let server = RedisServer::start();

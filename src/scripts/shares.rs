@@ -150,12 +150,17 @@ pub(crate) fn release(
         .arg(owner)
         .arg(how.holds)
         .arg(token)
-        .arg(millis(freeing.latch_ttl))
+        .arg(if freeing.retries_unseen {
+            millis(freeing.latch_ttl)
+        } else {
+            0
+        })
         .optional_args(&[(how.mode() != "0", Optional::Text(how.mode()))])
         .invoke(con)?;
     Ok(match reply {
         1 => Release::Released,
         2 => Release::StillHeld,
+        3 => Release::Gone,
         _ => Release::NotOurs,
     })
 }
