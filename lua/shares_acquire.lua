@@ -36,37 +36,60 @@
 -- The usual case first, before shares.lua's helpers are made (each costs Redis a function
 -- made on every run): a first acquisition of an object nobody holds or waits for. Its
 -- holders, leases and queue are all absent (one EXISTS), so none of them can hold foreign
--- data; the counter (and a semaphore's total) are read before any write, and anything
--- unexpected there goes the general way below, which names what is foreign. The first write
--- is the counter's (or, for a read that keeps the counter as it is, the holders'): refused
--- at maxmemory, it leaves nothing written.
+-- data; a semaphore's total is read before any write, and the counter by the write that
+-- moves it (or, for a read, before), and anything unexpected there goes the general way
+-- below, which names what is foreign. The first write is the counter's (or, for a read that
+-- keeps the counter as it is, the holders'): refused at maxmemory, it leaves nothing written.
 local held_by, leased = KEYS[1], KEYS[1] .. ':leases'
 if ARGV[5] == '0' and redis.call('exists', held_by, leased, held_by .. ':queue') == 0 then
   local counter_key = held_by .. ':fence'
-  local counter = redis.pcall('get', counter_key)
-  local rw, need = ARGV[1] == 'rw', ARGV[7]
-  local last = type(counter) ~= 'table' and tonumber(counter or '0')
-  local fits = last ~= nil and last ~= false
-  if fits and not rw then
+  local rw, need, lease = ARGV[1] == 'rw', ARGV[7], ARGV[6]
+  local fits = true
+  if not rw then
     local permits = redis.pcall('get', held_by .. ':permits')
     local total = type(permits) ~= 'table' and tonumber(permits or '0')
     fits = total and tonumber(need) <= total
   end
+  local token, time
   if fits then
     -- Numbers go to Redis as text made here with %d: a Lua number passed as it is costs a
     -- floating-point conversion, and ARGV's text none.
-    local owner, lease = ARGV[4], ARGV[6]
-    local time = redis.call('time')
-    local token = counter
     local counter_life = string.format('%d', tonumber(lease) + tonumber(ARGV[3]))
-    if not (rw and need == 'r' and counter) then
-      -- As shares.lua's next_token: above the last, at least the clock in µs.
-      local micros = tonumber(time[1]) * 1000000 + tonumber(time[2])
-      token = string.format('%d', math.max(micros, last + 1))
-      redis.call('set', counter_key, token, 'PX', counter_life)
-    elseif redis.call('pttl', counter_key) < tonumber(counter_life) then
-      redis.call('pexpire', counter_key, counter_life) -- a read keeps the counter alive
+    time = redis.call('time')
+    if rw and need == 'r' then
+      -- A read takes the counter as it is, and keeps it alive.
+      local counter = redis.pcall('get', counter_key)
+      if type(counter) == 'table' or (counter and not string.match(counter, '^%d+$')) then
+        fits = false
+      elseif counter then
+        token = counter
+        if redis.call('pttl', counter_key) < tonumber(counter_life) then
+          redis.call('pexpire', counter_key, counter_life)
+        end
+      end
     end
+    if fits and not token then
+      -- The next token, as acquire.lua's next_token: one SET ... GET reads the counter,
+      -- writes the clock (µs) and sets its life; a key of another type refuses it without
+      -- writing, and a string that is not a counter is put back (its expiry is lost: kept,
+      -- never deleted) for the general way below to name. Above the last, at least the clock.
+      local clock = time[1] .. string.sub('00000' .. time[2], -6)
+      local old = redis.pcall('set', counter_key, clock, 'PX', counter_life, 'GET')
+      if type(old) == 'table' then
+        fits = false
+      elseif old and not string.match(old, '^%d+$') then
+        redis.call('set', counter_key, old)
+        fits = false
+      elseif old and tonumber(old) >= tonumber(clock) then
+        token = string.format('%d', tonumber(old) + 1)
+        redis.call('set', counter_key, token, 'KEEPTTL')
+      else
+        token = clock
+      end
+    end
+  end
+  if fits then
+    local owner = ARGV[4]
     if rw and need == 'w' then
       redis.call('hset', held_by, owner, '1 ' .. token, 'writer', owner)
     else
