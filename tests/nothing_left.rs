@@ -75,6 +75,22 @@ fn ten_thousand_names_and_every_kind_leave_nothing_after_the_retention() {
             .is_none()
     );
     held.unlock().unwrap();
+    // One hand-over for certain (the threads above may happen never to meet): b waits while
+    // a holds.
+    let held = a.lock("handed").lock().unwrap();
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            b.lock("handed")
+                .try_lock(Duration::from_secs(10), None)
+                .unwrap()
+                .map(drop)
+        });
+        assert!(eventually(Duration::from_secs(5), || {
+            support::queued_owners(&mut admin, "handed").len() == 1
+        }));
+        held.unlock().unwrap();
+        assert!(waiter.join().unwrap().is_some());
+    });
     let lock_stats = (a.stats(), b.stats());
     assert!(
         lock_stats.0.handed_over + lock_stats.1.handed_over > 0,
@@ -100,6 +116,28 @@ fn ten_thousand_names_and_every_kind_leave_nothing_after_the_retention() {
             });
         }
     });
+    // One wait for certain on a semaphore, as for the lock above.
+    let sem = a.semaphore("sem:waited");
+    sem.set_permits(1).unwrap();
+    let permits = sem.acquire(1).unwrap();
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            b.semaphore("sem:waited")
+                .try_acquire(1, Duration::from_secs(10), None)
+                .unwrap()
+                .map(|p| p.release().unwrap())
+        });
+        let queue = "redlatch:{sem:waited}:semaphore:queue";
+        assert!(eventually(Duration::from_secs(5), || {
+            redis::cmd("ZCARD")
+                .arg(queue)
+                .query::<u64>(&mut admin)
+                .unwrap()
+                == 1
+        }));
+        permits.release().unwrap();
+        assert!(waiter.join().unwrap().is_some());
+    });
     let waited = a.stats().acquired_after_wait + b.stats().acquired_after_wait;
     assert!(
         waited > lock_stats.0.acquired_after_wait + lock_stats.1.acquired_after_wait,
@@ -115,14 +153,15 @@ fn ten_thousand_names_and_every_kind_leave_nothing_after_the_retention() {
     }
     drop((a, b));
 
-    // What stays is the five semaphores' totals; everything else expires within the longest
+    // What stays is the six semaphores' totals; everything else expires within the longest
     // of: a lease (1 s) plus the retention (1 s), a retry latch (about 4 s with these
     // timeouts), a queue (twice a wait's place, about 6 s).
     let started = Instant::now();
-    eventually(Duration::from_secs(30), || dbsize(&mut admin) <= 5);
+    eventually(Duration::from_secs(30), || dbsize(&mut admin) <= 6);
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut admin).unwrap();
     let mut expected: Vec<String> = (0..5)
         .map(|i| format!("redlatch:{{sem:{i}}}:semaphore:permits"))
+        .chain(["redlatch:{sem:waited}:semaphore:permits".to_string()])
         .collect();
     let mut keys_sorted = keys.clone();
     keys_sorted.sort();
