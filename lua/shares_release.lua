@@ -27,17 +27,20 @@
 -- Frees first (HDEL), so that a server at maxmemory does not refuse it (see release.lua).
 -- A key of another type answers 0 ("not ours") and is left alone.
 
--- The usual case first, before shares.lua's helpers are made: the last hold of the only
--- holder, taken by an attempt of its own, with nobody queued. The holders hash is read whole
--- (one HGETALL): the owner's field with the hold's token, and nothing else but, for a write,
--- "writer" naming it. Its lease needs no look of its own: the hash lives as long as its
--- latest lease, and any acquisition drops a holder whose lease ended, so a field still there
--- is a hold nobody has taken over. Then the holders and the leases go with one DEL (a
--- deletion: a server at maxmemory lets it through), and the latch is left if asked for.
--- Anything else,
--- foreign data included (a read that fails goes this way), takes the general way below.
-if ARGV[5] == '1' and (ARGV[8] or '0') == '0' then
-  local H, owner = KEYS[1], ARGV[4]
+-- The usual cases first, before shares.lua's helpers are made: the last hold of the only
+-- holder, taken by an attempt of its own or from a grant's message, with nobody queued (the
+-- object is freed) or with a live head of the queue that takes all of it (a writer; permits
+-- as many as the total: the object is handed to it). Every key is read before any write,
+-- with pcalls, and anything unexpected, foreign data included, takes the general way below.
+-- The holders hash is read whole (one HGETALL): the owner's field with the hold's token, and
+-- nothing else but, for a write, "writer" naming it. When nobody is queued its lease needs no
+-- look of its own: the hash lives as long as its latest lease, and any acquisition drops a
+-- holder whose lease ended, so a field still there is a hold nobody has taken over. Then the
+-- holders and the leases go with one DEL (a deletion: a server at maxmemory lets it through),
+-- and the latch is left if asked for.
+local mode = ARGV[8] or '0'
+if ARGV[5] == '1' and mode ~= '1' then
+  local H, owner, token = KEYS[1], ARGV[4], ARGV[6]
   local fields = redis.pcall('hgetall', H)
   local held, writer
   if not fields.err and (#fields == 2 or (#fields == 4 and ARGV[1] == 'rw')) then
@@ -50,13 +53,84 @@ if ARGV[5] == '1' and (ARGV[8] or '0') == '0' then
     end
   end
   local alone = held and (#fields == 2 or writer == owner)
-  if alone and string.match(held, '^%d+ (%d+)$') == ARGV[6]
-      and redis.call('exists', H .. ':queue') == 0 then
+    and string.match(held, '^%d+ (%d+)$') == token
+  local queue = H .. ':queue'
+  if alone and redis.call('exists', queue) == 0 then
     redis.call('del', H, H .. ':leases')
+    if mode == '2' then
+      redis.pcall('hdel', H .. ':waiters', owner) -- its "granted" terms
+    end
     if ARGV[7] ~= '0' then
-      redis.pcall('set', H .. ':released:' .. owner .. ':' .. ARGV[6], '1', 'px', ARGV[7])
+      redis.pcall('set', H .. ':released:' .. owner .. ':' .. token, '1', 'px', ARGV[7])
     end
     return 1
+  end
+
+  -- A hand-over: the head's terms "<valid until, ms> <hand-over lease, ms> <need>", still
+  -- valid, and a need that leaves nothing for whoever queued behind it, so that the grant
+  -- rule admits it alone; and the released hold's lease, for whom the grant wakes
+  -- (shares.lua's grant_waiters).
+  local head = alone and redis.pcall('zrange', queue, 0, 0)
+  head = head and not head.err and head[1] ~= owner and head[1]
+  local waiters = H .. ':waiters'
+  local terms = head and redis.pcall('hget', waiters, head)
+  local until_ms, lease, need
+  if type(terms) == 'string' then
+    until_ms, lease, need = string.match(terms, '^(%d+) (%d+) (%w+)$')
+  end
+  local takes_all = need == 'w'
+  if need and ARGV[1] ~= 'rw' then
+    local total = redis.pcall('get', H .. ':permits')
+    takes_all = type(total) == 'string' and total == need
+  end
+  local leases = H .. ':leases'
+  local released_end = takes_all and redis.pcall('zscore', leases, owner)
+  local time = type(released_end) == 'string' and redis.call('time')
+  local now = time and tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  if now and tonumber(until_ms) > now and tonumber(released_end) > now then
+    -- The head's token, as acquire.lua's next_token (one SET ... GET), first of the writes:
+    -- refused (maxmemory) it leaves nothing written, and the general way says why.
+    local fence = H .. ':fence'
+    local clock = time[1] .. string.sub('00000' .. time[2], -6)
+    local life = string.format('%d', tonumber(lease) + tonumber(ARGV[3]))
+    local old = redis.pcall('set', fence, clock, 'PX', life, 'GET')
+    local next_token = clock
+    if type(old) == 'table' then
+      next_token = nil
+    elseif old and not string.match(old, '^%d+$') then
+      redis.call('set', fence, old) -- not a counter: put back, for the general way to name
+      next_token = nil
+    elseif old and tonumber(old) >= tonumber(clock) then
+      next_token = string.format('%d', tonumber(old) + 1)
+      redis.call('set', fence, next_token, 'KEEPTTL')
+    end
+    if next_token then
+      redis.call('hdel', H, owner)
+      if need == 'w' then
+        redis.call('hset', H, head, '1 ' .. next_token, 'writer', head)
+      else
+        redis.call('hset', H, head, need .. ' ' .. next_token)
+      end
+      redis.call('zrem', leases, owner)
+      redis.call('zadd', leases, string.format('%d', now + tonumber(lease)), head)
+      redis.call('zrem', queue, head)
+      redis.call('hset', waiters, head, 'granted ' .. next_token)
+      if mode == '2' then
+        redis.call('hdel', waiters, owner)
+      end
+      -- The sole holder's lease is the latest: the keys live as long.
+      redis.call('pexpire', H, lease)
+      redis.call('pexpire', leases, lease)
+      if ARGV[7] ~= '0' then
+        redis.pcall('set', H .. ':released:' .. owner .. ':' .. token, '1', 'px', ARGV[7])
+      end
+      local channel = H .. ':unlocked'
+      if now + tonumber(lease) >= tonumber(released_end) then
+        channel = channel .. ':' .. string.match(head, '^[^:]*')
+      end
+      redis.call(ARGV[2], channel, 'grant ' .. next_token .. ' ' .. lease .. ' ' .. head)
+      return 1
+    end
   end
 end
 
@@ -64,7 +138,6 @@ end
 
 local owner, holds, token = ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local latch = H .. ':released:' .. owner .. ':' .. token
-local mode = ARGV[8] or '0'
 local latch_ttl, unused_only, granted = ARGV[7], mode == '1', mode ~= '0'
 
 local ok = pcall(check_types)

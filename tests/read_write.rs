@@ -553,3 +553,63 @@ fn exclusion_holds_under_contention_with_short_waits_and_leases() {
         .sum();
     assert_eq!(violations, 0, "a writer shared the lock");
 }
+
+/// A write released to a writer waiting at the head is handed over in the release's own call
+/// (lua/shares_release.lua's usual hand-over): the holders (with "writer"), the lease and the
+/// waiter's "granted" terms carry the token the waiter returns with.
+#[test]
+fn a_write_released_to_a_waiting_writer_carries_one_token_everywhere() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("rw-handover");
+    let key = format!("redlatch:{{{name}}}:rwlock");
+    let held = a.read_write_lock(&name).write().unwrap();
+    let first = held.fencing_token();
+    let lock = b.read_write_lock(&name);
+    let waiter = thread::spawn(move || {
+        let guard = lock
+            .try_write(Duration::from_secs(20), None)
+            .unwrap()
+            .unwrap();
+        let token = guard.fencing_token();
+        thread::sleep(Duration::from_millis(800));
+        drop(guard);
+        token
+    });
+    await_queued(&mut admin, &name, 1);
+    held.unlock().unwrap();
+    let mut holders: Vec<(String, String)> = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            holders = redis::cmd("HGETALL").arg(&key).query(&mut admin).unwrap();
+            holders.len() == 2
+        }),
+        "the waiter holds"
+    );
+    holders.sort();
+    let (owner, value) = holders[0].clone();
+    assert_eq!(holders[1], ("writer".to_string(), owner.clone()));
+    let token: u64 = value.strip_prefix("1 ").unwrap().parse().unwrap();
+    let terms: String = redis::cmd("HGET")
+        .arg(format!("{key}:waiters"))
+        .arg(&owner)
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(terms, format!("granted {token}"));
+    let leased: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("{key}:leases"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(leased, vec![owner]);
+    assert_eq!(waiter.join().unwrap(), token);
+    assert!(token > first);
+    assert!(
+        a.read_write_lock(&name)
+            .try_write(ZERO, None)
+            .unwrap()
+            .is_some()
+    );
+}

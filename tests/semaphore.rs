@@ -624,3 +624,54 @@ fn a_grants_terms_outlive_its_lease_after_a_short_wait() {
     done_tx.send(()).unwrap();
     waiter.join().unwrap();
 }
+
+/// A release with a live waiter at the head that takes every permit hands them over in the
+/// release's own call (lua/shares_release.lua's usual hand-over): the holders, the lease, the
+/// waiter's "granted" terms and the grant message all carry the one new token.
+#[test]
+fn a_release_hands_all_permits_to_the_head_with_one_token_everywhere() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("sem-handover");
+    let key = format!("redlatch:{{{name}}}:semaphore");
+    a.semaphore(&name).set_permits(1).unwrap();
+    let held = a.semaphore(&name).acquire(1).unwrap();
+    let first = held.fencing_token();
+    let waiter = spawn_acquirer(b.semaphore(&name), 1, Duration::from_millis(800));
+    await_queued(&mut admin, &name, 1);
+    let released = Instant::now();
+    held.release().unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let holders: Vec<String> = redis::cmd("HKEYS").arg(&key).query(&mut admin).unwrap();
+            holders.len() == 1
+        }),
+        "the waiter holds"
+    );
+    let holders: Vec<(String, String)> = redis::cmd("HGETALL").arg(&key).query(&mut admin).unwrap();
+    let (owner, value) = holders[0].clone();
+    let token: u64 = value.strip_prefix("1 ").unwrap().parse().unwrap();
+    let terms: String = redis::cmd("HGET")
+        .arg(format!("{key}:waiters"))
+        .arg(&owner)
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(terms, format!("granted {token}"));
+    let leased: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("{key}:leases"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(leased, vec![owner]);
+    assert_eq!(queued(&mut admin, &name), 0);
+    let (got, waiter_token) = waiter.join().unwrap();
+    assert_eq!(
+        waiter_token,
+        Some(token),
+        "the message carried the token Redis keeps"
+    );
+    assert!(token > first && got - released < Duration::from_secs(5));
+    assert_eq!(a.semaphore(&name).available().unwrap(), 1, "given back");
+}
