@@ -16,7 +16,8 @@
 -- (ARGV[8], [9], [10]), the lease (ARGV[11]) and "" (ARGV[12]); an attempt that does not
 -- queue sends seven.
 --
--- Replies (an array), as acquire.lua's:
+-- Replies, as acquire.lua's:
+--   token               acquired by the usual case below (the token as text, not an array)
 --   { 1, token }        acquired (a re-entry keeps its token; taking up a grant the grant's)
 --   { 0, ttl, fence }   not now: ttl bounds how long to sleep (the earliest holder's lease
 --                       end), fence is the counter now (a grant that comes later for a write
@@ -99,7 +100,7 @@ if ARGV[5] == '0' and redis.call('exists', held_by, leased, held_by .. ':queue')
     redis.call('zadd', leased, string.format('%d', ends), owner)
     redis.call('pexpire', held_by, lease)
     redis.call('pexpire', leased, lease)
-    return {1, tonumber(token)}
+    return token -- as acquire.lua answers: an array costs Redis a conversion of its own
   end
 end
 
