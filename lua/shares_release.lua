@@ -25,6 +25,8 @@
 -- a short-lived latch where the caller asks for one (ARGV[7]), and a retry that finds it
 -- answers 1 instead of "not ours"; without one, a retry answers 3.
 -- Frees first (HDEL), so that a server at maxmemory does not refuse it (see release.lua).
+-- The usual hand-over below writes the head's token first instead: refused, it has written
+-- nothing, and the general way frees first.
 -- A key of another type answers 0 ("not ours") and is left alone.
 
 -- The usual cases first, before shares.lua's helpers are made: the last hold of the only
