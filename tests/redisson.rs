@@ -624,3 +624,35 @@ fn a_release_hands_the_lock_to_a_waiting_thread_of_its_client_three_times_in_a_r
     let exists: bool = redis::cmd("EXISTS").arg(&name).query(&mut admin).unwrap();
     assert!(!exists);
 }
+
+/// A release that hands the lock to a thread of its own client while that thread's wait runs
+/// out: the hand-over nobody takes up is given back, so the lock is free at once rather than
+/// held by nobody for the hand-over's lease (30 s). Each round lets the two meet at the wait's
+/// end; bounded by rounds and by a 2 s look at the lock after each.
+#[test]
+fn a_hand_over_to_a_thread_whose_wait_ran_out_is_given_back() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("given-back");
+    for round in 0..100u64 {
+        let wait = Duration::from_millis(20 + round % 7);
+        let held = client.lock(&name).lock().unwrap();
+        let waiter = {
+            let lock = client.lock(&name);
+            thread::spawn(move || lock.try_lock(wait, None).unwrap().map(drop).is_some())
+        };
+        thread::sleep(wait - Duration::from_micros(300 * (round % 9)));
+        held.unlock().unwrap();
+        waiter.join().unwrap();
+        assert!(
+            eventually(Duration::from_secs(2), || {
+                !redis::cmd("EXISTS")
+                    .arg(&name)
+                    .query::<bool>(&mut admin)
+                    .unwrap()
+            }),
+            "round {round}: the lock stayed held by nobody"
+        );
+    }
+}

@@ -249,15 +249,19 @@ pub(crate) fn give_back(
     lease: Duration,
     freeing: Freeing,
 ) -> RedisResult<Release> {
-    // Redisson's layout hands nothing over, so nothing is ever to be given back.
-    if keys.layout == Layout::Redisson {
-        return Ok(Release::NotOurs);
-    }
     let how = Releasing {
         holds: 1,
         taken_by: None,
         lease,
     };
+    if keys.layout == Layout::Redisson {
+        // Only a lock's in-client hand-over (transfer.lua) hands anything over in Redisson's
+        // layout: it leaves the owner's field at one hold, which its release takes away.
+        return match keys.family {
+            Family::Lock => redisson::release(con, keys, owner, token, how, freeing),
+            _ => Ok(Release::NotOurs),
+        };
+    }
     match keys.family {
         Family::Lock => lock::release(con, keys, owner, token, how, freeing),
         Family::ReadWrite | Family::Semaphore => {
