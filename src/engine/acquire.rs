@@ -8,6 +8,7 @@ use redis::ConnectionLike;
 use super::Kind;
 use super::hold::Hold;
 use super::lease::{Terms, deadline_after};
+use super::local;
 use super::release::{lost, release, why_gone};
 use crate::core::{Core, Replicas};
 use crate::error::{Error, Result};
@@ -167,7 +168,7 @@ impl Wait<'_> {
         // Make sure the channel is subscribed: unless it was since before the attempt, the
         // first wait returns when it is, and the attempt after it cannot miss a release.
         let mut waiter = core.subscriber.join(expecting);
-        if keys.layout == Layout::Redisson && !keys.fair {
+        if local::takes_place(core, keys) {
             waiter.take_local_hand_overs(terms.handover_lease());
         }
 

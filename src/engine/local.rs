@@ -18,6 +18,17 @@ use crate::core::Core;
 use crate::keys::{Family, Layout, LockKeys};
 use crate::scripts::redisson::{self, Transfer};
 
+/// Whether releases of `keys` go to a waiting thread of the client: the one rule a release
+/// (`hand_over`) and a waiter signing up for them (`engine::acquire`) both follow. A lock's
+/// only: a fair lock keeps Redisson's queue, and our own layout hands over in its scripts;
+/// with replicas to wait for, only an attempt of the waiter's own can WAIT for them.
+pub(super) fn takes_place(core: &Core, keys: &LockKeys) -> bool {
+    keys.layout == Layout::Redisson
+        && keys.family == Family::Lock
+        && !keys.fair
+        && core.replicas.is_none()
+}
+
 /// What became of a release handed to a waiting thread.
 pub(super) enum Handed {
     /// The thread has it.
@@ -38,13 +49,7 @@ pub(super) enum Handed {
 /// lock is one that takes such hand-overs and a thread waits for it; `None` when the
 /// release must go the usual way.
 pub(super) fn hand_over(core: &Core, keys: &LockKeys, hold: &Hold) -> Option<RedisResult<Handed>> {
-    // A fair lock keeps Redisson's queue; with replicas to wait for, only an attempt of the
-    // waiter's own can WAIT for them.
-    let eligible = keys.layout == Layout::Redisson
-        && keys.family == Family::Lock
-        && !keys.fair
-        && core.replicas.is_none();
-    if !eligible {
+    if !takes_place(core, keys) {
         return None;
     }
     let successor = core.subscriber.local_successor(keys)?;
