@@ -60,6 +60,7 @@ fn on_thread<T: Send + 'static>(
     })
 }
 
+/// Java's "no lease": its watchdog's 30 s.
 const JAVA_LEASE: i64 = -1;
 
 /// Waits (at most 5 s) until a Java thread that started waiting after its JVM had sent
@@ -70,7 +71,8 @@ fn await_java_parked(java: &Jvm, before: u64) {
             >= before + 3),
         "the Java waiter did not park"
     );
-} // Java's "no lease": its watchdog's 30 s
+}
+
 const QUICK: Duration = Duration::from_millis(800);
 
 /// Exclusion and re-entry seen from both sides; a non-owner's unlock refused either way.

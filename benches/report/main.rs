@@ -125,7 +125,8 @@ fn main() {
     let server = support::RedisServer::start();
     let url = server.url();
     let mut f = Figures::default();
-    // Only the Redisson layout's figures (REPORT_ONLY=redisson), for a quick look at them.
+    // Only the family's figures (REPORT_ONLY=family), or only the Redisson layout's
+    // (REPORT_ONLY=redisson), for a quick look at them.
     if std::env::var("REPORT_ONLY").as_deref() == Ok("family") {
         let lock_handoff_p50 = family::figures(&mut f, &url, secs);
         let mut con = connection(&url);

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use super::contenders::{Contender, Handle, Polling, Redlatch};
 use super::scenario::{self, Contended};
 use super::stats::percentile;
+use super::support::eventually;
 use super::support::jvm::{self, Jvm};
 use super::{Figures, quantile_ratio, ratio, time_one};
 
@@ -190,9 +191,10 @@ pub fn wake_figures(f: &mut Figures, url: &str) {
             let at = Instant::now();
             (at, guard.is_some())
         });
-        while ours.stats().waiting_threads == 0 {
-            thread::sleep(Duration::from_millis(1));
-        }
+        assert!(
+            eventually(Duration::from_secs(10), || ours.stats().waiting_threads > 0),
+            "our waiter never waited"
+        );
         thread::sleep(Duration::from_millis(2));
         let released = Instant::now();
         assert_eq!(java.unlock(&name, 1), Some(1));
@@ -203,6 +205,7 @@ pub fn wake_figures(f: &mut Figures, url: &str) {
         // Ours holds; a Java thread waits; ours releases.
         let guard = ours.lock(&name).lock().unwrap();
         let waiting = java.clone();
+        let before = java.commands_sent();
         let waiter = {
             let name = name.clone();
             thread::spawn(move || {
@@ -210,20 +213,13 @@ pub fn wake_figures(f: &mut Figures, url: &str) {
                 (Instant::now(), got)
             })
         };
-        // The Java waiter subscribes, attempts, then sleeps: its channel shows a subscriber.
-        let channel = format!("redisson_lock__channel:{{{name}}}");
-        let mut admin = redis::Client::open(url).unwrap().get_connection().unwrap();
-        loop {
-            let (_, n): (String, u64) = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(&channel)
-                .query(&mut admin)
-                .unwrap();
-            if n >= 2 {
-                break;
-            }
-            thread::sleep(Duration::from_millis(1));
-        }
+        // The Java waiter attempts, subscribes and attempts again before it sleeps (three
+        // commands: tests/redisson_interop.rs waits the same way).
+        assert!(
+            eventually(Duration::from_secs(10), || java.commands_sent()
+                >= before + 3),
+            "the Java waiter never parked"
+        );
         thread::sleep(Duration::from_millis(2));
         let released = Instant::now();
         drop(guard);
