@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlatch::{Client, Error, Layout};
-use support::{RedisServer, eventually, join_all, unique};
+use support::{RedisServer, await_parked, command_calls, eventually, join_all, unique};
 
 fn redisson(server: &RedisServer) -> Client {
     Client::builder(&server.url())
@@ -151,6 +151,7 @@ fn a_java_release_wakes_our_waiter_long_before_its_lease() {
     java_holds(&mut admin, &name, "5f1c2c9e-3b7e-4b4e-9d6a-2f0d3c1f9a10:87");
     let lock = client.lock(&name);
     assert!(lock.try_lock(Duration::ZERO, None).unwrap().is_none());
+    let base = command_calls(&mut admin, "evalsha");
     let waiting = {
         let lock = lock.clone();
         thread::spawn(move || {
@@ -161,7 +162,7 @@ fn a_java_release_wakes_our_waiter_long_before_its_lease() {
     assert!(eventually(Duration::from_secs(5), || {
         client.stats().waiting_threads == 1 && client.stats().subscriptions == 1
     }));
-    thread::sleep(Duration::from_millis(100));
+    await_parked(&mut admin, base);
     let released = Instant::now();
     java_unlocks(&mut admin, &name);
     let (woken, got) = join_all(vec![waiting], Duration::from_secs(30), "waiter").remove(0);
@@ -257,6 +258,8 @@ fn two_redlatch_clients_exclude_each_other_and_wake_each_other() {
     let name = unique("ours");
     let (a, b) = (redisson(&server), redisson(&server));
     let guard = a.lock(&name).lock().unwrap();
+    let mut admin = server.admin();
+    let base = command_calls(&mut admin, "evalsha");
     let waiting = {
         let lock = b.lock(&name);
         thread::spawn(move || {
@@ -268,7 +271,7 @@ fn two_redlatch_clients_exclude_each_other_and_wake_each_other() {
         .stats()
         .waiting_threads
         == 1));
-    thread::sleep(Duration::from_millis(100));
+    await_parked(&mut admin, base);
     let first = guard.fencing_token();
     let released = Instant::now();
     drop(guard);
@@ -312,6 +315,7 @@ fn a_latch_is_redissons_string_and_opens_both_ways() {
         .arg(1)
         .query(&mut admin)
         .unwrap();
+    let base = command_calls(&mut admin, "evalsha");
     let waiting = {
         let latch = latch.clone();
         thread::spawn(move || (latch.wait(Duration::from_secs(20)).unwrap(), Instant::now()))
@@ -320,7 +324,7 @@ fn a_latch_is_redissons_string_and_opens_both_ways() {
         .stats()
         .waiting_threads
         == 1));
-    thread::sleep(Duration::from_millis(100));
+    await_parked(&mut admin, base);
     let opened = Instant::now();
     let _: () = redis::pipe()
         .cmd("DEL")
@@ -346,6 +350,7 @@ fn a_multi_lock_takes_redissons_hashes_all_or_none() {
     assert!(multi.try_lock(Duration::ZERO, None).unwrap().is_none());
     let exists: bool = redis::cmd("EXISTS").arg(&a).query(&mut admin).unwrap();
     assert!(!exists, "none taken while one is busy");
+    let base = command_calls(&mut admin, "evalsha");
     let waiting = {
         let multi = multi.clone();
         thread::spawn(move || {
@@ -357,7 +362,7 @@ fn a_multi_lock_takes_redissons_hashes_all_or_none() {
         .stats()
         .waiting_threads
         == 1));
-    thread::sleep(Duration::from_millis(100));
+    await_parked(&mut admin, base);
     let released = Instant::now();
     java_unlocks(&mut admin, &b);
     let (woken, tokens) = join_all(vec![waiting], Duration::from_secs(30), "waiter").remove(0);

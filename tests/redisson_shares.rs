@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redlatch::{Client, Error, HoldKind, Layout, LostLock};
-use support::{RedisServer, eventually, join_all, unique};
+use support::{RedisServer, await_parked, command_calls, eventually, join_all, unique};
 
 fn redisson(server: &RedisServer) -> Client {
     Client::builder(&server.url())
@@ -418,6 +418,7 @@ fn writer_woken_by(
     hold(&mut admin, &name);
     let lock = client.read_write_lock(&name);
     assert!(lock.try_write(Duration::ZERO, None).unwrap().is_none());
+    let base = command_calls(&mut admin, "evalsha");
     let waiting = {
         let lock = lock.clone();
         thread::spawn(move || {
@@ -428,7 +429,7 @@ fn writer_woken_by(
     assert!(eventually(Duration::from_secs(5), || {
         client.stats().waiting_threads == 1 && client.stats().subscriptions == 1
     }));
-    thread::sleep(Duration::from_millis(100));
+    await_parked(&mut admin, base);
     let released = Instant::now();
     release(&mut admin, &name);
     let (woken, token) = join_all(vec![waiting], Duration::from_secs(30), "writer").remove(0);
@@ -712,6 +713,7 @@ fn a_java_release_wakes_our_waiter() {
             .unwrap()
             .is_none()
     );
+    let base = command_calls(&mut admin, "evalsha");
     let waiting = {
         let semaphore = semaphore.clone();
         thread::spawn(move || {
@@ -724,7 +726,7 @@ fn a_java_release_wakes_our_waiter() {
     assert!(eventually(Duration::from_secs(5), || {
         client.stats().waiting_threads == 1 && client.stats().subscriptions == 1
     }));
-    thread::sleep(Duration::from_millis(100));
+    await_parked(&mut admin, base);
     let released = Instant::now();
     java_releases_permit(&mut admin, &name, &id);
     let (woken, got) = join_all(vec![waiting], Duration::from_secs(30), "waiter").remove(0);
@@ -906,6 +908,8 @@ fn two_redlatch_clients_share_a_semaphore_and_wake_each_other() {
     let name = unique("semours");
     a.semaphore(&name).set_permits(1).unwrap();
     let held = a.semaphore(&name).acquire(1).unwrap();
+    let mut admin = server.admin();
+    let base = command_calls(&mut admin, "evalsha");
     let waiting = {
         let semaphore = b.semaphore(&name);
         thread::spawn(move || {
@@ -919,7 +923,7 @@ fn two_redlatch_clients_share_a_semaphore_and_wake_each_other() {
         .stats()
         .waiting_threads
         == 1));
-    thread::sleep(Duration::from_millis(100));
+    await_parked(&mut admin, base);
     let first = held.fencing_token();
     let released = Instant::now();
     // Permits are Send: given back from another thread.
