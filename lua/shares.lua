@@ -80,8 +80,9 @@ local function check_types()
     wrongtype('lock')
   end
   local f = redis.pcall('get', fence)
-  if type(f) == 'table' or (f and not tonumber(f)) then
-    wrongtype('fence') -- another type, or a string that is not a counter
+  if type(f) == 'table' or (f and not string.match(f, '^%d+$')) then
+    wrongtype('fence') -- another type, or a string that is not a counter (as the usual cases
+    -- judge it: tonumber would take "1.5", " 7" or "inf")
   end
 end
 
@@ -110,17 +111,13 @@ local function next_token(lease)
   return string.format('%d', token)
 end
 
--- A read's token: the counter as it stands (made from the clock if there is none yet), kept
--- at least as long as this read's lease plus the retention.
-local function read_token(lease)
-  local current = redis.call('get', fence)
-  if not current then
-    return next_token(lease)
-  end
+-- Keeps the counter, whose token a read took as it stands, at least as long as this read's
+-- lease plus the retention. Called after the read's field is written: a PEXPIRE is no write
+-- Redis refuses at maxmemory, and once a script has written, Redis refuses none of its writes.
+local function keep_counter(lease)
   if redis.call('pttl', fence) < tonumber(lease) + retention then
     redis.call('pexpire', fence, tonumber(lease) + retention)
   end
-  return current
 end
 
 -- Drops the holders whose lease has ended (a crashed holder's share comes back).
@@ -175,11 +172,16 @@ end
 
 -- Gives `owner` its share: the token, the holders' field, its lease.
 local function take(owner, need, lease)
-  local token = (rw and need == 'r') and read_token(lease) or next_token(lease)
+  -- A read takes the counter as it stands (made from the clock if there is none yet).
+  local current = rw and need == 'r' and redis.call('get', fence)
+  local token = current or next_token(lease)
   local count = rw and '1' or need
   redis.call('hset', H, owner, count .. ' ' .. token)
   if rw and need == 'w' then
     redis.call('hset', H, 'writer', owner)
+  end
+  if current then
+    keep_counter(lease)
   end
   redis.call('zadd', leases, now + tonumber(lease), owner)
   return token

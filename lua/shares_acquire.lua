@@ -51,11 +51,11 @@ if ARGV[5] == '0' and redis.call('exists', held_by, leased, held_by .. ':queue')
     local total = type(permits) ~= 'table' and tonumber(permits or '0')
     fits = total and tonumber(need) <= total
   end
-  local token, time
+  local token, time, counter_life
   if fits then
     -- Numbers go to Redis as text made here with %d: a Lua number passed as it is costs a
     -- floating-point conversion, and ARGV's text none.
-    local counter_life = string.format('%d', tonumber(lease) + tonumber(ARGV[3]))
+    counter_life = string.format('%d', tonumber(lease) + tonumber(ARGV[3]))
     time = redis.call('time')
     if rw and need == 'r' then
       -- A read takes the counter as it is, and keeps it alive.
@@ -63,10 +63,7 @@ if ARGV[5] == '0' and redis.call('exists', held_by, leased, held_by .. ':queue')
       if type(counter) == 'table' or (counter and not string.match(counter, '^%d+$')) then
         fits = false
       elseif counter then
-        token = counter
-        if redis.call('pttl', counter_key) < tonumber(counter_life) then
-          redis.call('pexpire', counter_key, counter_life)
-        end
+        token = counter -- kept alive below, after the first write
       end
     end
     if fits and not token then
@@ -95,6 +92,11 @@ if ARGV[5] == '0' and redis.call('exists', held_by, leased, held_by .. ':queue')
       redis.call('hset', held_by, owner, '1 ' .. token, 'writer', owner)
     else
       redis.call('hset', held_by, owner, (rw and '1' or need) .. ' ' .. token)
+    end
+    -- A read keeps the counter alive. Not before the HSET: a PEXPIRE is no write Redis
+    -- refuses at maxmemory, and once a script has written, Redis refuses none of its writes.
+    if rw and need == 'r' and redis.call('pttl', counter_key) < tonumber(counter_life) then
+      redis.call('pexpire', counter_key, counter_life)
     end
     local ends = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) + tonumber(lease)
     redis.call('zadd', leased, string.format('%d', ends), owner)

@@ -307,3 +307,36 @@ fn an_attempt_that_voids_leftovers_is_still_refused_at_maxmemory() {
     // The leftover is voided all the same: a removal needs no memory.
     assert!(!exists(&mut admin, &queue));
 }
+
+/// A read whose token is the counter as it stands (a write came before) keeps the counter
+/// alive with a PEXPIRE, which Redis does not refuse at maxmemory, and after which it refuses
+/// none of the script's writes: so that PEXPIRE must come after the read's first write, and a
+/// read on a full server is refused with nothing taken, in the usual case as in the general
+/// way (another reader holds).
+#[test]
+fn a_read_at_maxmemory_is_refused_and_takes_nothing() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = Client::open(&server.url()).unwrap();
+    let (alone, shared) = (unique("full-read"), unique("full-read-shared"));
+    for name in [&alone, &shared] {
+        let rw = client.read_write_lock(name);
+        drop(rw.write().unwrap()); // the counter stands, with the write's lease and retention
+    }
+    let other = Client::open(&server.url()).unwrap();
+    let holder = other.read_write_lock(&shared).read().unwrap();
+    fill_to_maxmemory(&mut admin);
+    for name in [&alone, &shared] {
+        match client.read_write_lock(name).try_read(Duration::ZERO, None) {
+            Err(redlatch::Error::Redis(e)) if e.code() == Some("OOM") => {}
+            other => panic!("{name}: expected the server's OOM refusal, got {other:?}"),
+        }
+    }
+    assert!(!exists(&mut admin, &format!("redlatch:{{{alone}}}:rwlock")));
+    let holders: i64 = redis::cmd("HLEN")
+        .arg(format!("redlatch:{{{shared}}}:rwlock"))
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(holders, 1, "only the other reader holds");
+    drop(holder);
+}
