@@ -555,8 +555,8 @@ fn exclusion_holds_under_contention_with_short_waits_and_leases() {
 }
 
 /// A write released to a writer waiting at the head is handed over in the release's own call
-/// (lua/shares_release.lua's usual hand-over): the holders (with "writer"), the lease and the
-/// waiter's "granted" terms carry the token the waiter returns with.
+/// (lua/shares_release.lua's usual hand-over): when it returns, the holders (with "writer"),
+/// the lease and the waiter's "granted" terms carry the token the waiter returns with.
 #[test]
 fn a_write_released_to_a_waiting_writer_carries_one_token_everywhere() {
     let server = RedisServer::start();
@@ -565,30 +565,25 @@ fn a_write_released_to_a_waiting_writer_carries_one_token_everywhere() {
     let name = unique("rw-handover");
     let key = format!("redlatch:{{{name}}}:rwlock");
     let held = a.read_write_lock(&name).write().unwrap();
-    let first = held.fencing_token();
+    let (first, old_owner) = (held.fencing_token(), held.owner_id().to_string());
     let lock = b.read_write_lock(&name);
+    // The waiter holds until the test has read Redis.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let waiter = thread::spawn(move || {
-        let guard = lock
-            .try_write(Duration::from_secs(20), None)
-            .unwrap()
-            .unwrap();
-        let token = guard.fencing_token();
-        thread::sleep(Duration::from_millis(800));
+        let guard = lock.try_write(Duration::from_secs(20), None).unwrap();
+        let token = guard.as_ref().map(|g| g.fencing_token());
+        let _ = done_rx.recv_timeout(Duration::from_secs(20));
         drop(guard);
         token
     });
     await_queued(&mut admin, &name, 1);
     held.unlock().unwrap();
-    let mut holders: Vec<(String, String)> = Vec::new();
-    assert!(
-        eventually(Duration::from_secs(5), || {
-            holders = redis::cmd("HGETALL").arg(&key).query(&mut admin).unwrap();
-            holders.len() == 2
-        }),
-        "the waiter holds"
-    );
+    let mut holders: Vec<(String, String)> =
+        redis::cmd("HGETALL").arg(&key).query(&mut admin).unwrap();
+    assert_eq!(holders.len(), 2, "{holders:?}");
     holders.sort();
     let (owner, value) = holders[0].clone();
+    assert_ne!(owner, old_owner, "handed over by the release");
     assert_eq!(holders[1], ("writer".to_string(), owner.clone()));
     let token: u64 = value.strip_prefix("1 ").unwrap().parse().unwrap();
     let terms: String = redis::cmd("HGET")
@@ -604,7 +599,9 @@ fn a_write_released_to_a_waiting_writer_carries_one_token_everywhere() {
         .query(&mut admin)
         .unwrap();
     assert_eq!(leased, vec![owner]);
-    assert_eq!(waiter.join().unwrap(), token);
+    done_tx.send(()).unwrap();
+    let got = join_all(vec![waiter], Duration::from_secs(30), "waiter").remove(0);
+    assert_eq!(got, Some(token));
     assert!(token > first);
     assert!(
         a.read_write_lock(&name)

@@ -626,8 +626,9 @@ fn a_grants_terms_outlive_its_lease_after_a_short_wait() {
 }
 
 /// A release with a live waiter at the head that takes every permit hands them over in the
-/// release's own call (lua/shares_release.lua's usual hand-over): the holders, the lease, the
-/// waiter's "granted" terms and the grant message all carry the one new token.
+/// release's own call (lua/shares_release.lua's usual hand-over): when it returns, the
+/// holders, the lease, the waiter's "granted" terms and the grant message all carry the one
+/// new token.
 #[test]
 fn a_release_hands_all_permits_to_the_head_with_one_token_everywhere() {
     let server = RedisServer::start();
@@ -637,20 +638,25 @@ fn a_release_hands_all_permits_to_the_head_with_one_token_everywhere() {
     let key = format!("redlatch:{{{name}}}:semaphore");
     a.semaphore(&name).set_permits(1).unwrap();
     let held = a.semaphore(&name).acquire(1).unwrap();
-    let first = held.fencing_token();
-    let waiter = spawn_acquirer(b.semaphore(&name), 1, Duration::from_millis(800));
+    let (first, old_owner) = (held.fencing_token(), held.owner_id().to_string());
+    // The waiter holds until the test has read Redis.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let sem = b.semaphore(&name);
+    let waiter = thread::spawn(move || {
+        let permits = sem.try_acquire(1, LONG, None).unwrap();
+        let got = Instant::now();
+        let token = permits.as_ref().map(Permits::fencing_token);
+        let _ = done_rx.recv_timeout(LONG);
+        drop(permits);
+        (got, token)
+    });
     await_queued(&mut admin, &name, 1);
     let released = Instant::now();
     held.release().unwrap();
-    assert!(
-        eventually(Duration::from_secs(5), || {
-            let holders: Vec<String> = redis::cmd("HKEYS").arg(&key).query(&mut admin).unwrap();
-            holders.len() == 1
-        }),
-        "the waiter holds"
-    );
     let holders: Vec<(String, String)> = redis::cmd("HGETALL").arg(&key).query(&mut admin).unwrap();
+    assert_eq!(holders.len(), 1, "{holders:?}");
     let (owner, value) = holders[0].clone();
+    assert_ne!(owner, old_owner, "handed over by the release");
     let token: u64 = value.strip_prefix("1 ").unwrap().parse().unwrap();
     let terms: String = redis::cmd("HGET")
         .arg(format!("{key}:waiters"))
@@ -666,7 +672,8 @@ fn a_release_hands_all_permits_to_the_head_with_one_token_everywhere() {
         .unwrap();
     assert_eq!(leased, vec![owner]);
     assert_eq!(queued(&mut admin, &name), 0);
-    let (got, waiter_token) = waiter.join().unwrap();
+    done_tx.send(()).unwrap();
+    let (got, waiter_token) = join_all(vec![waiter], LONG, "waiter").remove(0);
     assert_eq!(
         waiter_token,
         Some(token),
