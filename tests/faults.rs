@@ -327,6 +327,19 @@ fn warm_up(client: &Client) {
     g.unlock().unwrap();
 }
 
+/// Lets through what `proxy` held back (a release that timed out on its way), and waits (at
+/// most 5 s) until the server has run it.
+fn deliver_the_held_release(proxy: &Proxy, admin: &mut redis::Connection) {
+    let scripts_run = support::command_calls(admin, "evalsha");
+    assert!(proxy.deliver_held() > 0);
+    assert!(
+        eventually(Duration::from_secs(5), || support::command_calls(
+            admin, "evalsha"
+        ) > scripts_run),
+        "the held-back release never ran"
+    );
+}
+
 #[test]
 fn a_release_whose_reply_was_lost_is_retried_without_harm() {
     let server = RedisServer::start();
@@ -902,14 +915,7 @@ fn a_release_that_reaches_redis_late_leaves_a_newer_hold_alone() {
 
     // Now the old release arrives. It must not delete the new hold.
     let mut admin = server.admin();
-    let scripts_run = support::command_calls(&mut admin, "evalsha");
-    assert!(proxy.deliver_held() > 0);
-    assert!(
-        eventually(Duration::from_secs(5), || support::command_calls(
-            &mut admin, "evalsha"
-        ) > scripts_run),
-        "the held-back release never ran"
-    );
+    deliver_the_held_release(&proxy, &mut admin);
     let other = Client::open(&server.url()).unwrap();
     assert!(
         other
@@ -1042,11 +1048,7 @@ fn a_hand_over_whose_release_never_arrived_is_not_reused_or_freed_late() {
 
     // And when the old release does arrive, it leaves the new hold alone.
     let mut admin = server.admin();
-    let scripts_run = support::command_calls(&mut admin, "evalsha");
-    assert!(proxy.deliver_held() > 0);
-    assert!(eventually(Duration::from_secs(5), || {
-        support::command_calls(&mut admin, "evalsha") > scripts_run
-    }));
+    deliver_the_held_release(&proxy, &mut admin);
     let other = Client::open(&server.url()).unwrap();
     assert!(
         other
@@ -1243,22 +1245,20 @@ fn a_write_release_that_reaches_redis_late_leaves_a_newer_write_alone() {
         .unwrap()
         .unwrap();
 
+    let first_token = first.fencing_token();
     proxy.stall_open_connections();
     assert!(matches!(first.unlock(), Err(Error::Redis(_))));
     let again = rw
         .try_write(Duration::from_secs(10), Some(Duration::from_secs(30)))
         .unwrap()
         .unwrap();
+    assert!(
+        again.fencing_token() > first_token,
+        "a newer hold, same owner"
+    );
 
     let mut admin = server.admin();
-    let scripts_run = support::command_calls(&mut admin, "evalsha");
-    assert!(proxy.deliver_held() > 0);
-    assert!(
-        eventually(Duration::from_secs(5), || support::command_calls(
-            &mut admin, "evalsha"
-        ) > scripts_run),
-        "the held-back release never ran"
-    );
+    deliver_the_held_release(&proxy, &mut admin);
     let other = Client::open(&server.url()).unwrap();
     assert!(
         other
