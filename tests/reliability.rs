@@ -125,6 +125,17 @@ fn under_faults_that_keep_the_lock_state(kinds: Vec<Checked>, layout: redlatch::
         injected += 1;
     }
     let before = checker.counts().sections;
+    // The children really run in `layout`: our layout's keys all start with "redlatch:",
+    // Redisson's never do.
+    let ours: Vec<String> = redis::cmd("KEYS")
+        .arg("redlatch:*")
+        .query(&mut admin)
+        .unwrap();
+    let all: u64 = redis::cmd("DBSIZE").query(&mut admin).unwrap();
+    match layout {
+        redlatch::Layout::Redisson => assert!(ours.is_empty() && all > 0, "{ours:?}"),
+        _ => assert!(!ours.is_empty(), "no key of our layout"),
+    }
     let counts = finish(checker, &config);
     eprintln!("{injected} faults");
     assert!(injected >= 14 && before > 100, "too little happened");
