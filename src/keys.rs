@@ -383,11 +383,11 @@ impl LockKeys {
     /// and `<thread>` for a write; Redisson's `<thread>` for a read and `<thread>:write` for a
     /// write (`REDISSON-FORMAT.md` 7.1). Either way a thread's read and its write are two
     /// holders.
-    pub fn rw_owner(&self, thread: &str, read: bool) -> Arc<str> {
+    pub fn rw_owner(&self, thread: &Arc<str>, read: bool) -> Arc<str> {
         match (self.layout, read) {
             (Layout::Redlatch, true) => format!("{thread}:r").into(),
             (Layout::Redisson, false) => format!("{thread}:write").into(),
-            _ => thread.into(),
+            _ => thread.clone(), // the thread's id itself: no new string
         }
     }
 
