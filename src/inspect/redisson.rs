@@ -11,12 +11,13 @@
 //! [`Client::inspect`]: crate::Client::inspect
 //! [`Layout::Redisson`]: crate::Layout::Redisson
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
 use super::{Holder, Listed, ObjectKind, Report, Waiter};
 use crate::keys::{LockKeys, redisson_tagged};
+use crate::scripts;
 use crate::words::Words;
 
 /// The score Java gives a permit taken without a lease (`Long.MAX_VALUE / 10000`).
@@ -29,9 +30,7 @@ pub(super) fn read_report(
     keys: &LockKeys,
 ) -> RedisResult<Report> {
     // Java's deadlines and permit leases are in the clients' wall clock, and so is this.
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    let now_ms = scripts::redisson::epoch_ms();
     let pttl: i64 = redis::cmd("PTTL").arg(keys.lock()).query(con)?;
     let ttl = u64::try_from(pttl).ok().map(Duration::from_millis);
     let fence: Option<String> = redis::cmd("GET")
@@ -97,7 +96,7 @@ pub(super) fn read_report(
             let available: Option<String> = redis::cmd("GET").arg(keys.lock()).query(con)?;
             let available: u64 = available.and_then(|a| a.parse().ok()).unwrap_or(0);
             let permits: Vec<(Vec<u8>, u64)> = redis::cmd("ZRANGE")
-                .arg(keys.suffixed("timeout"))
+                .arg(keys.leases())
                 .arg(0)
                 .arg(-1)
                 .arg("WITHSCORES")
@@ -106,7 +105,9 @@ pub(super) fn read_report(
             for (id, end) in permits {
                 let left =
                     (end != NO_LEASE).then(|| Duration::from_millis(end.saturating_sub(now_ms)));
-                report.holders.push(holder(hex(&id), 1, left));
+                let mut shown = String::with_capacity(32);
+                scripts::redisson::semaphore::push_hex(&mut shown, &id);
+                report.holders.push(holder(shown, 1, left));
             }
         }
     }
@@ -165,8 +166,7 @@ pub(super) fn list(con: &mut dyn ConnectionLike, pattern: &str) -> RedisResult<V
             }
             "string" => {
                 let count: Option<String> = redis::cmd("GET").arg(&key).query(con)?;
-                let permits =
-                    LockKeys::redisson(crate::keys::Family::Semaphore, &key).suffixed("timeout");
+                let permits = LockKeys::redisson(crate::keys::Family::Semaphore, &key).leases();
                 let out: u64 = redis::cmd("ZCARD").arg(permits).query(con).unwrap_or(0);
                 match count.and_then(|c| c.parse::<i64>().ok()) {
                     Some(_) if out > 0 => Some(ObjectKind::Semaphore),
@@ -201,9 +201,4 @@ pub(super) fn list(con: &mut dyn ConnectionLike, pattern: &str) -> RedisResult<V
         }
     }
     Ok(found)
-}
-
-/// `bytes` as lowercase hex: how Java shows a permit id.
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

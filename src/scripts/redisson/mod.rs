@@ -121,9 +121,10 @@ pub(crate) fn fair_withdraw(
     Ok(())
 }
 
-/// The wall clock in epoch milliseconds: Redisson's fair lock keeps its deadlines in it (a
-/// client whose clock is off drops live waiters or keeps dead ones: as Java's).
-fn epoch_ms() -> u64 {
+/// The wall clock in epoch milliseconds: Redisson keeps a fair lock's deadlines and a
+/// semaphore's permit leases in it (a client whose clock is off drops live waiters or keeps
+/// dead ones: as Java's), and `inspect` reads them by it.
+pub(crate) fn epoch_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, millis)

@@ -10,12 +10,12 @@
 
 use std::fmt::Write as _;
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
 use super::super::{Acquire, Freeing, Invocation, Lua, Release, Renewal, millis, splice};
-use super::{acquire_reply, release_reply};
+use super::{acquire_reply, epoch_ms, release_reply};
 use crate::keys::LockKeys;
 
 /// The text of `lua/redisson/<file>` with the semaphore's shared part in front.
@@ -51,11 +51,16 @@ pub(crate) fn owner(n: u32) -> Arc<str> {
         if i > 0 {
             owner.push(',');
         }
-        for byte in permit_id() {
-            let _ = write!(owner, "{byte:02x}");
-        }
+        push_hex(&mut owner, &permit_id());
     }
     owner.into()
+}
+
+/// Appends `bytes` in lowercase hex to `out`: how Java shows a permit id.
+pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
+    for byte in bytes {
+        let _ = write!(out, "{byte:02x}");
+    }
 }
 
 /// 16 random bytes: a v4 UUID's, with the six bits it fixes (version, variant) drawn too.
@@ -81,13 +86,6 @@ fn ids(owner: &str) -> impl Iterator<Item = [u8; 16]> + '_ {
     })
 }
 
-/// This client's wall clock in epoch ms, which Redisson's permit leases are scored by.
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 /// A call of one of the scripts that start with `redisson/semaphore.lua`, with its three
 /// keys.
 fn invocation<'a>(lua: &'a Lua, keys: &LockKeys) -> Invocation<'a> {
@@ -105,7 +103,7 @@ pub(crate) fn acquire(
     lease: Duration,
     freeing: Freeing,
 ) -> RedisResult<Acquire> {
-    let now = now_ms();
+    let now = epoch_ms();
     let mut invocation = invocation(&ACQUIRE, keys);
     invocation
         .key(keys.fence())
@@ -137,7 +135,7 @@ pub(crate) fn release(
 /// The call of `redisson/semaphore_renew.lua` that moves the lease end of the acquisitions
 /// in `batch` to `lease` from now.
 pub(in crate::scripts) fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) -> Invocation<'a> {
-    let now = now_ms();
+    let now = epoch_ms();
     let mut invocation = RENEW.prepare_invoke();
     invocation.arg(now.saturating_add(millis(lease))).arg(now);
     for r in batch {
@@ -174,7 +172,7 @@ pub(crate) fn available(
     freeing: Freeing,
 ) -> RedisResult<u32> {
     let free: i64 = invocation(&AVAILABLE, keys)
-        .arg(now_ms())
+        .arg(epoch_ms())
         .arg(freeing.publish)
         .invoke(con)?;
     Ok(free.clamp(0, i64::from(u32::MAX)) as u32)
