@@ -49,6 +49,16 @@ pub(crate) fn acquire(
 ) -> RedisResult<Acquire> {
     let mut invocation = ACQUIRE.key(keys.lock());
     invocation.key(keys.fence()).arg(owner).arg(millis(lease));
+    attempt(con, invocation, hold)
+}
+
+/// Runs an acquisition script of this layout, after the re-entry's arguments (the guard
+/// count and token `hold` of a holder), which every one of them takes last.
+fn attempt(
+    con: &mut dyn ConnectionLike,
+    mut invocation: Invocation<'_>,
+    hold: Option<(u32, u64)>,
+) -> RedisResult<Acquire> {
     if let Some((holds, token)) = hold {
         invocation.arg(holds).arg(token);
     }
@@ -98,10 +108,7 @@ pub(crate) fn fair_acquire(
         .arg(millis(lease))
         .arg(epoch_ms())
         .arg(millis(slot));
-    if let Some((holds, token)) = hold {
-        invocation.arg(holds).arg(token);
-    }
-    acquire_reply(invocation.invoke(con)?)
+    attempt(con, invocation, hold)
 }
 
 /// Takes `owner` out of fair lock `keys`'s queue, moving those behind it up by `slot`
@@ -162,9 +169,24 @@ pub(crate) fn release(
         invocation
     };
     invocation.arg(freeing.publish);
+    free(con, invocation, keys, owner, token, how.holds, freeing)
+}
+
+/// Runs a release script of this layout, after the unlock latch (Redisson's
+/// `redisson_unlock_latch:{name}:<request id>`) that its retry finds, where the connection
+/// retries out of sight: every one of them takes it as its last key and argument.
+fn free(
+    con: &mut dyn ConnectionLike,
+    mut invocation: Invocation<'_>,
+    keys: &LockKeys,
+    owner: &str,
+    token: u64,
+    holds: u32,
+    freeing: Freeing,
+) -> RedisResult<Release> {
     if freeing.retries_unseen {
         invocation
-            .key(keys.unlock_latch(&request_id(owner, token, how.holds)))
+            .key(keys.unlock_latch(&request_id(owner, token, holds)))
             .arg(millis(freeing.latch_ttl));
     }
     Ok(release_reply(invocation.invoke(con)?))

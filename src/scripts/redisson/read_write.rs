@@ -13,7 +13,7 @@ use std::time::Duration;
 use redis::{ConnectionLike, RedisResult};
 
 use super::super::{Acquire, Freeing, Invocation, Lua, Release, Releasing, Renewal, millis};
-use super::{acquire_reply, release_reply, request_id};
+use super::{attempt, free};
 use crate::keys::LockKeys;
 
 static READ_ACQUIRE: LazyLock<Lua> =
@@ -62,10 +62,7 @@ pub(crate) fn acquire(
         }
     };
     invocation.arg(millis(lease));
-    if let Some((holds, token)) = hold {
-        invocation.arg(holds).arg(token);
-    }
-    acquire_reply(invocation.invoke(con)?)
+    attempt(con, invocation, hold)
 }
 
 /// Releases one of `owner`'s read or write holds (taken with `token`) of lock `keys`, as
@@ -91,12 +88,7 @@ pub(crate) fn release(
         invocation
     };
     invocation.arg(owner).arg(how.holds).arg(freeing.publish);
-    if freeing.retries_unseen {
-        invocation
-            .key(keys.unlock_latch(&request_id(owner, token, how.holds)))
-            .arg(millis(freeing.latch_ttl));
-    }
-    Ok(release_reply(invocation.invoke(con)?))
+    free(con, invocation, keys, owner, token, how.holds, freeing)
 }
 
 /// The call of `redisson/rw_renew.lua` that renews the read and write holds in `batch`.
