@@ -13,7 +13,7 @@ use crate::subscriber::Subscriber;
 /// has no fair queue (Redisson's), a hand-over inside the client spares every other client's
 /// waiter an attempt that would fail, and the lock's other users still get their turn. A
 /// release that hands nothing over ends the streak (and its record).
-pub(crate) const MAX_LOCAL_STREAK: u32 = 3;
+const MAX_LOCAL_STREAK: u32 = 3;
 
 /// A waiting thread of this client chosen to be handed a lock its holder releases: the
 /// release gives the hold to [`owner`](LocalHandOff::owner) in Redis, then
