@@ -117,10 +117,21 @@ fn lock_excludes_both_ways(f: &Fleet) {
 /// A Java release wakes our waiter, and ours wakes Java's, each within a few hundred ms
 /// while the holder's lease is 30 s: nobody polls.
 fn releases_wake_the_other_side(f: &Fleet) {
-    let name = unique("wake");
-    assert!(f.java.try_lock(&name, 1, Duration::ZERO, JAVA_LEASE));
+    wakes_both_ways(f, &unique("wake"), (1, 2));
+}
+
+/// A name with braces follows Redisson's rule on both sides (`app{42}lock` wakes on
+/// `redisson_lock__channel:app{42}lock`): a Java release still wakes ours, and ours Java's.
+fn a_name_with_braces_wakes_both_ways(f: &Fleet) {
+    wakes_both_ways(f, &format!("{}{{42}}lock", unique("app")), (8, 9));
+}
+
+/// Java's thread `threads.0` holds lock `name` and its release wakes our waiter; then we hold
+/// and our release wakes Java's thread `threads.1`.
+fn wakes_both_ways(f: &Fleet, name: &str, threads: (u64, u64)) {
+    assert!(f.java.try_lock(name, threads.0, Duration::ZERO, JAVA_LEASE));
     let ours = {
-        let lock = f.ours.lock(&name);
+        let lock = f.ours.lock(name);
         on_thread(move || {
             lock.try_lock(Duration::from_secs(20), None)
                 .unwrap()
@@ -134,7 +145,7 @@ fn releases_wake_the_other_side(f: &Fleet) {
         == 1));
     thread::sleep(Duration::from_millis(100));
     let released = Instant::now();
-    assert_eq!(f.java.unlock(&name, 1), Some(1));
+    assert_eq!(f.java.unlock(name, threads.0), Some(1));
     let (woken, got) = join_all(vec![ours], Duration::from_secs(30), "our waiter").remove(0);
     assert!(
         got && woken - released < QUICK,
@@ -142,12 +153,12 @@ fn releases_wake_the_other_side(f: &Fleet) {
         woken - released
     );
 
-    let guard = f.ours.lock(&name).lock().unwrap();
+    let guard = f.ours.lock(name).lock().unwrap();
     let before = f.java.commands_sent();
     let java = {
         let java = f.java.clone();
-        let name = name.clone();
-        on_thread(move || java.try_lock(&name, 2, Duration::from_secs(20), JAVA_LEASE))
+        let name = name.to_string();
+        on_thread(move || java.try_lock(&name, threads.1, Duration::from_secs(20), JAVA_LEASE))
     };
     await_java_parked(&f.java, before);
     let released = Instant::now();
@@ -158,45 +169,7 @@ fn releases_wake_the_other_side(f: &Fleet) {
         "Java woken {:?} after our release",
         woken - released
     );
-    assert_eq!(f.java.unlock(&name, 2), Some(1));
-}
-
-/// A name with braces follows Redisson's rule on both sides (`app{42}lock` wakes on
-/// `redisson_lock__channel:app{42}lock`): a Java release still wakes ours, and ours Java's.
-fn a_name_with_braces_wakes_both_ways(f: &Fleet) {
-    let name = format!("{}{{42}}lock", unique("app"));
-    assert!(f.java.try_lock(&name, 8, Duration::ZERO, JAVA_LEASE));
-    let ours = {
-        let lock = f.ours.lock(&name);
-        on_thread(move || {
-            lock.try_lock(Duration::from_secs(20), None)
-                .unwrap()
-                .is_some()
-        })
-    };
-    assert!(eventually(Duration::from_secs(5), || f
-        .ours
-        .stats()
-        .waiting_threads
-        == 1));
-    thread::sleep(Duration::from_millis(100));
-    let released = Instant::now();
-    assert_eq!(f.java.unlock(&name, 8), Some(1));
-    let (woken, got) = join_all(vec![ours], Duration::from_secs(30), "our waiter").remove(0);
-    assert!(got && woken - released < QUICK);
-    let guard = f.ours.lock(&name).lock().unwrap();
-    let before = f.java.commands_sent();
-    let java = {
-        let java = f.java.clone();
-        let name = name.clone();
-        on_thread(move || java.try_lock(&name, 9, Duration::from_secs(20), JAVA_LEASE))
-    };
-    await_java_parked(&f.java, before);
-    let released = Instant::now();
-    drop(guard);
-    let (woken, got) = join_all(vec![java], Duration::from_secs(30), "Java's waiter").remove(0);
-    assert!(got && woken - released < QUICK);
-    assert_eq!(f.java.unlock(&name, 9), Some(1));
+    assert_eq!(f.java.unlock(name, threads.1), Some(1));
 }
 
 /// Our waiting thread sends nothing while nothing happens.
@@ -369,7 +342,8 @@ fn spin_lock_both_ways(f: &Fleet) {
     f.java.spin_unlock(&name, 5);
 }
 
-/// The multi-lock waits for a member Java holds, and Java waits for a member we hold.
+/// The multi-lock waits for a member Java holds, and Java's release wakes it. (Java waiting
+/// for a member we hold is `releases_wake_the_other_side`: a member is a lock.)
 fn multi_lock_over_java_locks(f: &Fleet) {
     let (a, b) = (unique("ma"), unique("mb"));
     assert!(f.java.try_lock(&b, 6, Duration::ZERO, JAVA_LEASE));
@@ -434,7 +408,7 @@ fn read_write_lock_both_ways(f: &Fleet) {
         woken - released
     );
 
-    // Java writes; our writer and reader wait; Java's write release wakes both.
+    // Java writes; our writer waits; Java's write release wakes it.
     let our_writer = {
         let rw = rw.clone();
         on_thread(move || {
