@@ -578,17 +578,11 @@ fn a_release_hands_the_lock_to_a_waiting_thread_of_its_client_three_times_in_a_r
     let mut admin = server.admin();
     let client = redisson(&server);
     let name = unique("local");
-    let mut listener = redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let mut pubsub = listener.as_pubsub();
-    pubsub
-        .subscribe(format!("redisson_lock__channel:{{{name}}}"))
-        .unwrap();
-    pubsub
-        .set_read_timeout(Some(Duration::from_millis(300)))
-        .unwrap();
+    let mut listener = support::jvm::Listener::new(
+        &server.url(),
+        &format!("redisson_lock__channel:{{{name}}}"),
+        support::jvm::Publish::Plain,
+    );
     let lock = client.lock(&name);
     // Owned guards move between threads: each round's holder releases with a waiter queued.
     let mut guard = lock.lock_owned().unwrap();
@@ -611,10 +605,7 @@ fn a_release_hands_the_lock_to_a_waiting_thread_of_its_client_three_times_in_a_r
         );
         let fields: Vec<String> = redis::cmd("HKEYS").arg(&name).query(&mut admin).unwrap();
         assert_eq!(fields, vec![guard.owner_id().to_string()], "round {round}");
-        let mut messages = 0;
-        while pubsub.get_message().is_ok() {
-            messages += 1;
-        }
+        let messages = listener.drain(Duration::from_millis(300)).len();
         published.push(messages);
         let handed = client.stats().handed_over > before.1;
         assert_eq!(

@@ -6,7 +6,7 @@
 mod support;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -54,43 +54,6 @@ fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64
-}
-
-/// The messages on a channel, heard by a connection of their own (its thread ends with the
-/// server).
-struct Listener {
-    messages: mpsc::Receiver<String>,
-}
-
-impl Listener {
-    /// Listens on `channel`; returns once the subscription is confirmed.
-    fn on(server: &RedisServer, channel: &str) -> Listener {
-        let mut con = redis::Client::open(server.url())
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        let (subscribed, confirmed) = mpsc::channel();
-        let (heard, messages) = mpsc::channel();
-        let channel = channel.to_string();
-        thread::spawn(move || {
-            let mut pubsub = con.as_pubsub();
-            pubsub.subscribe(&channel).unwrap();
-            subscribed.send(()).unwrap();
-            while let Ok(message) = pubsub.get_message() {
-                let payload = String::from_utf8_lossy(message.get_payload_bytes()).into_owned();
-                if heard.send(payload).is_err() {
-                    break;
-                }
-            }
-        });
-        confirmed.recv_timeout(Duration::from_secs(5)).unwrap();
-        Listener { messages }
-    }
-
-    /// The next message's payload, or `None` if none comes within `within`.
-    fn next(&mut self, within: Duration) -> Option<String> {
-        self.messages.recv_timeout(within).ok()
-    }
 }
 
 // The Java side of the read-write lock (REDISSON-FORMAT.md 7.2 to 7.5), written from the
@@ -321,7 +284,11 @@ fn our_unlocks_publish_what_java_waiters_read() {
     let server = RedisServer::start();
     let client = redisson(&server);
     let name = unique("msgs");
-    let mut listener = Listener::on(&server, &format!("redisson_rwlock:{{{name}}}"));
+    let mut listener = support::jvm::Listener::new(
+        &server.url(),
+        &format!("redisson_rwlock:{{{name}}}"),
+        support::jvm::Publish::Plain,
+    );
     let lock = client.read_write_lock(&name);
     // A downgrade publishes nothing; the final read unlock "0".
     let write = lock.write().unwrap();
@@ -624,7 +591,11 @@ fn permits_are_redissons_ids_and_scores_with_counts_published() {
     let mut admin = server.admin();
     let client = redisson(&server);
     let name = unique("sem");
-    let mut listener = Listener::on(&server, &format!("redisson_sc:{{{name}}}"));
+    let mut listener = support::jvm::Listener::new(
+        &server.url(),
+        &format!("redisson_sc:{{{name}}}"),
+        support::jvm::Publish::Plain,
+    );
     let wait = Duration::from_secs(5);
     let semaphore = client.semaphore(&name);
     semaphore.set_permits(3).unwrap();
@@ -746,7 +717,11 @@ fn an_expired_java_permit_is_reclaimed_and_our_waiter_sleeps_only_until_its_end(
     let name = unique("reclaim");
     let semaphore = client.semaphore(&name);
     semaphore.set_permits(1).unwrap();
-    let mut listener = Listener::on(&server, &format!("redisson_sc:{{{name}}}"));
+    let mut listener = support::jvm::Listener::new(
+        &server.url(),
+        &format!("redisson_sc:{{{name}}}"),
+        support::jvm::Publish::Plain,
+    );
     // Ended a second ago: availablePermits gives it back, and says so.
     java_takes_permit(&mut admin, &name, b"expired-permit!!", now_ms() - 1_000);
     assert_eq!(get(&mut admin, &name).as_deref(), Some("0"));
