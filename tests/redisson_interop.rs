@@ -251,7 +251,7 @@ fn fair_lock_order_across_both_sides(f: &Fleet) {
                 assert!(java.fair_try_lock(&name, 10 + i, Duration::from_secs(30), JAVA_LEASE));
                 order.lock().push(i);
                 thread::sleep(Duration::from_millis(20));
-                java.fair_unlock(&name, 10 + i);
+                assert_eq!(java.fair_unlock(&name, 10 + i), Some(1));
             }));
         } else {
             let lock = lock.clone();
@@ -325,7 +325,7 @@ fn spin_lock_both_ways(f: &Fleet) {
             .unwrap()
             .is_none()
     );
-    f.java.spin_unlock(&name, 5);
+    assert_eq!(f.java.spin_unlock(&name, 5), Some(1));
     let guard = spin
         .try_lock(Duration::from_secs(5), None)
         .unwrap()
@@ -339,7 +339,7 @@ fn spin_lock_both_ways(f: &Fleet) {
         f.java
             .spin_try_lock(&name, 5, Duration::from_secs(5), JAVA_LEASE)
     );
-    f.java.spin_unlock(&name, 5);
+    assert_eq!(f.java.spin_unlock(&name, 5), Some(1));
 }
 
 /// The multi-lock waits for a member Java holds, and Java's release wakes it. (Java waiting
