@@ -155,27 +155,10 @@ pub fn latch_channel(name: &str) -> String {
     format!("redisson_countdownlatch__channel__{{{name}}}")
 }
 
-/// The Redis Cluster slot of a key (CRC16/XMODEM of its hash tag): the watchdog groups its
-/// batch renewals by slot, as Redisson does, because one script's keys must share a slot.
-pub fn key_slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
-    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
-        let rest = &bytes[open + 1..];
-        let close = rest.iter().position(|&b| b == b'}')?;
-        (close > 0).then(|| &rest[..close])
-    });
-    let mut crc: u16 = 0;
-    for &byte in tagged.unwrap_or(bytes) {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
+/// The Redis Cluster slot of a key: the watchdog groups its batch renewals by slot, as
+/// Redisson does, because one script's keys must share a slot.
+fn key_slot(key: &str) -> u16 {
+    super::topology::key_slot(key.as_bytes())
 }
 
 // ---------------------------------------------------------------------------------------
