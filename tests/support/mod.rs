@@ -476,11 +476,14 @@ pub fn release_wakes_a_waiter_without_polling(
 ) {
     let held = holder.lock(name).lock().unwrap();
     let lock = waiter.lock(name);
+    let base = command_calls(admin, "evalsha");
     let waiting = thread::spawn(move || {
         let guard = lock.try_lock(Duration::from_secs(20), None).unwrap();
         (Instant::now(), guard.map(|g| g.fencing_token()))
     });
-    await_waiting(admin, name);
+    // Parked, not only subscribed: its attempt after the confirmation would fall in the
+    // silent second below.
+    await_parked(admin, base);
     the_one_pubsub_client(admin);
     let before = command_calls(admin, "evalsha");
     thread::sleep(Duration::from_secs(1));
