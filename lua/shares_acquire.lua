@@ -42,7 +42,8 @@
 -- below, which names what is foreign. The first write is the counter's (or, for a read that
 -- keeps the counter as it is, the holders'): refused at maxmemory, it leaves nothing written.
 local held_by, leased = KEYS[1], KEYS[1] .. ':leases'
-if ARGV[5] == '0' and redis.call('exists', held_by, leased, held_by .. ':queue') == 0 then
+local present = ARGV[5] == '0' and redis.call('exists', held_by, leased, held_by .. ':queue')
+if present == 0 then
   local counter_key = held_by .. ':fence'
   local rw, need, lease = ARGV[1] == 'rw', ARGV[7], ARGV[6]
   local fits = true
@@ -103,6 +104,103 @@ if ARGV[5] == '0' and redis.call('exists', held_by, leased, held_by .. ':queue')
     redis.call('pexpire', held_by, lease)
     redis.call('pexpire', leased, lease)
     return token -- as acquire.lua answers: an array costs Redis a conversion of its own
+  end
+end
+
+-- The usual busy case, with no functions made either: a first acquisition (or a later
+-- attempt of a wait that was not granted) that finds the object held by others, every lease
+-- live, and nobody the grant rule would admit now (the queue's head, if any, is another
+-- waiter whose terms live and whose need does not fit). The caller does not fit, or would
+-- overtake that head, so it is not let in: it queues if it may wait, and hears how long to
+-- sleep. The general way's purge and grant_waiters would do nothing here, and its
+-- fix_expiry change nothing.
+-- Every key is read first, with pcalls, and anything unexpected takes the general way, which
+-- names foreign data: the holders (a hash with an expiry, every field "<count> <token>" or a
+-- read-write lock's "writer", none the caller's: that would be a grant to take up), a
+-- semaphore's total, the earliest lease, the head's terms and the counter. The permits used
+-- are summed from the holders' fields, which are the leases' members while every lease
+-- lives. The first write is the caller's terms: refused (another type, maxmemory), it has
+-- written nothing, and the general way says why.
+-- Cost: eight reads, and to queue four or six writes, where the general way made about 25
+-- calls and its functions. Under callgrind (redis-server 7.0.15) a busy semaphore's attempt
+-- that does not queue went from 237,000 instructions to 109,000 (a lock's: 57,000).
+if present and present > 0 then
+  local rw, owner, need = ARGV[1] == 'rw', ARGV[4], ARGV[7]
+  local queue, waiters = held_by .. ':queue', held_by .. ':waiters'
+  -- PTTL answers for a key of any type: -2 absent, -1 no expiry (not ours).
+  local fields = redis.call('pttl', held_by) > 0 and redis.pcall('hgetall', held_by)
+  local sane = fields and not fields.err
+  local holders, used, writer = 0, 0, nil
+  for i = 1, sane and #fields or 0, 2 do
+    local count = string.match(fields[i + 1], '^(%d+) %d+$')
+    if rw and fields[i] == 'writer' then
+      writer = fields[i + 1]
+    elseif fields[i] == owner or not count then
+      sane = false
+    else
+      holders, used = holders + 1, used + tonumber(count)
+    end
+  end
+  -- A thread's read beside its own write never waits: the general way takes it.
+  sane = sane and holders > 0 and not (rw and writer and writer == ARGV[12])
+  -- A semaphore's total. A request above it waits aside: the general way.
+  local total
+  if sane and not rw then
+    local text = redis.pcall('get', held_by .. ':permits')
+    total = type(text) == 'string' and string.match(text, '^%d+$') and tonumber(text)
+    sane = total and tonumber(need) <= total
+  end
+  local earliest = sane and redis.pcall('zrange', leased, 0, 0, 'WITHSCORES')
+  local time = earliest and not earliest.err and earliest[2] and redis.call('time')
+  local now = time and tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local head = now and tonumber(earliest[2]) > now and redis.pcall('zrange', queue, 0, 0)
+  sane = head and not head.err
+  local blocked, fits = false, false
+  if sane then
+    if rw then
+      fits = need == 'r' and not writer
+    else
+      fits = used + tonumber(need) <= total
+    end
+  end
+  if sane and head[1] then
+    -- The caller as the head (its own terms may have run out) takes the general way.
+    local terms = head[1] ~= owner and redis.pcall('hget', waiters, head[1])
+    local until_ms, head_need
+    if type(terms) == 'string' then
+      until_ms, head_need = string.match(terms, '^(%d+) %d+ (%w+)$')
+    end
+    if rw then
+      blocked = head_need == 'w' or (head_need == 'r' and writer ~= nil)
+    elseif head_need and string.match(head_need, '^%d+$') then
+      local n = tonumber(head_need)
+      blocked = n <= total and used + n > total
+    end
+    sane = blocked and tonumber(until_ms) > now
+  end
+  local settled = sane and (blocked or not fits)
+  local fence = settled and redis.pcall('get', held_by .. ':fence')
+  if settled and (fence == false or (type(fence) == 'string' and string.match(fence, '^%d+$'))) then
+    local queue_for, queued = ARGV[9] or '0', true
+    if queue_for ~= '0' then
+      local wait_ms, handover_lease = tonumber(queue_for), ARGV[11] or ARGV[6]
+      local terms = string.format('%d %s %s', now + wait_ms, handover_lease, need)
+      queued = type(redis.pcall('hset', waiters, owner, terms)) == 'number'
+      if queued then
+        redis.call('zadd', queue, 'NX', time[1] .. string.sub('00000' .. time[2], -6), owner)
+        if redis.call('pttl', queue) < wait_ms then
+          redis.call('pexpire', queue, queue_for)
+        end
+        -- The terms' key outlives the wait by the hand-over's lease, as the general way's.
+        local terms_for = wait_ms + tonumber(handover_lease)
+        if redis.call('pttl', waiters) < terms_for then
+          redis.call('pexpire', waiters, string.format('%d', terms_for))
+        end
+      end
+    end
+    if queued then
+      return {0, math.max(1, tonumber(earliest[2]) - now), tonumber(fence or '0')}
+    end
   end
 end
 

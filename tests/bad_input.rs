@@ -125,7 +125,6 @@ fn bounded<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 's
     Running::start(f).finish(limit)
 }
 
-/// `DUMP key`: the serialized value, to show foreign data came through byte for byte.
 /// Writes someone else's data under `key` with `command` (`["SET", "precious"]`, say: the
 /// key goes after the command's name) and answers its DUMP, to compare with later.
 fn plant(admin: &mut redis::Connection, key: &str, command: &[&str]) -> Vec<u8> {
@@ -137,6 +136,7 @@ fn plant(admin: &mut redis::Connection, key: &str, command: &[&str]) -> Vec<u8> 
     dump(admin, key)
 }
 
+/// `DUMP key`: the serialized value, to show foreign data came through byte for byte.
 fn dump(admin: &mut redis::Connection, key: &str) -> Vec<u8> {
     redis::cmd("DUMP").arg(key).query(admin).unwrap()
 }
@@ -527,6 +527,66 @@ fn foreign_data_under_the_queue_key_is_reported_and_left_alone() {
         assert_eq!(dump(&mut admin, &key), before, "{key} was changed");
         let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut admin).unwrap();
         assert_eq!(ttl, -1, "{key} was given an expiry");
+    }
+}
+
+/// Beside a held write or held permits, an attempt that would queue reads every key it
+/// relies on before it writes anything (the usual busy case of `lua/shares_acquire.lua`):
+/// foreign data under any of them is named at once, left as it was, and nothing is queued.
+/// Holders without an expiry are not ours either.
+#[test]
+fn foreign_data_beside_a_held_share_is_reported_and_left_alone() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (holder, client) = (
+        Client::open(&server.url()).unwrap(),
+        Client::open(&server.url()).unwrap(),
+    );
+    let wait = Duration::from_secs(3);
+    for (kind, suffix) in [
+        ("semaphore", ":queue"),
+        ("semaphore", ":waiters"),
+        ("semaphore", ":fence"),
+        ("semaphore", ":permits"),
+        ("semaphore", ""),
+        ("rwlock", ":queue"),
+        ("rwlock", ":waiters"),
+        ("rwlock", ":fence"),
+        ("rwlock", ""),
+    ] {
+        let name = unique("foreign-beside-held");
+        let holders = format!("redlatch:{{{name}}}:{kind}");
+        let key = format!("{holders}{suffix}");
+        let (semaphore, rw) = (holder.semaphore(&name), holder.read_write_lock(&name));
+        let held: Box<dyn std::any::Any> = if kind == "semaphore" {
+            semaphore.set_permits(1).unwrap();
+            Box::new(semaphore.acquire(1).unwrap())
+        } else {
+            Box::new(rw.write().unwrap())
+        };
+        let before = if suffix.is_empty() {
+            let _: () = redis::cmd("PERSIST").arg(&key).query(&mut admin).unwrap();
+            dump(&mut admin, &key)
+        } else {
+            let _: () = redis::cmd("DEL").arg(&key).query(&mut admin).unwrap();
+            plant(&mut admin, &key, &["SET", "precious"])
+        };
+        let (name_, client_) = (name.clone(), client.clone());
+        let result = bounded(Duration::from_secs(5), move || {
+            if kind == "semaphore" {
+                let permits = client_.semaphore(&name_).try_acquire(1, wait, None);
+                permits.map(|p| p.is_some())
+            } else {
+                let write = client_.read_write_lock(&name_).try_write(wait, None);
+                write.map(|w| w.is_some())
+            }
+        });
+        assert_eq!(wrong_type(result), key, "{kind}{suffix}");
+        assert_eq!(dump(&mut admin, &key), before, "{key} was changed");
+        if suffix != ":queue" {
+            assert!(!exists(&mut admin, &format!("{holders}:queue")), "queued");
+        }
+        drop(held);
     }
 }
 

@@ -340,3 +340,54 @@ fn a_read_at_maxmemory_is_refused_and_takes_nothing() {
     assert_eq!(holders, 1, "only the other reader holds");
     drop(holder);
 }
+
+/// A write or permits asked for beside a holder, at maxmemory: the attempt's first write
+/// (the waiter's terms) is refused, and with it the rest, so nothing is queued, as a lock's
+/// waiter is refused. The holder's release still runs.
+#[test]
+fn a_share_waiter_at_maxmemory_is_refused_and_queues_nothing() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let holder = Client::open(&server.url()).unwrap();
+    let other = Client::open(&server.url()).unwrap();
+    let (written, permitted) = (unique("full-write-wait"), unique("full-permit-wait"));
+    let write = holder.read_write_lock(&written).write().unwrap();
+    let semaphore = holder.semaphore(&permitted);
+    semaphore.set_permits(1).unwrap();
+    let permits = semaphore.acquire(1).unwrap();
+    fill_to_maxmemory(&mut admin);
+    let wait = Duration::from_secs(3);
+    let started = Instant::now();
+    let attempts = [
+        (
+            "rwlock",
+            &written,
+            other
+                .read_write_lock(&written)
+                .try_write(wait, None)
+                .map(drop),
+        ),
+        (
+            "semaphore",
+            &permitted,
+            other
+                .semaphore(&permitted)
+                .try_acquire(1, wait, None)
+                .map(drop),
+        ),
+    ];
+    for (kind, name, attempt) in attempts {
+        match attempt {
+            Err(redlatch::Error::Redis(e)) if e.code() == Some("OOM") => {}
+            other => panic!("{kind}: expected the server's OOM refusal, got {other:?}"),
+        }
+        for key in ["queue", "waiters"] {
+            let key = format!("redlatch:{{{name}}}:{kind}:{key}");
+            assert!(!exists(&mut admin, &key), "{key} was written");
+        }
+    }
+    assert!(started.elapsed() < wait, "refused at the first attempt");
+    drop(write);
+    permits.release().expect("a release at maxmemory");
+    the_server_refuses_writes(&mut admin);
+}

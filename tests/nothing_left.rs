@@ -53,10 +53,7 @@ fn ten_thousand_names_and_every_kind_leave_nothing_after_the_retention() {
     let fences: Vec<String> = (9_960..10_000)
         .map(|i| format!("redlatch:{{entity:{i}}}:fence"))
         .collect();
-    let live: u64 = redis::cmd("EXISTS")
-        .arg(&fences)
-        .query(&mut admin)
-        .unwrap();
+    let live: u64 = redis::cmd("EXISTS").arg(&fences).query(&mut admin).unwrap();
     assert_eq!(live, 40, "the fences are there while they live");
 
     // Locks handed back and forth between two clients (queue, hand-over mark, grant
