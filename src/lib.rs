@@ -109,9 +109,9 @@ pub mod bench_support {
             .then(|| start.elapsed())
     }
 
-    /// The last hand-over that woke the calling thread, taken: when this client's subscriber
-    /// thread had the message, and when the thread ran again.
-    pub fn last_hand_over() -> Option<(Instant, Instant)> {
-        crate::subscriber::last_hand_over()
+    /// The last hand-over or latch opening that woke the calling thread, taken: when this
+    /// client's subscriber thread had the message, and when the thread ran again.
+    pub fn last_message_wake() -> Option<(Instant, Instant)> {
+        crate::subscriber::last_message_wake()
     }
 }

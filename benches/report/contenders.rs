@@ -199,7 +199,7 @@ impl Handle for RedlatchHandle {
         self.guard.take().unwrap().unlock().unwrap();
     }
     fn last_hand_over(&mut self) -> Option<(Instant, Instant)> {
-        redlatch::bench_support::last_hand_over()
+        redlatch::bench_support::last_message_wake()
     }
 }
 
@@ -398,7 +398,7 @@ impl Handle for SemaphoreHandle {
         self.permits.take().unwrap().release().unwrap();
     }
     fn last_hand_over(&mut self) -> Option<(Instant, Instant)> {
-        redlatch::bench_support::last_hand_over()
+        redlatch::bench_support::last_message_wake()
     }
 }
 
@@ -447,7 +447,7 @@ impl Handle for WriterHandle {
         self.guard.take().unwrap().unlock().unwrap();
     }
     fn last_hand_over(&mut self) -> Option<(Instant, Instant)> {
-        redlatch::bench_support::last_hand_over()
+        redlatch::bench_support::last_message_wake()
     }
 }
 

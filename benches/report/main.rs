@@ -702,11 +702,17 @@ fn fence_figures(f: &mut Figures, url: &str) {
 }
 
 /// A latch's wake-up: four threads of another client wait on a latch at 1; from the call
-/// that counts it down to each waiter's return, over many rounds.
+/// that counts it down to each waiter's return, over many rounds. Each round also hands a
+/// lock over between the same two clients, to one thread of the waiting client that has
+/// waited as long: a baseline in the same state of the machine (idle threads woken), where
+/// the contended scenarios' hand-off (`lock_handoff_p50`) runs with every core busy.
 fn latch_figures(f: &mut Figures, url: &str, ping: Duration, lock_handoff_p50: Duration) {
     let counter = redlatch::Client::open(url).unwrap();
     let waiting = redlatch::Client::open(url).unwrap();
-    let (mut wakeups, mut firsts) = (Vec::new(), Vec::new());
+    let (mut wakeups, mut firsts, mut idle_handoffs) = (Vec::new(), Vec::new(), Vec::new());
+    // The first waiter's stages, as a hand-off's: count-down sent -> subscriber has the
+    // message -> the thread runs -> `wait` returns.
+    let mut stages: [Vec<Duration>; 3] = Default::default();
     for round in 0..knob("REPORT_LATCH_ROUNDS", 200) {
         let name = format!("latch-{round}");
         let latch = counter.count_down_latch(&name);
@@ -719,7 +725,8 @@ fn latch_figures(f: &mut Figures, url: &str, ping: Duration, lock_handoff_p50: D
                 thread::spawn(move || {
                     ready.send(()).unwrap();
                     assert!(latch.wait(Duration::from_secs(10)).unwrap());
-                    Instant::now()
+                    let returned = Instant::now();
+                    (returned, redlatch::bench_support::last_message_wake())
                 })
             })
             .collect();
@@ -730,12 +737,34 @@ fn latch_figures(f: &mut Figures, url: &str, ping: Duration, lock_handoff_p50: D
         thread::sleep(Duration::from_millis(20));
         let opened = Instant::now();
         latch.count_down().unwrap();
-        let returned: Vec<Duration> = waiters
-            .into_iter()
-            .map(|waiter| waiter.join().unwrap() - opened)
-            .collect();
-        firsts.extend(returned.iter().min().copied());
-        wakeups.extend(returned);
+        let mut returned: Vec<(Instant, Option<(Instant, Instant)>)> =
+            waiters.into_iter().map(|w| w.join().unwrap()).collect();
+        returned.sort_by_key(|r| r.0);
+        if let (at, Some((received, ran))) = returned[0] {
+            for (stage, d) in stages
+                .iter_mut()
+                .zip([received - opened, ran - received, at - ran])
+            {
+                stage.push(d);
+            }
+        }
+        firsts.push(returned[0].0 - opened);
+        wakeups.extend(returned.iter().map(|r| r.0 - opened));
+
+        let held = counter.lock(&name).lock().unwrap();
+        let lock = waiting.lock(&name);
+        let waiter = thread::spawn(move || {
+            drop(
+                lock.try_lock(Duration::from_secs(10), None)
+                    .unwrap()
+                    .unwrap(),
+            );
+            Instant::now()
+        });
+        thread::sleep(Duration::from_millis(20));
+        let released = Instant::now();
+        drop(held);
+        idle_handoffs.push(waiter.join().unwrap() - released);
     }
     f.put(
         "latch_wakeup_p50_over_ping",
@@ -749,12 +778,33 @@ fn latch_figures(f: &mut Figures, url: &str, ping: Duration, lock_handoff_p50: D
         "<= 1.2",
         "the count-down that reaches zero -> a waiter of another client returns, over the lock's hand-off p50 (same run)",
     );
+    let idle_p50 = percentile(&mut idle_handoffs, 0.5);
+    f.put(
+        "latch_wakeup_p50_over_idle_lock_handoff_p50",
+        ratio(percentile(&mut wakeups, 0.5), idle_p50),
+        "",
+        "the same over a lock's hand-off between the same clients to a thread idle as long (same rounds)",
+    );
+    f.put(
+        "latch_first_wakeup_p50_over_idle_lock_handoff_p50",
+        ratio(percentile(&mut firsts, 0.5), idle_p50),
+        "",
+        "the first of the 4 waiters, over the same idle hand-off",
+    );
     f.put(
         "latch_first_wakeup_p50_over_lock_handoff_p50",
         ratio(percentile(&mut firsts, 0.5), lock_handoff_p50),
         "",
         "the same for the first of the 4 waiters to return: one thread woken, as a hand-off wakes one",
     );
+    for (stage, what) in stages.iter_mut().zip(["to_subscriber", "wake", "return"]) {
+        f.put(
+            &format!("latch_first_wakeup_stage_{what}_us_p50"),
+            percentile(stage, 0.5).as_secs_f64() * 1e6,
+            "",
+            "stage of the first waiter's wake-up (count-down sent -> subscriber has it -> thread runs -> wait returns)",
+        );
+    }
     f.put(
         "latch_wakeup_p99_over_ping",
         ratio(percentile(&mut wakeups, 0.99), ping),

@@ -53,7 +53,7 @@ mod socket;
 mod waiters;
 
 use waiters::{Arriving, Entry};
-pub(crate) use waiters::{Expecting, Wake, last_hand_over};
+pub(crate) use waiters::{Expecting, Wake, last_message_wake};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);

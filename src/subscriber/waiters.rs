@@ -47,17 +47,17 @@ mod local;
 mod tests;
 
 thread_local! {
-    /// The last hand-over this thread was woken by: when the subscriber thread had its message,
-    /// and when this thread ran again. Two clock reads per hand-over, for the benchmark's
-    /// breakdown of a hand-off into its stages.
-    static LAST_HAND_OVER: std::cell::Cell<Option<(Instant, Instant)>> =
+    /// The last message this thread was woken by for itself (a hand-over, or a latch that
+    /// opened): when the subscriber thread had it, and when this thread ran again. Two clock
+    /// reads per wake-up, for the benchmark's breakdown of a hand-off into its stages.
+    static LAST_MESSAGE_WAKE: std::cell::Cell<Option<(Instant, Instant)>> =
         const { std::cell::Cell::new(None) };
 }
 
-/// The last hand-over the calling thread was woken by, taken: when the subscriber thread had
-/// its message, and when this thread ran again.
-pub(crate) fn last_hand_over() -> Option<(Instant, Instant)> {
-    LAST_HAND_OVER.take()
+/// The last hand-over or latch opening the calling thread was woken by, taken: when the
+/// subscriber thread had its message, and when this thread ran again.
+pub(crate) fn last_message_wake() -> Option<(Instant, Instant)> {
+    LAST_MESSAGE_WAKE.take()
 }
 
 /// A thread about to join the waiters of `keys`; `handed` is a hand-over that came early.
@@ -151,8 +151,9 @@ struct SlotState {
     permit: bool,
     /// The lock was handed to this slot's owner.
     handed: Option<HandOver>,
-    /// When the subscriber thread had the hand-over's message (for [`last_hand_over`]).
-    handed_at: Option<Instant>,
+    /// When the subscriber thread had the message of a hand-over or a latch's opening (for
+    /// [`last_message_wake`]).
+    message_at: Option<Instant>,
     /// The hand-over came from a release in this client ([`LocalHandOff`](local::LocalHandOff)), not through the
     /// subscriber thread, which therefore must be rung when the waiter leaves.
     handed_locally: bool,
@@ -183,9 +184,11 @@ impl Slot {
         true
     }
 
-    /// A latch opened at `at` (server µs): a permit, and the time.
-    fn open(&self, at: u64) {
+    /// A latch opened at `at` (server µs), as the subscriber thread heard at `received`: a
+    /// permit, and the time.
+    fn open(&self, at: u64, received: Instant) {
         let mut state = self.state.lock();
+        state.message_at = Some(received);
         state.opened_at = Some(state.opened_at.map_or(at, |was| was.max(at)));
         state.permit = true;
         self.wake.notify_one();
@@ -202,7 +205,7 @@ impl Slot {
     fn hand_over(&self, handed: HandOver, received: Option<Instant>) {
         let mut state = self.state.lock();
         state.handed = Some(handed);
-        state.handed_at = received;
+        state.message_at = received;
         self.wake.notify_one();
     }
 }
@@ -397,14 +400,17 @@ impl Waiter<'_> {
             let mut state = self.slot.state.lock();
             let wake = loop {
                 if let Some(handed) = state.handed.take() {
-                    if let Some(received) = state.handed_at.take() {
-                        LAST_HAND_OVER.set(Some((received, Instant::now())));
+                    if let Some(received) = state.message_at.take() {
+                        LAST_MESSAGE_WAKE.set(Some((received, Instant::now())));
                     }
                     break Wake::HandedOver {
                         token: handed.token,
                     };
                 }
                 if std::mem::replace(&mut state.permit, false) {
+                    if let Some(received) = state.message_at.take() {
+                        LAST_MESSAGE_WAKE.set(Some((received, Instant::now())));
+                    }
                     break match state.opened_at.take() {
                         Some(at_us) => Wake::Opened { at_us },
                         None => Wake::Permit,

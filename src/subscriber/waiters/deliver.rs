@@ -44,11 +44,12 @@ impl Shared {
                 }
             }
             Some(Message::Open { at_us: Some(at) }) => {
+                let received = Instant::now();
                 if let Some(entry) = entry {
                     let mut state = entry.state.lock();
                     state.wakes += 1;
                     for slot in &state.queue {
-                        slot.open(at);
+                        slot.open(at, received);
                     }
                 }
             }
