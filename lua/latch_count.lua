@@ -16,12 +16,12 @@ local function answer(count)
   return string.format('%s %d%06d', count, time[1], time[2])
 end
 
-local kind = redis.call('type', KEYS[1]).ok
-if kind == 'none' then
+-- A key of another type fails the GET (the pcall's table).
+local current = redis.pcall('get', KEYS[1])
+if not current then
   return answer('0')
 end
-local current = kind == 'string' and redis.call('get', KEYS[1])
-if not current or not string.match(current, '^%d+$') then
+if type(current) == 'table' or not string.match(current, '^%d+$') then
   return redis.error_reply('WRONGTYPE latch')
 end
 return answer(current)

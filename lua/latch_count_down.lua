@@ -25,12 +25,9 @@ local done = redis.call('get', marker)
 if done then
   return done
 end
-local kind = redis.call('type', count).ok
-if kind ~= 'none' and kind ~= 'string' then
-  return redis.error_reply('WRONGTYPE latch')
-end
-local current = redis.call('get', count)
-if current and not string.match(current, '^%d+$') then
+-- A key of another type fails the GET (the pcall's table): foreign data, nothing written.
+local current = redis.pcall('get', count)
+if type(current) == 'table' or (current and not string.match(current, '^%d+$')) then
   return redis.error_reply('WRONGTYPE latch')
 end
 local reply = '0'
@@ -39,7 +36,12 @@ if current and current ~= '0' then
   if type(left) == 'table' then
     return redis.error_reply('WRONGTYPE latch') -- digits beyond a 64-bit count: not ours
   end
-  reply = redis.call('get', count)
+  -- DECR's integer reaches Lua as a double, exact below 2^53; a larger count is read as text.
+  if left < 9007199254740992 then
+    reply = string.format('%d', left)
+  else
+    reply = redis.call('get', count)
+  end
   if reply == '0' then
     redis.call('pexpire', count, ttl)
     -- The server time (µs) goes with it: a waiter whose last look came before it returns

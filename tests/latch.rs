@@ -68,6 +68,17 @@ fn counting_down_rounds_and_a_latch_never_set() {
     // A new round once at zero; the huge count a 64-bit integer allows.
     assert!(latch.try_set_count(i64::MAX as u64).unwrap());
     assert_eq!(latch.count_down().unwrap(), i64::MAX as u64 - 1);
+    // Exact on either side of 2^53, where a count stops fitting a double (the script answers
+    // small counts from DECR's reply and larger ones as the stored text).
+    let edge = 1u64 << 53;
+    let name = unique("latch-edge");
+    for start in [edge + 3, edge + 1, edge] {
+        let latch = a.count_down_latch(&format!("{name}-{start}"));
+        assert!(latch.try_set_count(start).unwrap());
+        assert_eq!(latch.count_down().unwrap(), start - 1);
+        assert_eq!(latch.count_down().unwrap(), start - 2);
+        assert_eq!(latch.count().unwrap(), start - 2);
+    }
 }
 
 #[test]
