@@ -34,138 +34,85 @@
 -- read while it writes is the exception: it never waits.
 -- At maxmemory the first write that needs memory is refused, as a lock's attempt is.
 
--- The usual case first, before shares.lua's helpers are made (each costs Redis a function
--- made on every run): a first acquisition of an object nobody holds or waits for. Its
--- holders, leases and queue are all absent (one EXISTS), so none of them can hold foreign
--- data; a semaphore's total is read before any write, and the counter by the write that
--- moves it (or, for a read, before), and anything unexpected there goes the general way
--- below, which names what is foreign. The first write is the counter's (or, for a read that
--- keeps the counter as it is, the holders'): refused at maxmemory, it leaves nothing written.
+-- The usual cases first, before shares.lua's helpers are made (each costs Redis a function
+-- made on every run): a first acquisition (or a later attempt of a wait nobody granted) that
+-- either takes its share at once, nobody being queued, or queues behind live holders. Both
+-- hold only when nothing would be different had the general way run: every lease is live (a
+-- purge would drop nothing), nobody the grant rule would admit is queued (grant_waiters would
+-- admit nobody: the queue's head, if any, is another waiter whose terms live and whose need
+-- does not fit), and the caller holds nothing (no grant to take up).
+-- Every key is read before the first write, with pcalls, and anything unexpected goes the
+-- general way below, which names foreign data. An object nobody holds or waits for has no
+-- holders, leases or queue (one EXISTS), so none of them can hold foreign data. Otherwise: the
+-- holders (a hash with an expiry; a semaphore's every field "<count> <token>", summed to the
+-- permits used, which are the leases' members while every lease lives; a read-write lock's
+-- "writer" and the caller's own field alone), a semaphore's total, the earliest lease, the
+-- head's terms, and the counter (by the write that moves it, or for a read, before).
+-- The first write needs memory: the counter's, the holders' (a read that keeps the counter as
+-- it is), or the caller's terms. Refused at maxmemory (or by another type), it has written
+-- nothing, and the general way says why.
+-- Cost: a free object's cycle makes no function and eight calls, a busy attempt eight reads
+-- and to queue four or six writes, where the general way made about 25 calls (and one HGET
+-- per holder for a semaphore). Callgrind, redis-server 7.0.15: a busy semaphore's attempt
+-- that does not queue went from 237,000 instructions to 109,000 (a lock's: 57,000).
 local held_by, leased = KEYS[1], KEYS[1] .. ':leases'
 local present = ARGV[5] == '0' and redis.call('exists', held_by, leased, held_by .. ':queue')
-if present == 0 then
-  local counter_key = held_by .. ':fence'
-  local rw, need, lease = ARGV[1] == 'rw', ARGV[7], ARGV[6]
-  local fits = true
-  if not rw then
-    local permits = redis.pcall('get', held_by .. ':permits')
-    local total = type(permits) ~= 'table' and tonumber(permits or '0')
-    fits = total and tonumber(need) <= total
-  end
-  local token, time, counter_life
-  if fits then
-    -- Numbers go to Redis as text made here with %d: a Lua number passed as it is costs a
-    -- floating-point conversion, and ARGV's text none.
-    counter_life = string.format('%d', tonumber(lease) + tonumber(ARGV[3]))
-    time = redis.call('time')
-    if rw and need == 'r' then
-      -- A read takes the counter as it is, and keeps it alive.
-      local counter = redis.pcall('get', counter_key)
-      if type(counter) == 'table' or (counter and not string.match(counter, '^%d+$')) then
-        fits = false
-      elseif counter then
-        token = counter -- kept alive below, after the first write
+if present then
+  local rw, owner, need, lease = ARGV[1] == 'rw', ARGV[4], ARGV[7], ARGV[6]
+  -- What others hold: the holders' TTL (the latest lease), the permits used, the writer.
+  local sane, ttl, used, writer = true, 0, 0, nil
+  if present > 0 then
+    -- PTTL answers for a key of any type: -2 absent, -1 no expiry (not ours).
+    ttl = redis.call('pttl', held_by)
+    if rw then
+      local f = ttl > 0 and redis.pcall('hmget', held_by, 'writer', owner)
+      sane = f and not f.err and not f[2]
+      writer = sane and f[1] or nil
+    else
+      local fields = ttl > 0 and redis.pcall('hgetall', held_by)
+      sane = fields and not fields.err
+      for i = 1, sane and #fields or 0, 2 do
+        local count = string.match(fields[i + 1], '^(%d+) %d+$')
+        if fields[i] == owner or not count then
+          sane = false
+        else
+          used = used + tonumber(count)
+        end
       end
     end
-    if fits and not token then
-      -- The next token, as acquire.lua's next_token: one SET ... GET reads the counter,
-      -- writes the clock (µs) and sets its life; a key of another type refuses it without
-      -- writing, and a string that is not a counter is put back (its expiry is lost: kept,
-      -- never deleted) for the general way below to name. Above the last, at least the clock.
-      local clock = time[1] .. string.sub('00000' .. time[2], -6)
-      local old = redis.pcall('set', counter_key, clock, 'PX', counter_life, 'GET')
-      if type(old) == 'table' then
-        fits = false
-      elseif old and not string.match(old, '^%d+$') then
-        redis.call('set', counter_key, old)
-        fits = false
-      elseif old and tonumber(old) >= tonumber(clock) then
-        token = string.format('%d', tonumber(old) + 1)
-        redis.call('set', counter_key, token, 'KEEPTTL')
-      else
-        token = clock
-      end
-    end
+    -- A thread's read beside its own write never waits: the general way takes it.
+    sane = sane and not (writer and writer == ARGV[12])
   end
-  if fits then
-    local owner = ARGV[4]
-    if rw and need == 'w' then
-      redis.call('hset', held_by, owner, '1 ' .. token, 'writer', owner)
-    else
-      redis.call('hset', held_by, owner, (rw and '1' or need) .. ' ' .. token)
-    end
-    -- A read keeps the counter alive. Not before the HSET: a PEXPIRE is no write Redis
-    -- refuses at maxmemory, and once a script has written, Redis refuses none of its writes.
-    if rw and need == 'r' and redis.call('pttl', counter_key) < tonumber(counter_life) then
-      redis.call('pexpire', counter_key, counter_life)
-    end
-    local ends = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) + tonumber(lease)
-    redis.call('zadd', leased, string.format('%d', ends), owner)
-    redis.call('pexpire', held_by, lease)
-    redis.call('pexpire', leased, lease)
-    return token -- as acquire.lua answers: an array costs Redis a conversion of its own
-  end
-end
-
--- The usual busy case, with no functions made either: a first acquisition (or a later
--- attempt of a wait that was not granted) that finds the object held by others, every lease
--- live, and nobody the grant rule would admit now (the queue's head, if any, is another
--- waiter whose terms live and whose need does not fit). The caller does not fit, or would
--- overtake that head, so it is not let in: it queues if it may wait, and hears how long to
--- sleep. The general way's purge and grant_waiters would do nothing here, and its
--- fix_expiry change nothing.
--- Every key is read first, with pcalls, and anything unexpected takes the general way, which
--- names foreign data: the holders (a hash with an expiry, every field "<count> <token>" or a
--- read-write lock's "writer", none the caller's: that would be a grant to take up), a
--- semaphore's total, the earliest lease, the head's terms and the counter. The permits used
--- are summed from the holders' fields, which are the leases' members while every lease
--- lives. The first write is the caller's terms: refused (another type, maxmemory), it has
--- written nothing, and the general way says why.
--- Cost: eight reads, and to queue four or six writes, where the general way made about 25
--- calls and its functions. Under callgrind (redis-server 7.0.15) a busy semaphore's attempt
--- that does not queue went from 237,000 instructions to 109,000 (a lock's: 57,000).
-if present and present > 0 then
-  local rw, owner, need = ARGV[1] == 'rw', ARGV[4], ARGV[7]
-  local queue, waiters = held_by .. ':queue', held_by .. ':waiters'
-  -- PTTL answers for a key of any type: -2 absent, -1 no expiry (not ours).
-  local fields = redis.call('pttl', held_by) > 0 and redis.pcall('hgetall', held_by)
-  local sane = fields and not fields.err
-  local holders, used, writer = 0, 0, nil
-  for i = 1, sane and #fields or 0, 2 do
-    local count = string.match(fields[i + 1], '^(%d+) %d+$')
-    if rw and fields[i] == 'writer' then
-      writer = fields[i + 1]
-    elseif fields[i] == owner or not count then
-      sane = false
-    else
-      holders, used = holders + 1, used + tonumber(count)
-    end
-  end
-  -- A thread's read beside its own write never waits: the general way takes it.
-  sane = sane and holders > 0 and not (rw and writer and writer == ARGV[12])
-  -- A semaphore's total. A request above it waits aside: the general way.
+  -- A semaphore's total (none: 0), judged as the general way's total() judges it. A request
+  -- above it waits aside: the general way.
   local total
   if sane and not rw then
     local text = redis.pcall('get', held_by .. ':permits')
-    total = type(text) == 'string' and string.match(text, '^%d+$') and tonumber(text)
+    total = type(text) ~= 'table' and tonumber(text or '0')
     sane = total and tonumber(need) <= total
   end
-  local earliest = sane and redis.pcall('zrange', leased, 0, 0, 'WITHSCORES')
-  local time = earliest and not earliest.err and earliest[2] and redis.call('time')
+  -- Every lease live, and the queue's head.
+  local earliest, time, head
+  if sane and present > 0 then
+    earliest = redis.pcall('zrange', leased, 0, 0, 'WITHSCORES')
+    time = not earliest.err and earliest[2] and redis.call('time')
+    head = time and tonumber(earliest[2]) > tonumber(time[1]) * 1000 +
+      math.floor(tonumber(time[2]) / 1000) and redis.pcall('zrange', held_by .. ':queue', 0, 0)
+    sane = head and not head.err
+  end
+  time = time or (sane and redis.call('time'))
   local now = time and tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  local head = now and tonumber(earliest[2]) > now and redis.pcall('zrange', queue, 0, 0)
-  sane = head and not head.err
-  local blocked, fits = false, false
+  local fits, blocked = false, false
   if sane then
     if rw then
-      fits = need == 'r' and not writer
+      fits = present == 0 or (need == 'r' and not writer)
     else
       fits = used + tonumber(need) <= total
     end
   end
-  if sane and head[1] then
+  if sane and head and head[1] then
     -- The caller as the head (its own terms may have run out) takes the general way.
-    local terms = head[1] ~= owner and redis.pcall('hget', waiters, head[1])
+    local terms = head[1] ~= owner and redis.pcall('hget', held_by .. ':waiters', head[1])
     local until_ms, head_need
     if type(terms) == 'string' then
       until_ms, head_need = string.match(terms, '^(%d+) %d+ (%w+)$')
@@ -178,11 +125,76 @@ if present and present > 0 then
     end
     sane = blocked and tonumber(until_ms) > now
   end
-  local settled = sane and (blocked or not fits)
+
+  -- A later attempt of a wait takes a share beside others the general way, which also takes
+  -- it out of the queue.
+  if sane and fits and not blocked and (present == 0 or ARGV[10] ~= '1') then
+    -- Taken. The token: a read takes the counter as it is; a write or permits the next one.
+    -- Numbers go to Redis as text made here with %d: a Lua number passed as it is costs a
+    -- floating-point conversion, and ARGV's text none.
+    local counter_key = held_by .. ':fence'
+    local counter_life = string.format('%d', tonumber(lease) + tonumber(ARGV[3]))
+    local token, kept
+    if rw and need == 'r' then
+      local counter = redis.pcall('get', counter_key)
+      if type(counter) == 'table' or (counter and not string.match(counter, '^%d+$')) then
+        sane = false
+      elseif counter then
+        token, kept = counter, true -- kept alive below, after the first write
+      end
+    end
+    if sane and not token then
+      -- As acquire.lua's next_token: one SET ... GET reads the counter, writes the clock (µs)
+      -- and sets its life; a key of another type refuses it without writing, and a string
+      -- that is not a counter is put back (its expiry is lost: kept, never deleted) for the
+      -- general way below to name. Above the last, at least the clock.
+      local clock = time[1] .. string.sub('00000' .. time[2], -6)
+      local old = redis.pcall('set', counter_key, clock, 'PX', counter_life, 'GET')
+      if type(old) == 'table' then
+        sane = false
+      elseif old and not string.match(old, '^%d+$') then
+        redis.call('set', counter_key, old)
+        sane = false
+      elseif old and tonumber(old) >= tonumber(clock) then
+        token = string.format('%d', tonumber(old) + 1)
+        redis.call('set', counter_key, token, 'KEEPTTL')
+      else
+        token = clock
+      end
+    end
+    if sane then
+      if rw and need == 'w' then
+        redis.call('hset', held_by, owner, '1 ' .. token, 'writer', owner)
+      else
+        redis.call('hset', held_by, owner, (rw and '1' or need) .. ' ' .. token)
+      end
+      -- A read keeps the counter alive. Not before the HSET: a PEXPIRE is no write Redis
+      -- refuses at maxmemory, and once a script has written, Redis refuses none of its writes.
+      if kept and redis.call('pttl', counter_key) < tonumber(counter_life) then
+        redis.call('pexpire', counter_key, counter_life)
+      end
+      if rw and present > 0 then
+        -- A thread's read owner outlives its waits: terms an earlier one left ("granted"
+        -- included, which a give-back acts on) go, as the general way's leave_queue has them
+        -- go. A key of another type is left as it is.
+        redis.pcall('hdel', held_by .. ':waiters', owner)
+      end
+      redis.call('zadd', leased, string.format('%d', now + tonumber(lease)), owner)
+      -- Holders and leases live as long as the latest lease.
+      if tonumber(lease) > ttl then
+        redis.call('pexpire', held_by, lease)
+        redis.call('pexpire', leased, lease)
+      end
+      return token -- as acquire.lua answers: an array costs Redis a conversion of its own
+    end
+  end
+
+  local settled = sane and present > 0 and (blocked or not fits)
   local fence = settled and redis.pcall('get', held_by .. ':fence')
   if settled and (fence == false or (type(fence) == 'string' and string.match(fence, '^%d+$'))) then
     local queue_for, queued = ARGV[9] or '0', true
     if queue_for ~= '0' then
+      local queue, waiters = held_by .. ':queue', held_by .. ':waiters'
       local wait_ms, handover_lease = tonumber(queue_for), ARGV[11] or ARGV[6]
       local terms = string.format('%d %s %s', now + wait_ms, handover_lease, need)
       queued = type(redis.pcall('hset', waiters, owner, terms)) == 'number'

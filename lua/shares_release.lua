@@ -29,35 +29,36 @@
 -- nothing, and the general way frees first.
 -- A key of another type answers 0 ("not ours") and is left alone.
 
--- The usual cases first, before shares.lua's helpers are made: the last hold of the only
--- holder, taken by an attempt of its own or from a grant's message, with nobody queued (the
--- object is freed) or with a live head of the queue that takes all of it (a writer; permits
--- as many as the total: the object is handed to it). Every key is read before any write,
--- with pcalls, and anything unexpected, foreign data included, takes the general way below.
+-- The usual cases first, before shares.lua's helpers are made: the last hold of an owner,
+-- taken by an attempt of its own or from a grant's message, when it is the only holder and
+-- nobody is queued (the object is freed), or the only holder and the queue's live head takes
+-- all of it (a writer; permits as many as the total: the object is handed to it), or one of
+-- several holders and nobody is queued (its share goes; the others keep theirs). Every key is
+-- read before any write, with pcalls, and anything unexpected, foreign data included, takes
+-- the general way below.
 -- The holders hash is read whole (one HGETALL): the owner's field with the hold's token, and
--- nothing else but, for a write, "writer" naming it. When nobody is queued its lease needs no
--- look of its own: the hash lives as long as its latest lease, and any acquisition drops a
--- holder whose lease ended, so a field still there is a hold nobody has taken over. Then the
--- holders and the leases go with one DEL (a deletion: a server at maxmemory lets it through),
--- and the latch is left if asked for.
+-- whether anyone else holds ("writer" naming the owner is its own). When nobody is queued
+-- the only holder's lease needs no look of its own: the hash lives as long as its latest
+-- lease, and any acquisition drops a holder whose lease ended, so a field still there is a
+-- hold nobody has taken over. Then the holders and the leases go with one DEL (a deletion: a
+-- server at maxmemory lets it through), and the latch is left if asked for.
 local mode = ARGV[8] or '0'
 if ARGV[5] == '1' and mode ~= '1' then
   local H, owner, token = KEYS[1], ARGV[4], ARGV[6]
   local fields = redis.pcall('hgetall', H)
   local held, writer
-  if not fields.err and (#fields == 2 or (#fields == 4 and ARGV[1] == 'rw')) then
-    for i = 1, #fields, 2 do
-      if fields[i] == owner then
-        held = fields[i + 1]
-      elseif fields[i] == 'writer' then
-        writer = fields[i + 1]
-      end
+  for i = 1, fields.err and 0 or #fields, 2 do
+    if fields[i] == owner then
+      held = fields[i + 1]
+    elseif fields[i] == 'writer' then
+      writer = fields[i + 1]
     end
   end
-  local alone = held and (#fields == 2 or writer == owner)
-    and string.match(held, '^%d+ (%d+)$') == token
+  local mine = held and string.match(held, '^%d+ (%d+)$') == token
+  local alone = mine and (#fields == 2 or (#fields == 4 and writer == owner))
   local queue = H .. ':queue'
-  if alone and redis.call('exists', queue) == 0 then
+  local nobody_queued = mine and redis.call('exists', queue) == 0
+  if alone and nobody_queued then
     redis.call('del', H, H .. ':leases')
     if mode == '2' then
       redis.pcall('hdel', H .. ':waiters', owner) -- its "granted" terms
@@ -66,6 +67,41 @@ if ARGV[5] == '1' and mode ~= '1' then
       redis.pcall('set', H .. ':released:' .. owner .. ':' .. token, '1', 'px', ARGV[7])
     end
     return 1
+  end
+
+  -- Beside other holders, with nobody queued: nobody to admit. Others may outlive this hold,
+  -- so its lease is looked at (a hold whose lease ended is not ours to release). The fields
+  -- go first (deletions, let through at maxmemory), then the holders and the leases live as
+  -- long as the latest lease left. A holder whose lease ended stays for the next
+  -- acquisition's purge, as the general way's purge would have dropped it.
+  if mine and not alone and nobody_queued then
+    local leases = H .. ':leases'
+    local ends = redis.pcall('zscore', leases, owner)
+    local time = type(ends) == 'string' and redis.call('time')
+    local now = time and tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    if now and tonumber(ends) > now then
+      if writer == owner then
+        redis.call('hdel', H, owner, 'writer') -- a write released while its thread reads
+      else
+        redis.call('hdel', H, owner)
+      end
+      redis.call('zrem', leases, owner)
+      if mode == '2' then
+        redis.pcall('hdel', H .. ':waiters', owner)
+      end
+      local last = redis.call('zrange', leases, -1, -1, 'WITHSCORES')
+      if #last == 0 then
+        redis.call('del', H, leases) -- the others had no lease: not holds any more
+      elseif tonumber(last[2]) < tonumber(ends) then
+        local ttl = string.format('%d', math.max(1, tonumber(last[2]) - now))
+        redis.call('pexpire', H, ttl)
+        redis.call('pexpire', leases, ttl)
+      end
+      if ARGV[7] ~= '0' then
+        redis.pcall('set', H .. ':released:' .. owner .. ':' .. token, '1', 'px', ARGV[7])
+      end
+      return 1
+    end
   end
 
   -- A hand-over: the head's terms "<valid until, ms> <hand-over lease, ms> <need>", still

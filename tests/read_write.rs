@@ -610,3 +610,44 @@ fn a_write_released_to_a_waiting_writer_carries_one_token_everywhere() {
             .is_some()
     );
 }
+
+/// Reads taken and given back beside another reader (the usual cases of the scripts): the
+/// lock lives as long as its latest lease, longer when a longer lease joins and shorter when
+/// it leaves; and a write released while its thread still reads lets other readers in.
+#[test]
+fn beside_another_reader_the_lock_lives_as_long_as_the_latest_lease() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("rw-beside");
+    let holders = format!("redlatch:{{{name}}}:rwlock");
+    let ttl = |admin: &mut redis::Connection| -> i64 {
+        redis::cmd("PTTL").arg(&holders).query(admin).unwrap()
+    };
+    let brief = a
+        .read_write_lock(&name)
+        .try_read(ZERO, Some(Duration::from_secs(2)))
+        .unwrap()
+        .unwrap();
+    let long = b.read_write_lock(&name).read().unwrap(); // the watchdog's 30 s
+    assert!(ttl(&mut admin) > 20_000, "the longer lease joined");
+    long.unlock().unwrap();
+    assert!(ttl(&mut admin) <= 2_000, "the longer lease left");
+    brief.unlock().unwrap();
+
+    // A thread writes, reads beside its write, then gives the write back: another client's
+    // reader gets in at once, beside the read that stays.
+    let rw = a.read_write_lock(&name);
+    let write = rw.write().unwrap();
+    let read = rw.read().unwrap();
+    let other = b.read_write_lock(&name);
+    assert!(
+        other.try_read(ZERO, None).unwrap().is_none(),
+        "a writer holds"
+    );
+    write.unlock().unwrap();
+    let beside = other.try_read(ZERO, None).unwrap();
+    assert!(beside.is_some(), "the write is gone, the read stays");
+    assert!(!read.is_lost());
+    drop((beside, read));
+}

@@ -682,3 +682,61 @@ fn a_release_hands_all_permits_to_the_head_with_one_token_everywhere() {
     assert!(token > first && got - released < Duration::from_secs(5));
     assert_eq!(a.semaphore(&name).available().unwrap(), 1, "given back");
 }
+
+fn pttl(admin: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(admin).unwrap()
+}
+
+/// Permits taken and given back beside another holder (the usual cases of the scripts): the
+/// object lives as long as its latest lease, longer when a longer lease joins and shorter
+/// when it leaves; and a release whose lease the server saw end is not ours to make.
+#[test]
+fn beside_another_holder_the_object_lives_as_long_as_the_latest_lease() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("sem-beside");
+    let (holders, leases) = (
+        format!("redlatch:{{{name}}}:semaphore"),
+        format!("redlatch:{{{name}}}:semaphore:leases"),
+    );
+    let sem = a.semaphore(&name);
+    sem.set_permits(3).unwrap();
+    let short = Some(Duration::from_secs(2));
+    let brief = sem.try_acquire(1, ZERO, short).unwrap().unwrap();
+    let long = b.semaphore(&name).acquire(1).unwrap(); // the watchdog's 30 s
+    assert!(
+        pttl(&mut admin, &holders) > 20_000,
+        "the longer lease joined"
+    );
+    assert!(pttl(&mut admin, &leases) > 20_000);
+    long.release().unwrap();
+    assert!(pttl(&mut admin, &holders) <= 2_000, "the longer lease left");
+    assert!(pttl(&mut admin, &leases) <= 2_000);
+    assert_eq!(sem.available().unwrap(), 2);
+    drop(brief);
+
+    // The server saw this hold's lease end (its score moved into the past) while another
+    // holds: its release must not take the field away as if it were still a hold.
+    let doomed = sem.acquire(1).unwrap();
+    let other = b.semaphore(&name).acquire(1).unwrap();
+    let fields: Vec<String> = redis::cmd("HGETALL")
+        .arg(&holders)
+        .query(&mut admin)
+        .unwrap();
+    let token = doomed.fencing_token().to_string();
+    let owner = fields
+        .chunks(2)
+        .find(|f| f[1].ends_with(&format!(" {token}")))
+        .map(|f| f[0].clone())
+        .expect("the doomed hold's field");
+    let _: () = redis::cmd("ZADD")
+        .arg(&leases)
+        .arg("XX")
+        .arg(1)
+        .arg(&owner)
+        .query(&mut admin)
+        .unwrap();
+    assert!(matches!(doomed.release(), Err(Error::LockLost { .. })));
+    other.release().unwrap();
+}

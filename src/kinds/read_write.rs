@@ -136,8 +136,9 @@ impl ReadWriteLock {
         let core = &self.runtime.core;
         let thread = core.thread_owner();
         let writer = self.keys.rw_owner(&thread, false);
+        let writing = core.holds.get(self.keys.lock(), &writer).is_some();
         let owner = self.keys.rw_owner(&thread, true);
-        let share = Share::new(core, self.keys.clone(), Wants::Read { writer });
+        let share = Share::new(core, self.keys.clone(), Wants::Read { writer, writing });
         let held = share.acquire(&self.runtime, owner, wait, lease)?;
         Ok(held.map(|held| ReadGuard {
             held,

@@ -22,9 +22,10 @@ use crate::scripts::{Acquire, Freeing, Queueing, Release, Releasing};
 #[derive(Debug, Clone)]
 pub(crate) enum Wants {
     /// A read by a thread whose write owner id is `writer` (a thread may read while it
-    /// writes, and never waits to).
+    /// writes, and never waits to); `writing` if the thread holds the write in this client.
     Read {
         writer: Arc<str>,
+        writing: bool,
     },
     Write,
     Permits(u32),
@@ -50,7 +51,10 @@ impl Share {
 
     fn need(&self) -> Need<'_> {
         match &self.wants {
-            Wants::Read { writer } => Need::Read { writer },
+            Wants::Read { writer, writing } => Need::Read {
+                writer,
+                writing: *writing,
+            },
             Wants::Write => Need::Write,
             Wants::Permits(n) => Need::Permits(*n),
         }

@@ -36,9 +36,12 @@ static AVAILABLE: LazyLock<Lua> =
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Need<'a> {
     /// A read; `writer` is the write owner of the reading thread, which may read while it
-    /// writes.
+    /// writes; `writing` if the thread holds the write in this client (in our layout the
+    /// script hears of `writer` only then: an argument it cannot use costs Redis as much as
+    /// one it uses).
     Read {
         writer: &'a str,
+        writing: bool,
     },
     Write,
     /// Permits of a semaphore.
@@ -73,7 +76,7 @@ pub(crate) fn acquire(
 ) -> RedisResult<Acquire> {
     if keys.layout == Layout::Redisson {
         return match need {
-            Need::Read { writer } => {
+            Need::Read { writer, .. } => {
                 redisson::read_write::acquire(con, keys, owner, held, lease, Some(writer))
             }
             Need::Write => redisson::read_write::acquire(con, keys, owner, held, lease, None),
@@ -82,7 +85,7 @@ pub(crate) fn acquire(
     }
     let (holds, token) = held.unwrap_or((0, 0));
     let (need, writer) = match need {
-        Need::Read { writer } => ("r".to_string(), writer),
+        Need::Read { writer, writing } => ("r".to_string(), if writing { writer } else { "" }),
         Need::Write => ("w".to_string(), ""),
         Need::Permits(n) => (n.to_string(), ""),
     };
@@ -96,7 +99,10 @@ pub(crate) fn acquire(
         .optional_args(&[
             (token != 0, Optional::Number(token)),
             (queue_for != 0, Optional::Number(queue_for)),
-            (queueing.queued, Optional::Text("1")),
+            (
+                queueing.queued,
+                Optional::Text(if queueing.queued { "1" } else { "0" }),
+            ),
             // The hand-over lease matters only to an attempt that queues, or queued.
             (
                 (queue_for != 0 || queueing.queued) && handover_ms != lease_ms,
