@@ -739,4 +739,21 @@ fn beside_another_holder_the_object_lives_as_long_as_the_latest_lease() {
         .unwrap();
     assert!(matches!(doomed.release(), Err(Error::LockLost { .. })));
     other.release().unwrap();
+
+    // Among many holders, acquisitions and releases keep to the usual ways (the general way
+    // begins with TYPE), whichever fields a release's sample of the holders shows.
+    sem.set_permits(20).unwrap();
+    let crowd: Vec<Permits> = (0..12).map(|_| sem.acquire(1).unwrap()).collect();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut admin)
+        .unwrap();
+    let late = b.semaphore(&name).acquire(2).unwrap();
+    for permits in crowd {
+        permits.release().unwrap();
+    }
+    late.release().unwrap();
+    assert_eq!(command_calls(&mut admin, "evalsha"), 14);
+    assert_eq!(command_calls(&mut admin, "type"), 0, "the general way ran");
+    assert_eq!(sem.available().unwrap(), 20);
 }
