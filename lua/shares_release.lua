@@ -145,7 +145,8 @@ if ARGV[5] == '1' and mode ~= '1' then
     elseif old and not string.match(old, '^%d+$') then
       redis.call('set', fence, old) -- not a counter: put back, for the general way to name
       next_token = nil
-    elseif old and tonumber(old) >= tonumber(clock) then
+    elseif old and not (#old < #clock or (#old == #clock and old < clock))
+      and tonumber(old) >= tonumber(clock) then -- text first, as acquire.lua's next_token
       next_token = string.format('%d', tonumber(old) + 1)
       redis.call('set', fence, next_token, 'KEEPTTL')
     end

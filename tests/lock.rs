@@ -150,7 +150,7 @@ fn tokens_keep_increasing_after_the_lock_key_expired() {
     );
 }
 
-/// `acquire.lua` compares the fence with the clock as text when it can: a fence of fewer
+/// The scripts compare the fence with the clock as text when they can: a fence of fewer
 /// digits is behind the clock, of more digits ahead of it, and one of as many digits compares
 /// in digit order; leading zeros (never ours) fall back to comparing numbers. (A fence of
 /// more digits than the clock is past 2^53, where Lua's numbers are no longer exact; the
@@ -160,41 +160,75 @@ fn a_token_is_above_the_fence_and_the_clock_whatever_digits_the_fence_has() {
     let server = RedisServer::start();
     let mut admin = server.admin();
     let client = client(&server);
-    let name = unique("digits");
-    let fence = format!("redlatch:{{{name}}}:fence");
     let clock_us = |admin: &mut redis::Connection| -> u64 {
         let (s, us): (u64, u64) = redis::cmd("TIME").query(admin).unwrap();
         s * 1_000_000 + us
     };
     let now = clock_us(&mut admin);
     let ahead = now + 1_000_000_000_000; // as many digits as the clock, larger
-    for (fence_value, expect_fence_plus_one) in [
-        (ahead.to_string(), true),
-        ((now - 1_000_000).to_string(), false), // as many digits, smaller
-        ((now / 10).to_string(), false),        // fewer digits
-        (format!("000{}", now - 1_000_000), false), // leading zeros: smaller as a number
-        (format!("000{ahead}"), true),          // leading zeros: larger as a number
+    // A lock's, a write's and permits' first acquisitions take the next token alike.
+    for (kind, suffix) in [
+        ("lock", ""),
+        ("write", ":rwlock"),
+        ("permits", ":semaphore"),
     ] {
-        let _: () = redis::cmd("SET")
-            .arg(&fence)
-            .arg(&fence_value)
-            .query(&mut admin)
-            .unwrap();
-        let before = clock_us(&mut admin);
-        let guard = client.lock(&name).lock().unwrap();
-        let value: u64 = fence_value.parse().unwrap();
-        if expect_fence_plus_one {
-            assert_eq!(guard.fencing_token(), value + 1, "fence {fence_value}");
-        } else {
-            assert!(
-                guard.fencing_token() >= before && guard.fencing_token() > value,
-                "fence {fence_value}: token {} is not the clock",
-                guard.fencing_token()
-            );
+        let name = unique("digits");
+        let fence = format!("redlatch:{{{name}}}{suffix}:fence");
+        if kind == "permits" {
+            client.semaphore(&name).set_permits(1).unwrap();
         }
-        let stored: String = redis::cmd("GET").arg(&fence).query(&mut admin).unwrap();
-        assert_eq!(stored, guard.fencing_token().to_string());
-        guard.unlock().unwrap();
+        let take = || -> (u64, Box<dyn FnOnce()>) {
+            match kind {
+                "lock" => {
+                    let guard = client.lock(&name).lock().unwrap();
+                    (
+                        guard.fencing_token(),
+                        Box::new(move || guard.unlock().unwrap()),
+                    )
+                }
+                "write" => {
+                    let guard = client.read_write_lock(&name).write().unwrap();
+                    (
+                        guard.fencing_token(),
+                        Box::new(move || guard.unlock().unwrap()),
+                    )
+                }
+                _ => {
+                    let permits = client.semaphore(&name).acquire(1).unwrap();
+                    (
+                        permits.fencing_token(),
+                        Box::new(move || permits.release().unwrap()),
+                    )
+                }
+            }
+        };
+        for (fence_value, expect_fence_plus_one) in [
+            (ahead.to_string(), true),
+            ((now - 1_000_000).to_string(), false), // as many digits, smaller
+            ((now / 10).to_string(), false),        // fewer digits
+            (format!("000{}", now - 1_000_000), false), // leading zeros: smaller as a number
+            (format!("000{ahead}"), true),          // leading zeros: larger as a number
+        ] {
+            let _: () = redis::cmd("SET")
+                .arg(&fence)
+                .arg(&fence_value)
+                .query(&mut admin)
+                .unwrap();
+            let before = clock_us(&mut admin);
+            let (token, release) = take();
+            let value: u64 = fence_value.parse().unwrap();
+            if expect_fence_plus_one {
+                assert_eq!(token, value + 1, "{kind}: fence {fence_value}");
+            } else {
+                assert!(
+                    token >= before && token > value,
+                    "{kind}: fence {fence_value}: token {token} is not the clock",
+                );
+            }
+            let stored: String = redis::cmd("GET").arg(&fence).query(&mut admin).unwrap();
+            assert_eq!(stored, token.to_string(), "{kind}");
+            release();
+        }
     }
 }
 
