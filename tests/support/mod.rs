@@ -61,12 +61,40 @@ impl RedisServer {
                 return false; // port taken, most likely
             }
             if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return true;
+                match self.answered_by_ours() {
+                    Some(true) => return true,
+                    // Something else took the port between `free_port` and our server's bind
+                    // (another test's proxy, say), and answered for it: ours will have exited.
+                    Some(false) => break,
+                    None => {}
+                }
             }
             thread::sleep(Duration::from_millis(5));
         }
         self.kill();
         false
+    }
+
+    /// Who answers on our port: `Some(true)` our redis-server (by the process id `INFO
+    /// server` gives; where INFO is refused, a password say, any server while ours runs),
+    /// `Some(false)` another process, `None` nobody, or not yet.
+    fn answered_by_ours(&mut self) -> Option<bool> {
+        let client = redis::Client::open(self.url()).ok()?;
+        let mut con = client
+            .get_connection_with_timeout(Duration::from_secs(1))
+            .ok()?;
+        con.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        let child = self.child.as_mut()?;
+        match redis::cmd("INFO").arg("server").query::<String>(&mut con) {
+            Ok(info) => Some(
+                info.lines()
+                    .find_map(|l| l.strip_prefix("process_id:"))
+                    .and_then(|pid| pid.trim().parse::<u32>().ok())
+                    == Some(child.id()),
+            ),
+            Err(e) if !e.is_io_error() => Some(matches!(child.try_wait(), Ok(None))),
+            Err(_) => None,
+        }
     }
 
     pub fn url(&self) -> String {
