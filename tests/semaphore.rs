@@ -741,7 +741,7 @@ fn beside_another_holder_the_object_lives_as_long_as_the_latest_lease() {
     other.release().unwrap();
 
     // Among many holders, acquisitions and releases keep to the usual ways (the general way
-    // begins with TYPE), whichever fields a release's sample of the holders shows.
+    // begins with TYPE).
     sem.set_permits(20).unwrap();
     let crowd: Vec<Permits> = (0..12).map(|_| sem.acquire(1).unwrap()).collect();
     let _: () = redis::cmd("CONFIG")
