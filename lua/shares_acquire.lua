@@ -39,8 +39,8 @@
 -- either takes its share at once, nobody being queued, or queues behind live holders. Both
 -- hold only when nothing would be different had the general way run: every lease is live (a
 -- purge would drop nothing), nobody the grant rule would admit is queued (grant_waiters would
--- admit nobody: the queue's head, if any, is another waiter whose terms live and whose need
--- does not fit), and the caller holds nothing (no grant to take up).
+-- admit nobody: the queue's head, if any, is a waiter, the caller included, whose terms live
+-- and whose need does not fit), and the caller holds nothing (no grant to take up).
 -- Every key is read before the first write, with pcalls, and anything unexpected goes the
 -- general way below, which names foreign data. An object nobody holds or waits for has no
 -- holders, leases or queue (one EXISTS), so none of them can hold foreign data. Otherwise: the
@@ -120,8 +120,9 @@ if present then
     end
   end
   if sane and head and head[1] then
-    -- The caller as the head (its own terms may have run out) takes the general way.
-    local terms = head[1] ~= owner and redis.pcall('hget', held_by .. ':waiters', head[1])
+    -- The head's terms. The caller may be the head (a later attempt of its wait): its own
+    -- terms must still live and not fit, as another head's.
+    local terms = redis.pcall('hget', held_by .. ':waiters', head[1])
     local until_ms, head_need
     if type(terms) == 'string' then
       until_ms, head_need = string.match(terms, '^(%d+) %d+ (%w+)$')
