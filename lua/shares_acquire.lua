@@ -214,7 +214,8 @@ if present then
       queued = type(redis.pcall('hset', waiters, owner, terms)) == 'number'
       if queued then
         redis.call('zadd', queue, 'NX', time[1] .. string.sub('00000' .. time[2], -6), owner)
-        if redis.call('pttl', queue) < wait_ms then
+        -- A queue that was empty is new, with no expiry yet: no need to look.
+        if not head[1] or redis.call('pttl', queue) < wait_ms then
           redis.call('pexpire', queue, queue_for)
         end
         -- The terms' key outlives the wait by the hand-over's lease, as the general way's.
