@@ -27,8 +27,9 @@
 -- permits it holds (a semaphore: an owner per acquisition, never re-entered). Every holder
 -- has a lease of its own, in the leases zset; the holders hash and the leases zset expire
 -- together with the latest lease, so a crashed holder's share comes back after its own lease
--- (every script first drops the holders whose lease ended: `purge`), and an abandoned object
--- leaves nothing behind.
+-- (every acquisition drops the holders whose lease ended: the general way by `purge`, and
+-- the usual cases run only while every lease lives), and an abandoned object leaves nothing
+-- behind.
 --
 -- A waiter's terms are "<valid until, ms> <hand-over lease, ms> <need>" while it waits (need:
 -- "r" or "w" for a read-write lock, the number of permits for a semaphore), and
