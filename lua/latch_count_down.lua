@@ -34,6 +34,9 @@ local reply = '0'
 if current and current ~= '0' then
   local left = redis.pcall('decr', count)
   if type(left) == 'table' then
+    if string.find(left.err, 'OOM', 1, true) then
+      return left -- at maxmemory: refused, nothing written
+    end
     return redis.error_reply('WRONGTYPE latch') -- digits beyond a 64-bit count: not ours
   end
   -- DECR's integer reaches Lua as a double, exact below 2^53; a larger count is read as text.

@@ -187,10 +187,11 @@ if present then
       if kept and redis.call('pttl', counter_key) < life_ms then
         redis.call('pexpire', counter_key, counter_life)
       end
-      if rw and present > 0 then
-        -- A thread's read owner outlives its waits: terms an earlier one left ("granted"
-        -- included, which a give-back acts on) go, as the general way's leave_queue has them
-        -- go. A key of another type is left as it is.
+      if rw and need == 'r' then
+        -- A thread's read owner outlives its waits, and a read takes the counter as it stands:
+        -- terms an earlier wait left ("granted <this token>", if its grant went unused and
+        -- expired) would let a late give-back of that grant release this read. They go, as
+        -- the general way's leave_queue has them go. A key of another type is left as it is.
         redis.pcall('hdel', held_by .. ':waiters', owner)
       end
       redis.call('zadd', leased, string.format('%d', now + lease_ms), owner)

@@ -42,8 +42,9 @@
 -- cost the usual cycle of every kind a tenth more server time (INFO commandstats, same runs). When nobody is queued
 -- the only holder's lease needs no look of its own: the hash lives as long as its latest
 -- lease, and any acquisition drops a holder whose lease ended, so a field still there is a
--- hold nobody has taken over. Then the holders and the leases go with one DEL (a deletion: a
--- server at maxmemory lets it through), and the latch is left if asked for.
+-- hold nobody has taken over. Then the owner's lease goes (ZREM, a pcall: a leases key of
+-- another type fails it, nothing is written, and the general way answers) and the holders
+-- (deletions: a server at maxmemory lets them through), and the latch is left if asked for.
 local mode = ARGV[8] or '0'
 if ARGV[5] == '1' and mode ~= '1' then
   local H, owner, token = KEYS[1], ARGV[4], ARGV[6]
@@ -60,8 +61,8 @@ if ARGV[5] == '1' and mode ~= '1' then
   local alone = mine and (#fields == 2 or (#fields == 4 and writer == owner))
   local queue = H .. ':queue'
   local nobody_queued = mine and redis.call('exists', queue) == 0
-  if alone and nobody_queued then
-    redis.call('del', H, H .. ':leases')
+  if alone and nobody_queued and type(redis.pcall('zrem', H .. ':leases', owner)) == 'number' then
+    redis.call('del', H)
     if mode == '2' then
       redis.pcall('hdel', H .. ':waiters', owner) -- its "granted" terms
     end

@@ -588,6 +588,28 @@ fn foreign_data_beside_a_held_share_is_reported_and_left_alone() {
         }
         drop(held);
     }
+
+    // The only holder's release, which deletes what it holds, leaves a foreign key under
+    // the leases' name as it was (the release itself is refused: that is not our hold).
+    for kind in ["semaphore", "rwlock"] {
+        let name = unique("foreign-leases");
+        let key = format!("redlatch:{{{name}}}:{kind}:leases");
+        let released = if kind == "semaphore" {
+            let semaphore = holder.semaphore(&name);
+            semaphore.set_permits(1).unwrap();
+            let permits = semaphore.acquire(1).unwrap();
+            let _: () = redis::cmd("DEL").arg(&key).query(&mut admin).unwrap();
+            let before = plant(&mut admin, &key, &["SET", "precious"]);
+            (permits.release(), before)
+        } else {
+            let write = holder.read_write_lock(&name).write().unwrap();
+            let _: () = redis::cmd("DEL").arg(&key).query(&mut admin).unwrap();
+            let before = plant(&mut admin, &key, &["SET", "precious"]);
+            (write.unlock(), before)
+        };
+        assert!(released.0.is_err(), "{kind}: {:?}", released.0);
+        assert_eq!(dump(&mut admin, &key), released.1, "{key} was changed");
+    }
 }
 
 /// Foreign data under a lock's hand-over mark (`:granted`) is left as it was: a release that

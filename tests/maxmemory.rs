@@ -391,3 +391,20 @@ fn a_share_waiter_at_maxmemory_is_refused_and_queues_nothing() {
     permits.release().expect("a release at maxmemory");
     the_server_refuses_writes(&mut admin);
 }
+
+/// A count-down at maxmemory is the server's refusal, not foreign data: the count stays.
+#[test]
+fn a_count_down_at_maxmemory_is_refused_as_the_server_says() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = Client::open(&server.url()).unwrap();
+    let name = unique("full-latch");
+    let latch = client.count_down_latch(&name);
+    assert!(latch.try_set_count(2).unwrap());
+    fill_to_maxmemory(&mut admin);
+    match latch.count_down() {
+        Err(redlatch::Error::Redis(e)) if e.code() == Some("OOM") => {}
+        other => panic!("expected the server's OOM refusal, got {other:?}"),
+    }
+    assert_eq!(latch.count().unwrap(), 2);
+}

@@ -651,3 +651,49 @@ fn beside_another_reader_the_lock_lives_as_long_as_the_latest_lease() {
     assert!(!read.is_lost());
     drop((beside, read));
 }
+
+/// A read takes the counter as it stands, so an unused grant of an earlier wait of the same
+/// thread ("granted <token>" in the waiters' terms, outliving the hold it granted) names the
+/// token a new read takes too; a late give-back of that grant would then release the new
+/// read. Taking a read clears the reading thread's old terms, on a free lock as beside
+/// readers.
+#[test]
+fn a_read_clears_its_threads_old_terms_so_no_late_give_back_releases_it() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (a, b) = (client(&server), client(&server));
+    for beside in [false, true] {
+        let name = unique("rw-old-terms");
+        let holders = format!("redlatch:{{{name}}}:rwlock");
+        let waiters = format!("{holders}:waiters");
+        let rw = a.read_write_lock(&name);
+        // The thread's write owner, as its write's field shows; its read owner adds ":r".
+        let write = rw.write().unwrap();
+        let fields: Vec<String> = redis::cmd("HKEYS").arg(&holders).query(&mut admin).unwrap();
+        let writer = fields.into_iter().find(|f| f != "writer").unwrap();
+        let counter = write.fencing_token();
+        write.unlock().unwrap();
+        let reader = format!("{writer}:r");
+        let _: () = redis::cmd("HSET")
+            .arg(&waiters)
+            .arg(&reader)
+            .arg(format!("granted {counter}"))
+            .query(&mut admin)
+            .unwrap();
+        let _: () = redis::cmd("PEXPIRE")
+            .arg(&waiters)
+            .arg(60_000)
+            .query(&mut admin)
+            .unwrap();
+        let other = beside.then(|| b.read_write_lock(&name).read().unwrap());
+        let read = rw.read().unwrap();
+        assert_eq!(read.fencing_token(), counter, "a read takes the counter");
+        let terms: Option<String> = redis::cmd("HGET")
+            .arg(&waiters)
+            .arg(&reader)
+            .query(&mut admin)
+            .unwrap();
+        assert_eq!(terms, None, "beside readers: {beside}");
+        drop((read, other));
+    }
+}
