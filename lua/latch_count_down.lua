@@ -34,10 +34,13 @@ local reply = '0'
 if current and current ~= '0' then
   local left = redis.pcall('decr', count)
   if type(left) == 'table' then
-    if string.find(left.err, 'OOM', 1, true) then
-      return left -- at maxmemory: refused, nothing written
+    -- Only "not an integer or out of range" says the count is not ours (digits beyond a
+    -- 64-bit count); anything else is the server refusing (OOM, READONLY), passed on as
+    -- acquire.lua's `refused` passes it: nothing was written.
+    if string.find(left.err, 'not an integer', 1, true) then
+      return redis.error_reply('WRONGTYPE latch')
     end
-    return redis.error_reply('WRONGTYPE latch') -- digits beyond a 64-bit count: not ours
+    return left
   end
   -- DECR's integer reaches Lua as a double, exact below 2^53; a larger count is read as text.
   if left < 9007199254740992 then

@@ -11,7 +11,8 @@
 -- ARGV[9]  queue for       ms the caller will wait if it must (0: don't queue)
 -- ARGV[10] queued          "1" if an earlier attempt of this wait may have queued it
 -- ARGV[11] hand-over lease ms the share is granted for, if granted to the caller
--- ARGV[12] writer of       a read's thread's write owner: a thread that writes may read
+-- ARGV[12] writer of       a read's thread's write owner, sent while the thread holds the
+--                          write: a thread that writes may read
 -- Arguments after the seventh may be left off the end when they are what nothing says: "0"
 -- (ARGV[8], [9], [10]), the lease (ARGV[11]) and "" (ARGV[12]); an attempt that does not
 -- queue sends seven.

@@ -39,12 +39,13 @@
 -- The holders hash is read whole (one HGETALL): the owner's field with the hold's token, and
 -- whether anyone else holds ("writer" naming the owner is its own). Its reply grows with the
 -- holders (about 2,500 instructions each); HRANDFIELD ... 3 WITHVALUES would bound it, but
--- cost the usual cycle of every kind a tenth more server time (INFO commandstats, same runs). When nobody is queued
--- the only holder's lease needs no look of its own: the hash lives as long as its latest
--- lease, and any acquisition drops a holder whose lease ended, so a field still there is a
--- hold nobody has taken over. Then the owner's lease goes (ZREM, a pcall: a leases key of
--- another type fails it, nothing is written, and the general way answers) and the holders
--- (deletions: a server at maxmemory lets them through), and the latch is left if asked for.
+-- cost the usual cycle of every kind a tenth more server time (INFO commandstats, same
+-- runs). When nobody is queued the only holder's lease needs no look of its own: the hash
+-- lives as long as its latest lease, and any acquisition drops a holder whose lease ended,
+-- so a field still there is a hold nobody has taken over. Then the owner's lease goes (ZREM,
+-- a pcall: a leases key of another type fails it, nothing is written, and the general way
+-- answers) and the holders (deletions: a server at maxmemory lets them through). Every case
+-- ends alike: a grant's own "granted" terms go, and the latch is left if asked for.
 local mode = ARGV[8] or '0'
 if ARGV[5] == '1' and mode ~= '1' then
   local H, owner, token = KEYS[1], ARGV[4], ARGV[6]
@@ -59,39 +60,34 @@ if ARGV[5] == '1' and mode ~= '1' then
   end
   local mine = held and string.match(held, '^%d+ (%d+)$') == token
   local alone = mine and (#fields == 2 or (#fields == 4 and writer == owner))
-  local queue = H .. ':queue'
+  local queue, leases = H .. ':queue', H .. ':leases'
   local nobody_queued = mine and redis.call('exists', queue) == 0
-  if alone and nobody_queued and type(redis.pcall('zrem', H .. ':leases', owner)) == 'number' then
-    redis.call('del', H)
-    if mode == '2' then
-      redis.pcall('hdel', H .. ':waiters', owner) -- its "granted" terms
+  -- Set by whichever case below gave the hold back; they end alike (after the last case).
+  local released = false
+
+  if alone and nobody_queued then
+    released = type(redis.pcall('zrem', leases, owner)) == 'number'
+    if released then
+      redis.call('del', H)
     end
-    if ARGV[7] ~= '0' then
-      redis.pcall('set', H .. ':released:' .. owner .. ':' .. token, '1', 'px', ARGV[7])
-    end
-    return 1
-  end
 
   -- Beside other holders, with nobody queued: nobody to admit. Others may outlive this hold,
   -- so its lease is looked at (a hold whose lease ended is not ours to release). The fields
   -- go first (deletions, let through at maxmemory), then the holders and the leases live as
   -- long as the latest lease left. A holder whose lease ended stays for the next
   -- acquisition's purge, as the general way's purge would have dropped it.
-  if mine and not alone and nobody_queued then
-    local leases = H .. ':leases'
+  elseif mine and nobody_queued then
     local ends = redis.pcall('zscore', leases, owner)
     local time = type(ends) == 'string' and redis.call('time')
     local now = time and tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-    if now and tonumber(ends) > now then
+    released = now and tonumber(ends) > now
+    if released then
       if writer == owner then
         redis.call('hdel', H, owner, 'writer') -- a write released while its thread reads
       else
         redis.call('hdel', H, owner)
       end
       redis.call('zrem', leases, owner)
-      if mode == '2' then
-        redis.pcall('hdel', H .. ':waiters', owner)
-      end
       local last = redis.call('zrange', leases, -1, -1, 'WITHSCORES')
       if #last == 0 then
         redis.call('del', H, leases) -- the others had no lease: not holds any more
@@ -100,79 +96,79 @@ if ARGV[5] == '1' and mode ~= '1' then
         redis.call('pexpire', H, ttl)
         redis.call('pexpire', leases, ttl)
       end
-      if ARGV[7] ~= '0' then
-        redis.pcall('set', H .. ':released:' .. owner .. ':' .. token, '1', 'px', ARGV[7])
-      end
-      return 1
     end
-  end
 
   -- A hand-over: the head's terms "<valid until, ms> <hand-over lease, ms> <need>", still
   -- valid, and a need that leaves nothing for whoever queued behind it, so that the grant
   -- rule admits it alone; and the released hold's lease, for whom the grant wakes
   -- (shares.lua's grant_waiters).
-  local head = alone and redis.pcall('zrange', queue, 0, 0)
-  head = head and not head.err and head[1] ~= owner and head[1]
-  local waiters = H .. ':waiters'
-  local terms = head and redis.pcall('hget', waiters, head)
-  local until_ms, lease, need
-  if type(terms) == 'string' then
-    until_ms, lease, need = string.match(terms, '^(%d+) (%d+) (%w+)$')
-  end
-  local takes_all = need == 'w'
-  if need and ARGV[1] ~= 'rw' then
-    local total = redis.pcall('get', H .. ':permits')
-    takes_all = type(total) == 'string' and total == need
-  end
-  local leases = H .. ':leases'
-  local released_end = takes_all and redis.pcall('zscore', leases, owner)
-  local time = type(released_end) == 'string' and redis.call('time')
-  local now = time and tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  if now and tonumber(until_ms) > now and tonumber(released_end) > now then
-    -- The head's token, as acquire.lua's next_token (one SET ... GET), first of the writes:
-    -- refused (maxmemory) it leaves nothing written, and the general way says why.
-    local fence = H .. ':fence'
-    local clock = time[1] .. string.sub('00000' .. time[2], -6)
-    local life = string.format('%d', tonumber(lease) + tonumber(ARGV[3]))
-    local old = redis.pcall('set', fence, clock, 'PX', life, 'GET')
-    local next_token = clock
-    if type(old) == 'table' then
-      next_token = nil
-    elseif old and not string.match(old, '^%d+$') then
-      redis.call('set', fence, old) -- not a counter: put back, for the general way to name
-      next_token = nil
-    elseif old and not (#old < #clock or (#old == #clock and old < clock))
-      and tonumber(old) >= tonumber(clock) then -- text first, as acquire.lua's next_token
-      next_token = string.format('%d', tonumber(old) + 1)
-      redis.call('set', fence, next_token, 'KEEPTTL')
+  elseif alone then
+    local head = redis.pcall('zrange', queue, 0, 0)
+    head = not head.err and head[1] ~= owner and head[1]
+    local waiters = H .. ':waiters'
+    local terms = head and redis.pcall('hget', waiters, head)
+    local until_ms, lease, need
+    if type(terms) == 'string' then
+      until_ms, lease, need = string.match(terms, '^(%d+) (%d+) (%w+)$')
     end
-    if next_token then
-      redis.call('hdel', H, owner)
-      if need == 'w' then
-        redis.call('hset', H, head, '1 ' .. next_token, 'writer', head)
-      else
-        redis.call('hset', H, head, need .. ' ' .. next_token)
-      end
-      redis.call('zrem', leases, owner)
-      redis.call('zadd', leases, string.format('%d', now + tonumber(lease)), head)
-      redis.call('zrem', queue, head)
-      redis.call('hset', waiters, head, 'granted ' .. next_token)
-      if mode == '2' then
-        redis.call('hdel', waiters, owner)
-      end
-      -- The sole holder's lease is the latest: the keys live as long.
-      redis.call('pexpire', H, lease)
-      redis.call('pexpire', leases, lease)
-      if ARGV[7] ~= '0' then
-        redis.pcall('set', H .. ':released:' .. owner .. ':' .. token, '1', 'px', ARGV[7])
-      end
-      local channel = H .. ':unlocked'
-      if now + tonumber(lease) >= tonumber(released_end) then
-        channel = channel .. ':' .. string.match(head, '^[^:]*')
-      end
-      redis.call(ARGV[2], channel, 'grant ' .. next_token .. ' ' .. lease .. ' ' .. head)
-      return 1
+    local takes_all = need == 'w'
+    if need and ARGV[1] ~= 'rw' then
+      local total = redis.pcall('get', H .. ':permits')
+      takes_all = type(total) == 'string' and total == need
     end
+    local released_end = takes_all and redis.pcall('zscore', leases, owner)
+    local time = type(released_end) == 'string' and redis.call('time')
+    local now = time and tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    if now and tonumber(until_ms) > now and tonumber(released_end) > now then
+      -- The head's token, as acquire.lua's next_token (one SET ... GET), first of the writes:
+      -- refused (maxmemory) it leaves nothing written, and the general way says why.
+      local fence = H .. ':fence'
+      local clock = time[1] .. string.sub('00000' .. time[2], -6)
+      local life = string.format('%d', tonumber(lease) + tonumber(ARGV[3]))
+      local old = redis.pcall('set', fence, clock, 'PX', life, 'GET')
+      local next_token = clock
+      if type(old) == 'table' then
+        next_token = nil
+      elseif old and not string.match(old, '^%d+$') then
+        redis.call('set', fence, old) -- not a counter: put back, for the general way to name
+        next_token = nil
+      elseif old and not (#old < #clock or (#old == #clock and old < clock))
+        and tonumber(old) >= tonumber(clock) then -- text first, as acquire.lua's next_token
+        next_token = string.format('%d', tonumber(old) + 1)
+        redis.call('set', fence, next_token, 'KEEPTTL')
+      end
+      released = next_token ~= nil
+      if released then
+        redis.call('hdel', H, owner)
+        if need == 'w' then
+          redis.call('hset', H, head, '1 ' .. next_token, 'writer', head)
+        else
+          redis.call('hset', H, head, need .. ' ' .. next_token)
+        end
+        redis.call('zrem', leases, owner)
+        redis.call('zadd', leases, string.format('%d', now + tonumber(lease)), head)
+        redis.call('zrem', queue, head)
+        redis.call('hset', waiters, head, 'granted ' .. next_token)
+        -- The sole holder's lease is the latest: the keys live as long.
+        redis.call('pexpire', H, lease)
+        redis.call('pexpire', leases, lease)
+        local channel = H .. ':unlocked'
+        if now + tonumber(lease) >= tonumber(released_end) then
+          channel = channel .. ':' .. string.match(head, '^[^:]*')
+        end
+        redis.call(ARGV[2], channel, 'grant ' .. next_token .. ' ' .. lease .. ' ' .. head)
+      end
+    end
+  end
+
+  if released then
+    if mode == '2' then
+      redis.pcall('hdel', H .. ':waiters', owner) -- its "granted" terms
+    end
+    if ARGV[7] ~= '0' then
+      redis.pcall('set', H .. ':released:' .. owner .. ':' .. token, '1', 'px', ARGV[7])
+    end
+    return 1
   end
 end
 
