@@ -72,6 +72,8 @@ impl Invocation<'_> {
 
     /// Adds the arguments a script may go without, in order, each with whether it differs
     /// from what the script takes for its absence: only as far as the last one that does.
+    /// Each value is sent as given when a later one differs, so it must be the argument's
+    /// value either way, not only the one that differs.
     /// Every key and argument costs Redis about 1,300 instructions (`acquire.lua`), so a
     /// call sends none it can leave off the end.
     pub(super) fn optional_args(&mut self, optional: &[(bool, Optional<'_>)]) -> &mut Self {

@@ -400,17 +400,11 @@ impl Waiter<'_> {
             let mut state = self.slot.state.lock();
             let wake = loop {
                 if let Some(handed) = state.handed.take() {
-                    if let Some(received) = state.message_at.take() {
-                        LAST_MESSAGE_WAKE.set(Some((received, Instant::now())));
-                    }
                     break Wake::HandedOver {
                         token: handed.token,
                     };
                 }
                 if std::mem::replace(&mut state.permit, false) {
-                    if let Some(received) = state.message_at.take() {
-                        LAST_MESSAGE_WAKE.set(Some((received, Instant::now())));
-                    }
                     break match state.opened_at.take() {
                         Some(at_us) => Wake::Opened { at_us },
                         None => Wake::Permit,
@@ -423,6 +417,11 @@ impl Waiter<'_> {
                 // Woken early (a message, or spuriously): look again.
                 let _ = self.slot.wake.wait_until(&mut state, until);
             };
+            // Set only with a hand-over or a latch's opening, so taken only by the wake it came
+            // with.
+            if let Some(received) = state.message_at.take() {
+                LAST_MESSAGE_WAKE.set(Some((received, Instant::now())));
+            }
             state.wake_by = None; // the attempt that follows learns the lease afresh
             (wake, std::mem::take(&mut state.handed_locally))
         };
