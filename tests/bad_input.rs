@@ -594,21 +594,20 @@ fn foreign_data_beside_a_held_share_is_reported_and_left_alone() {
     for kind in ["semaphore", "rwlock"] {
         let name = unique("foreign-leases");
         let key = format!("redlatch:{{{name}}}:{kind}:leases");
-        let released = if kind == "semaphore" {
+        let release: Box<dyn FnOnce() -> redlatch::Result<()>> = if kind == "semaphore" {
             let semaphore = holder.semaphore(&name);
             semaphore.set_permits(1).unwrap();
             let permits = semaphore.acquire(1).unwrap();
-            let _: () = redis::cmd("DEL").arg(&key).query(&mut admin).unwrap();
-            let before = plant(&mut admin, &key, &["SET", "precious"]);
-            (permits.release(), before)
+            Box::new(move || permits.release())
         } else {
             let write = holder.read_write_lock(&name).write().unwrap();
-            let _: () = redis::cmd("DEL").arg(&key).query(&mut admin).unwrap();
-            let before = plant(&mut admin, &key, &["SET", "precious"]);
-            (write.unlock(), before)
+            Box::new(move || write.unlock())
         };
-        assert!(released.0.is_err(), "{kind}: {:?}", released.0);
-        assert_eq!(dump(&mut admin, &key), released.1, "{key} was changed");
+        let _: () = redis::cmd("DEL").arg(&key).query(&mut admin).unwrap();
+        let before = plant(&mut admin, &key, &["SET", "precious"]);
+        let released = release();
+        assert!(released.is_err(), "{kind}: {released:?}");
+        assert_eq!(dump(&mut admin, &key), before, "{key} was changed");
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use redlatch::{Client, Error};
 use support::{
-    RedisServer, WITHDRAW_LUA, attempt_on_lock, command_calls, eventually, queued_owners,
+    RedisServer, WITHDRAW_LUA, attempt_on_lock, command_calls, eventually, pttl, queued_owners,
     run_on_lock, unique,
 };
 
@@ -845,10 +845,6 @@ fn exclusion_holds_with_short_waits_leases_and_give_ups() {
         0,
         "two holders at once, neither told"
     );
-}
-
-fn pttl(admin: &mut redis::Connection, key: &str) -> i64 {
-    redis::cmd("PTTL").arg(key).query(admin).unwrap()
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlatch::{Client, Error};
-use support::{RedisServer, command_calls, eventually, join_all, unique};
+use support::{RedisServer, command_calls, eventually, join_all, pttl, unique};
 
 const ZERO: Duration = Duration::ZERO;
 
@@ -621,18 +621,18 @@ fn beside_another_reader_the_lock_lives_as_long_as_the_latest_lease() {
     let (a, b) = (client(&server), client(&server));
     let name = unique("rw-beside");
     let holders = format!("redlatch:{{{name}}}:rwlock");
-    let ttl = |admin: &mut redis::Connection| -> i64 {
-        redis::cmd("PTTL").arg(&holders).query(admin).unwrap()
-    };
     let brief = a
         .read_write_lock(&name)
         .try_read(ZERO, Some(Duration::from_secs(2)))
         .unwrap()
         .unwrap();
     let long = b.read_write_lock(&name).read().unwrap(); // the watchdog's 30 s
-    assert!(ttl(&mut admin) > 20_000, "the longer lease joined");
+    assert!(
+        pttl(&mut admin, &holders) > 20_000,
+        "the longer lease joined"
+    );
     long.unlock().unwrap();
-    assert!(ttl(&mut admin) <= 2_000, "the longer lease left");
+    assert!(pttl(&mut admin, &holders) <= 2_000, "the longer lease left");
     brief.unlock().unwrap();
 
     // A thread writes, reads beside its write, then gives the write back: another client's

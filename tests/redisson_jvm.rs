@@ -19,7 +19,7 @@ use support::jvm::{
     rw_channel, rw_key_prefix, rw_timeout_prefix, semaphore_channel, suffix_form, token_key,
     unlock_latch_key,
 };
-use support::{RedisServer, eventually, unique};
+use support::{RedisServer, eventually, pttl, unique};
 
 /// Nothing should arrive on a channel within this long when nothing was published.
 const QUIET: Duration = Duration::from_millis(250);
@@ -47,10 +47,6 @@ fn shard_subscribers(admin: &mut redis::Connection, channel: &str) -> i64 {
         .query(admin)
         .unwrap();
     n
-}
-
-fn pttl(admin: &mut redis::Connection, key: &str) -> i64 {
-    redis::cmd("PTTL").arg(key).query(admin).unwrap()
 }
 
 fn exists(admin: &mut redis::Connection, key: &str) -> bool {

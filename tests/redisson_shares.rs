@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redlatch::{Client, Error, HoldKind, Layout, LostLock};
-use support::{RedisServer, await_parked, command_calls, eventually, join_all, unique};
+use support::{RedisServer, await_parked, command_calls, eventually, join_all, pttl, unique};
 
 fn redisson(server: &RedisServer) -> Client {
     Client::builder(&server.url())
@@ -30,10 +30,6 @@ fn with_watchdog(server: &RedisServer, watchdog: Duration) -> Client {
 
 fn hash(admin: &mut redis::Connection, key: &str) -> HashMap<String, String> {
     redis::cmd("HGETALL").arg(key).query(admin).unwrap()
-}
-
-fn pttl(admin: &mut redis::Connection, key: &str) -> i64 {
-    redis::cmd("PTTL").arg(key).query(admin).unwrap()
 }
 
 fn get(admin: &mut redis::Connection, key: &str) -> Option<String> {

@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlatch::{Client, Error, Permits, Semaphore};
-use support::{RedisServer, command_calls, eventually, join_all, unique};
+use support::{RedisServer, command_calls, eventually, join_all, pttl, unique};
 
 const ZERO: Duration = Duration::ZERO;
 const LONG: Duration = Duration::from_secs(20);
@@ -681,10 +681,6 @@ fn a_release_hands_all_permits_to_the_head_with_one_token_everywhere() {
     );
     assert!(token > first && got - released < Duration::from_secs(5));
     assert_eq!(a.semaphore(&name).available().unwrap(), 1, "given back");
-}
-
-fn pttl(admin: &mut redis::Connection, key: &str) -> i64 {
-    redis::cmd("PTTL").arg(key).query(admin).unwrap()
 }
 
 /// Permits taken and given back beside another holder (the usual cases of the scripts): the

@@ -251,6 +251,11 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
+/// `PTTL key`: ms left, -1 without an expiry, -2 absent.
+pub fn pttl(admin: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(admin).unwrap()
+}
+
 /// Total calls of `command` (lowercase, e.g. "evalsha") from INFO commandstats.
 pub fn command_calls(admin: &mut redis::Connection, command: &str) -> u64 {
     let info: String = redis::cmd("INFO").arg("commandstats").query(admin).unwrap();
