@@ -901,6 +901,7 @@ pub fn read_reported(child: &mut Child, prefix: &str, within: Duration) -> Strin
 pub mod checker;
 pub mod fake;
 pub mod heap;
+pub mod java;
 pub mod jvm;
 pub mod soak;
 pub mod tls;
