@@ -635,6 +635,7 @@ pub fn classpath(version: &str) -> String {
         .args([
             "-q",
             "-B",
+            "-Dstyle.color=never",
             "package",
             &format!("-Dredisson.version={version}"),
         ])
