@@ -1,38 +1,728 @@
-//! redlatch in `Layout::Redisson` beside the real Redisson (`support::java`).
+//! redlatch in `Layout::Redisson` beside the real Redisson (`interop/redisson/`'s Java
+//! service, `support::java`), both ways, for every kind the layout shares: on one server,
+//! under Sentinel and on a Cluster (sharded pub/sub on both sides), and a Redlock over
+//! independent masters. The checks `tests/redisson_interop.rs` runs against the emulation run
+//! here against Redisson itself (`REDISSON_VERSION`, 4.7.0 unless set; CI runs 3.46.0 too).
+//!
+//! Wake-ups are measured, not assumed: Redis's `MONITOR` shows every command each side's
+//! connections send while their waiter waits, and the time from a release to the other side's
+//! acquisition is asserted well under the holder's 30 s lease.
 
 mod support;
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
 
-use redlatch::{Client, Layout};
-use support::java::{JavaService, NO_LEASE};
-use support::unique;
+use parking_lot::Mutex;
+use redlatch::{Client, Error, Layout, LossCause};
+use support::java::{JavaService, Monitor, NO_LEASE};
+use support::jvm::{fair_channel, latch_channel, lock_channel, rw_channel, semaphore_channel};
+use support::{eventually, join_all, unique};
 
-#[test]
-fn smoke() {
-    let server = support::RedisServer::start();
-    let java = JavaService::single(&server.url());
-    eprintln!(
-        "Redisson {} on Java {}",
-        java.redisson_version, java.java_version
+/// Our client and a Java service on the same deployment, with what the checks need to watch.
+struct Fleet {
+    ours: Client,
+    java: Arc<JavaService>,
+    /// Locks our loss hook reported found gone or taken.
+    lost: Arc<AtomicU64>,
+    /// Every data node: a port and an admin connection (subscribers may sit on any of them).
+    nodes: Vec<(u16, Mutex<redis::Connection>)>,
+}
+
+impl Fleet {
+    fn new(builder: redlatch::ClientBuilder, java: JavaService, ports: Vec<u16>) -> Fleet {
+        let lost = Arc::new(AtomicU64::new(0));
+        let counted = lost.clone();
+        let ours = builder
+            .layout(Layout::Redisson)
+            .on_lock_lost(move |lost| {
+                if lost.cause == LossCause::FoundGone || lost.cause == LossCause::Taken {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+            .build()
+            .unwrap();
+        let nodes = ports
+            .into_iter()
+            .map(|port| {
+                let admin = support::topology::connect(port, None).unwrap();
+                (port, Mutex::new(admin))
+            })
+            .collect();
+        Fleet {
+            ours,
+            java: Arc::new(java),
+            lost,
+            nodes,
+        }
+    }
+
+    /// Subscribers of `channel` across the deployment, plain and sharded.
+    fn subscribers(&self, channel: &str) -> i64 {
+        let mut total = 0;
+        for (_, admin) in &self.nodes {
+            let mut admin = admin.lock();
+            for sub in ["NUMSUB", "SHARDNUMSUB"] {
+                let reply: Vec<redis::Value> = redis::cmd("PUBSUB")
+                    .arg(sub)
+                    .arg(channel)
+                    .query(&mut *admin)
+                    .unwrap_or_default();
+                if let Some(redis::Value::Int(n)) = reply.get(1) {
+                    total += n;
+                }
+            }
+        }
+        total
+    }
+
+    /// Waits (at most 10 s) until `channel` has `n` subscribers, then 300 ms for the attempt
+    /// a waiter makes after subscribing.
+    fn await_parked(&self, channel: &str, n: i64) {
+        assert!(
+            eventually(Duration::from_secs(10), || self.subscribers(channel) >= n),
+            "no waiter subscribed to {channel} in time\n{}",
+            self.java.log()
+        );
+        thread::sleep(Duration::from_millis(300));
+    }
+
+    /// Waits (at most 5 s) until `n` of our threads wait.
+    fn await_ours_waiting(&self, n: u64) {
+        assert!(
+            eventually(Duration::from_secs(5), || self.ours.stats().waiting_threads
+                == n),
+            "our waiter did not wait"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+
+    /// One `MONITOR` per data node.
+    fn monitors(&self) -> Vec<Monitor> {
+        self.nodes
+            .iter()
+            .map(|(port, _)| Monitor::start(*port))
+            .collect()
+    }
+
+    /// The addresses of each side's connections: (Java's, ours).
+    fn connections(&self) -> (Vec<String>, Vec<String>) {
+        let (mut java, mut ours) = (Vec::new(), Vec::new());
+        for (_, admin) in &self.nodes {
+            let mut admin = admin.lock();
+            java.extend(support::java::java_connections(&mut admin));
+            ours.extend(support::java::connections_named(&mut admin, |name| {
+                name.starts_with("redlatch:")
+            }));
+        }
+        (java, ours)
+    }
+
+    /// What the connections at `addrs` sent while `monitors` watched, but for keep-alives
+    /// and topology: `PING` (Redisson pings each connection every 30 s) and `CLUSTER ...`
+    /// (it reads `CLUSTER NODES` every 5 s). Neither looks at a lock.
+    fn sent(monitors: &[Monitor], addrs: &[String]) -> Vec<String> {
+        monitors
+            .iter()
+            .flat_map(|m| m.commands_from(addrs))
+            .filter(|c| {
+                let c = c.to_uppercase();
+                !c.starts_with("\"PING\"") && !c.starts_with("\"CLUSTER\"")
+            })
+            .collect()
+    }
+}
+
+/// Runs `f` on a thread of its own; the handle gives when it returned and what.
+fn on_thread<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> thread::JoinHandle<(Instant, T)> {
+    thread::spawn(move || {
+        let t = f();
+        (Instant::now(), t)
+    })
+}
+
+/// How soon after a release the other side's waiter must hold: far below the 30 s lease
+/// (what a missed wake-up would cost), with room for a loaded CI machine. The measured
+/// figures are printed.
+const WOKEN_WITHIN: Duration = Duration::from_millis(500);
+const LONG: Duration = Duration::from_secs(30);
+
+fn assert_woken(what: &str, released: Instant, woken: Instant) {
+    let after = woken.saturating_duration_since(released);
+    eprintln!("{what}: woken {after:?} after the release");
+    assert!(
+        after < WOKEN_WITHIN,
+        "{what}: woken {after:?} after the release"
     );
-    let ours = Client::builder(&server.url())
-        .layout(Layout::Redisson)
-        .build()
-        .unwrap();
-    let name = unique("smoke");
-    assert!(java.try_lock("lock", &name, 1, Duration::ZERO, NO_LEASE));
-    let mut admin = server.admin();
-    let fields: Vec<String> = redis::cmd("HKEYS").arg(&name).query(&mut admin).unwrap();
-    assert_eq!(fields, vec![java.owner(1)]);
-    let lock = ours.lock(&name);
+}
+
+fn ms(d: Duration) -> u128 {
+    d.as_millis()
+}
+
+/// Exclusion, re-entry and the queries, seen from both sides; a non-owner's unlock refused
+/// either way.
+fn lock_excludes_both_ways(f: &Fleet) {
+    let name = unique("orders");
+    let lock = f.ours.lock(&name);
+    let outer = lock.try_lock(Duration::ZERO, Some(LONG)).unwrap().unwrap();
+    let inner = lock.lock().unwrap();
+    assert!(f.java.is_locked("lock", &name));
+    assert_eq!(f.java.hold_count("lock", &name, 7), 0, "not Java's hold");
+    assert!(!f.java.is_held("lock", &name, 7));
+    let ttl = f.java.remain_time_to_live("lock", &name);
+    assert!(
+        (20_000..=30_000).contains(&ttl),
+        "Java reads our lease as {ttl} ms"
+    );
+    assert!(
+        !f.java
+            .try_lock("lock", &name, 7, Duration::from_millis(100), NO_LEASE)
+    );
+    let refused = f.java.unlock("lock", &name, 7).unwrap_err();
+    assert!(
+        refused.starts_with("IllegalMonitorStateException"),
+        "Java's unlock of our hold: {refused}"
+    );
+    assert_eq!(lock.hold_count().unwrap(), 2);
+    drop(inner);
+    drop(outer);
+    assert!(!f.java.is_locked("lock", &name));
+
+    // Java holds and re-enters; we wait in vain and cannot release it.
+    assert!(f.java.try_lock("lock", &name, 7, Duration::ZERO, NO_LEASE));
+    assert!(f.java.try_lock("lock", &name, 7, Duration::ZERO, NO_LEASE));
+    assert_eq!(f.java.hold_count("lock", &name, 7), 2);
+    assert!(lock.is_locked().unwrap());
+    assert!(!lock.is_held_by_current_thread().unwrap());
+    let lease = lock
+        .remaining_ttl()
+        .unwrap()
+        .expect("Java's hold has a lease");
+    assert!(
+        lease > Duration::from_secs(20),
+        "we read Java's lease as {lease:?}"
+    );
     assert!(
         lock.try_lock(Duration::from_millis(100), None)
             .unwrap()
             .is_none()
     );
-    java.unlock("lock", &name, 1).unwrap();
-    let guard = lock.try_lock(Duration::ZERO, None).unwrap().unwrap();
-    assert!(!java.try_lock("lock", &name, 2, Duration::from_millis(100), NO_LEASE));
+    f.java.unlock("lock", &name, 7).unwrap();
+    assert!(lock.is_locked().unwrap(), "one of Java's two holds left");
+    f.java.unlock("lock", &name, 7).unwrap();
+    assert!(!lock.is_locked().unwrap());
+    assert_eq!(f.java.remain_time_to_live("lock", &name), -2);
+}
+
+/// A Java release wakes our waiter, ours wakes Java's, each within milliseconds while the
+/// holder's lease is 30 s; neither waiter sends a command while it waits.
+fn wakes_both_ways(f: &Fleet, name: &str, threads: (u64, u64)) {
+    // Java holds with a 30 s lease; our waiter parks.
+    assert!(
+        f.java
+            .try_lock("lock", name, threads.0, Duration::ZERO, 30_000)
+    );
+    let ours = {
+        let lock = f.ours.lock(name);
+        on_thread(move || lock.try_lock(LONG, None).unwrap().is_some())
+    };
+    f.await_ours_waiting(1);
+    let (java_addrs, our_addrs) = f.connections();
+    let monitors = f.monitors();
+    thread::sleep(Duration::from_secs(2));
+    let sent = Fleet::sent(&monitors, &our_addrs);
+    assert!(sent.is_empty(), "our waiting thread sent {sent:?}");
+    let released = Instant::now();
+    f.java.unlock("lock", name, threads.0).unwrap();
+    let (woken, got) = join_all(vec![ours], LONG, "our waiter").remove(0);
+    assert!(got);
+    assert_woken("our waiter behind Java", released, woken);
+
+    // We hold with a 30 s lease; Java's waiter parks and stays silent.
+    let guard = f
+        .ours
+        .lock(name)
+        .try_lock(Duration::ZERO, Some(LONG))
+        .unwrap()
+        .unwrap();
+    let java = f.java.send(
+        threads.1,
+        "trylock",
+        &[&"lock", &name, &ms(LONG), &NO_LEASE],
+    );
+    f.await_parked(&lock_channel(name), 1);
+    for m in &monitors {
+        m.clear();
+    }
+    thread::sleep(Duration::from_secs(2));
+    let sent = Fleet::sent(&monitors, &java_addrs);
+    assert!(sent.is_empty(), "Java's waiting thread sent {sent:?}");
+    let released = Instant::now();
     drop(guard);
+    assert_eq!(java.value(LONG), "true");
+    assert_woken("Java's waiter behind ours", released, Instant::now());
+    f.java.unlock("lock", name, threads.1).unwrap();
+}
+
+/// A force-unlock on the Java side is reported to our holder, by renewal and the hook; ours
+/// on a Java hold wakes Java's waiter.
+fn force_unlock_both_ways(f: &Fleet, watchdog: Duration) {
+    let name = unique("forced");
+    let guard = f.ours.lock(&name).lock().unwrap();
+    let before = f.lost.load(Ordering::SeqCst);
+    assert!(f.java.force_unlock("lock", &name));
+    assert!(eventually(watchdog + Duration::from_secs(3), || guard.is_lost()));
+    assert!(eventually(Duration::from_secs(3), || f
+        .lost
+        .load(Ordering::SeqCst)
+        > before));
+    assert!(matches!(guard.unlock(), Err(Error::LockLost { .. })));
+
+    assert!(f.java.try_lock("lock", &name, 11, Duration::ZERO, NO_LEASE));
+    let waiter = f
+        .java
+        .send(12, "trylock", &[&"lock", &name, &ms(LONG), &NO_LEASE]);
+    f.await_parked(&lock_channel(&name), 1);
+    let released = Instant::now();
+    assert!(f.ours.lock(&name).force_unlock().unwrap());
+    assert_eq!(waiter.value(LONG), "true");
+    assert_woken(
+        "Java's waiter after our force-unlock",
+        released,
+        Instant::now(),
+    );
+    let refused = f.java.unlock("lock", &name, 11).unwrap_err();
+    assert!(
+        refused.starts_with("IllegalMonitorStateException"),
+        "{refused}"
+    );
+    f.java.unlock("lock", &name, 12).unwrap();
+}
+
+/// Fencing tokens rise across both sides: Java's fenced lock and ours share the counter.
+fn tokens_rise_across_both_sides(f: &Fleet) {
+    let name = unique("fenced");
+    let lock = f.ours.lock(&name);
+    let mut last = 0;
+    for _ in 0..3 {
+        let ours = lock.lock().unwrap();
+        assert!(ours.fencing_token() > last);
+        last = ours.fencing_token();
+        drop(ours);
+        let java = f
+            .java
+            .fenced_try_lock(&name, 4, Duration::ZERO, NO_LEASE)
+            .expect("Java's fenced lock") as u64;
+        assert!(java > last, "Java's token {java} after ours {last}");
+        assert_eq!(f.java.fenced_token(&name), Some(java as i64));
+        last = java;
+        f.java.unlock("fenced", &name, 4).unwrap();
+    }
+}
+
+/// The fair lock serves both sides in arrival order.
+fn fair_lock_order_across_both_sides(f: &Fleet) {
+    let name = unique("fair");
+    let lock = f.ours.fair_lock(&name);
+    // Asked first: a Java thread answers only once its wait is over.
+    let java_owner = f.java.owner(20);
+    let first = lock.lock().unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..4u64 {
+        let order = order.clone();
+        if i % 2 == 0 {
+            let java = f.java.clone();
+            let name = name.clone();
+            waiters.push(thread::spawn(move || {
+                assert!(java.try_lock("fair", &name, 20 + i, LONG, NO_LEASE));
+                order.lock().push(i);
+                thread::sleep(Duration::from_millis(20));
+                java.unlock("fair", &name, 20 + i).unwrap();
+            }));
+        } else {
+            let lock = lock.clone();
+            waiters.push(thread::spawn(move || {
+                let guard = lock.try_lock(LONG, None).unwrap().unwrap();
+                order.lock().push(i);
+                thread::sleep(Duration::from_millis(20));
+                drop(guard);
+            }));
+        }
+        // Each queued before the next arrives.
+        let queued = || {
+            f.ours
+                .inspect(redlatch::ObjectKind::Lock, &name)
+                .map(|r| r.queue.len())
+                .unwrap_or(0)
+        };
+        assert!(
+            eventually(Duration::from_secs(10), || queued() == i as usize + 1),
+            "waiter {i} did not queue"
+        );
+    }
+    // Java's queued threads listen on channels of their own.
+    assert!(f.subscribers(&fair_channel(&name, &java_owner)) >= 1);
+    drop(first);
+    join_all(waiters, Duration::from_secs(60), "fair waiters");
+    assert_eq!(*order.lock(), vec![0, 1, 2, 3]);
+}
+
+/// The count-down latch opens both ways.
+fn latch_opens_both_ways(f: &Fleet) {
+    let name = unique("latch");
+    let latch = f.ours.count_down_latch(&name);
+    assert_eq!(
+        f.java.latch(1, "trysetcount", &name, &[&2]),
+        Ok("true".into())
+    );
+    assert_eq!(latch.count().unwrap(), 2);
+    assert!(!latch.try_set_count(5).unwrap(), "Java's count is set");
+    let ours = {
+        let latch = latch.clone();
+        on_thread(move || latch.wait(LONG).unwrap())
+    };
+    f.await_ours_waiting(1);
+    f.java.latch(1, "countdown", &name, &[]).unwrap();
+    assert_eq!(latch.count().unwrap(), 1);
+    let opened = Instant::now();
+    f.java.latch(1, "countdown", &name, &[]).unwrap();
+    let (when, open) = join_all(vec![ours], LONG, "our waiter").remove(0);
+    assert!(open);
+    assert_woken("our latch waiter", opened, when);
+
+    assert!(latch.try_set_count(1).unwrap());
+    assert_eq!(f.java.latch(1, "count", &name, &[]), Ok("1".into()));
+    let java = f.java.send(13, "latch.await", &[&name, &ms(LONG)]);
+    f.await_parked(&latch_channel(&name), 1);
+    let opened = Instant::now();
+    assert_eq!(latch.count_down().unwrap(), 0);
+    assert_eq!(java.value(LONG), "true");
+    assert_woken("Java's latch waiter", opened, Instant::now());
+    assert_eq!(f.java.latch(1, "count", &name, &[]), Ok("0".into()));
+}
+
+/// The spin lock excludes and is excluded by Java's, both ways.
+fn spin_lock_both_ways(f: &Fleet) {
+    let name = unique("spin");
+    assert!(f.java.try_lock("spin", &name, 5, Duration::ZERO, NO_LEASE));
+    let spin = f.ours.spin_lock(&name);
+    assert!(
+        spin.try_lock(Duration::from_millis(100), None)
+            .unwrap()
+            .is_none()
+    );
+    f.java.unlock("spin", &name, 5).unwrap();
+    let guard = spin
+        .try_lock(Duration::from_secs(5), None)
+        .unwrap()
+        .unwrap();
+    assert!(
+        !f.java
+            .try_lock("spin", &name, 5, Duration::from_millis(100), NO_LEASE)
+    );
+    drop(guard);
+    assert!(
+        f.java
+            .try_lock("spin", &name, 5, Duration::from_secs(5), NO_LEASE)
+    );
+    f.java.unlock("spin", &name, 5).unwrap();
+}
+
+/// Our multi-lock waits for a member Java holds and Java's release wakes it; Java's
+/// multi-lock waits for a member we hold and our release wakes it.
+fn multi_lock_both_ways(f: &Fleet) {
+    let (a, b) = (unique("{m}a"), unique("{m}b"));
+    assert!(f.java.try_lock("lock", &b, 6, Duration::ZERO, NO_LEASE));
+    let multi = f.ours.multi_lock(&[&a, &b]);
+    let ours = {
+        let multi = multi.clone();
+        on_thread(move || multi.try_lock(LONG, None).unwrap().is_some())
+    };
+    f.await_ours_waiting(1);
+    let released = Instant::now();
+    f.java.unlock("lock", &b, 6).unwrap();
+    let (woken, got) = join_all(vec![ours], LONG, "our multi-lock").remove(0);
+    assert!(got);
+    assert_woken("our multi-lock waiter", released, woken);
+
+    let guard = f
+        .ours
+        .lock(&a)
+        .try_lock(Duration::ZERO, Some(LONG))
+        .unwrap()
+        .unwrap();
+    let both = format!("{a},{b}");
+    let java = f
+        .java
+        .send(14, "trylock", &[&"multi", &both, &ms(LONG), &NO_LEASE]);
+    f.await_parked(&lock_channel(&a), 1);
+    assert!(
+        !f.java.is_locked("lock", &b),
+        "Java's multi-lock took no member while waiting"
+    );
+    let released = Instant::now();
+    drop(guard);
+    assert_eq!(java.value(LONG), "true");
+    assert_woken("Java's multi-lock waiter", released, Instant::now());
+    assert!(f.ours.lock(&b).is_locked().unwrap());
+    f.java.unlock("multi", &both, 14).unwrap();
+    assert!(!f.ours.lock(&a).is_locked().unwrap() && !f.ours.lock(&b).is_locked().unwrap());
+}
+
+/// Readers share across both sides while a writer waits; a Java read release leaves our
+/// reader; write and read releases wake the other side's writer.
+fn read_write_lock_both_ways(f: &Fleet) {
+    let name = unique("rw");
+    let rw = f.ours.read_write_lock(&name);
+    let ours = rw.read().unwrap();
+    assert!(f.java.try_lock("read", &name, 1, Duration::ZERO, NO_LEASE));
+    // A Java writer waits for both readers.
+    let java_writer = f
+        .java
+        .send(2, "trylock", &[&"write", &name, &ms(LONG), &NO_LEASE]);
+    f.await_parked(&rw_channel(&name), 1);
+    // Readers still enter while it waits (Redisson's rule), from both sides.
+    let second = {
+        let rw = rw.clone();
+        thread::spawn(move || rw.try_read(Duration::ZERO, None).unwrap().is_some())
+            .join()
+            .unwrap()
+    };
+    assert!(
+        second,
+        "our second reader entered while Java's writer waits"
+    );
+    assert!(f.java.try_lock("read", &name, 3, Duration::ZERO, NO_LEASE));
+    f.java.unlock("read", &name, 3).unwrap();
+    // Java's read release leaves our reader in place, its lease intact.
+    f.java.unlock("read", &name, 1).unwrap();
+    thread::sleep(Duration::from_millis(100));
+    assert!(!ours.is_lost());
+    assert!(ours.check().is_ok());
+    assert!(f.java.is_locked("read", &name), "our reader keeps the lock");
+    assert!(
+        java_writer.poll(Duration::ZERO).is_none(),
+        "Java's writer got in beside our reader"
+    );
+    let released = Instant::now();
+    drop(ours);
+    assert_eq!(java_writer.value(LONG), "true");
+    assert_woken("Java's writer behind our reader", released, Instant::now());
+
+    // Java writes; our writer waits; Java's write release wakes it.
+    let our_writer = {
+        let rw = rw.clone();
+        on_thread(move || rw.try_write(LONG, None).unwrap().map(|g| g.fencing_token()))
+    };
+    f.await_ours_waiting(1);
+    let released = Instant::now();
+    f.java.unlock("write", &name, 2).unwrap();
+    let (woken, token) = join_all(vec![our_writer], LONG, "our writer").remove(0);
+    assert!(token.is_some());
+    assert_woken("our writer behind Java's writer", released, woken);
+    // Our writer's turn is over: a Java reader gets in.
+    assert!(
+        f.java
+            .try_lock("read", &name, 3, Duration::from_secs(5), NO_LEASE)
+    );
+    f.java.unlock("read", &name, 3).unwrap();
+}
+
+/// The semaphore's counts agree on both sides, and releases wake the other side.
+fn semaphore_both_ways(f: &Fleet) {
+    let name = unique("sem");
+    let semaphore = f.ours.semaphore(&name);
+    semaphore.set_permits(2).unwrap();
+    assert_eq!(f.java.permits(1, "available", &name, &[]), Ok("2".into()));
+    let java_permit = f
+        .java
+        .permits(1, "tryacquire", &name, &[&0, &NO_LEASE])
+        .unwrap();
+    assert_ne!(java_permit, "null");
+    assert_eq!(semaphore.available().unwrap(), 1);
+    let ours = semaphore
+        .try_acquire(1, Duration::ZERO, None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(f.java.permits(1, "available", &name, &[]), Ok("0".into()));
+    if f.java.redisson_version.starts_with('4') {
+        assert_eq!(f.java.permits(1, "acquired", &name, &[]), Ok("2".into()));
+        assert_eq!(f.java.permits(1, "permits", &name, &[]), Ok("2".into()));
+    }
+    // Our waiter is woken by Java's release, Java's by ours.
+    let waiting = {
+        let semaphore = semaphore.clone();
+        on_thread(move || semaphore.try_acquire(1, LONG, None).unwrap())
+    };
+    f.await_ours_waiting(1);
+    let released = Instant::now();
+    f.java
+        .permits(1, "release", &name, &[&java_permit])
+        .unwrap();
+    let (woken, kept) = join_all(vec![waiting], LONG, "our waiter").remove(0);
+    assert!(kept.is_some());
+    assert_woken("our semaphore waiter", released, woken);
+    assert_eq!(f.java.permits(1, "available", &name, &[]), Ok("0".into()));
+    let java = f
+        .java
+        .send(15, "psem.tryacquire", &[&name, &ms(LONG), &NO_LEASE]);
+    f.await_parked(&semaphore_channel(&name), 1);
+    let released = Instant::now();
+    ours.release().unwrap();
+    let id = java.value(LONG);
+    assert_ne!(id, "null", "Java got the permit");
+    assert_woken("Java's semaphore waiter", released, Instant::now());
+    assert_eq!(
+        f.java.permits(1, "tryrelease", &name, &[&id]),
+        Ok("true".into())
+    );
+    kept.unwrap().release().unwrap();
+    assert_eq!(semaphore.available().unwrap(), 2);
+}
+
+fn suite(f: &Fleet, watchdog: Duration) {
+    eprintln!(
+        "Redisson {} on Java {}",
+        f.java.redisson_version, f.java.java_version
+    );
+    lock_excludes_both_ways(f);
+    wakes_both_ways(f, &unique("wake"), (1, 2));
+    // A name with braces follows Redisson's rule on both sides (`app{42}lock` wakes on
+    // `redisson_lock__channel:app{42}lock`).
+    wakes_both_ways(f, &format!("{}{{42}}lock", unique("app")), (8, 9));
+    force_unlock_both_ways(f, watchdog);
+    tokens_rise_across_both_sides(f);
+    fair_lock_order_across_both_sides(f);
+    latch_opens_both_ways(f);
+    spin_lock_both_ways(f);
+    multi_lock_both_ways(f);
+    read_write_lock_both_ways(f);
+    semaphore_both_ways(f);
+}
+
+const WATCHDOG: Duration = Duration::from_secs(3);
+
+#[test]
+fn beside_redisson_on_one_server() {
+    let server = support::RedisServer::start();
+    let builder = Client::builder(&server.url()).watchdog_timeout(WATCHDOG);
+    let java = JavaService::single(&server.url());
+    suite(&Fleet::new(builder, java, vec![server.port]), WATCHDOG);
+}
+
+#[test]
+fn beside_redisson_under_sentinel() {
+    let setup = support::topology::Sentinel::start();
+    let urls = setup.sentinel_urls();
+    let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let builder = Client::sentinel_builder(&refs, support::topology::Sentinel::NAME)
+        .watchdog_timeout(WATCHDOG);
+    let java = JavaService::start(support::java::Deployment::Sentinel(
+        support::topology::Sentinel::NAME,
+        &urls,
+    ));
+    let ports = setup.servers().iter().map(|s| s.port).collect();
+    suite(&Fleet::new(builder, java, ports), WATCHDOG);
+}
+
+/// Sharded pub/sub: on a Redis 7 Cluster both sides SPUBLISH and SSUBSCRIBE.
+#[test]
+fn beside_redisson_on_a_cluster() {
+    let cluster = support::topology::Cluster::start();
+    let seeds = cluster.seed_urls();
+    let refs: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let builder = Client::cluster_builder(&refs).watchdog_timeout(WATCHDOG);
+    let java = JavaService::start(support::java::Deployment::Cluster(&seeds));
+    let ports = cluster.nodes().iter().map(|s| s.port).collect();
+    let fleet = Fleet::new(builder, java, ports);
+    suite(&fleet, WATCHDOG);
+    // Java's waiters listened with SSUBSCRIBE, and its releases went out with SPUBLISH.
+    let name = unique("sharded");
+    let monitors = fleet.monitors();
+    assert!(
+        fleet
+            .java
+            .try_lock("lock", &name, 1, Duration::ZERO, NO_LEASE)
+    );
+    let ours = {
+        let lock = fleet.ours.lock(&name);
+        on_thread(move || lock.try_lock(LONG, None).unwrap().is_some())
+    };
+    fleet.await_ours_waiting(1);
+    fleet.java.unlock("lock", &name, 1).unwrap();
+    assert!(join_all(vec![ours], LONG, "our waiter").remove(0).1);
+    let (java_addrs, _) = fleet.connections();
+    let sent = Fleet::sent(&monitors, &java_addrs)
+        .join("\n")
+        .to_uppercase();
+    assert!(
+        !sent.contains("\"PUBLISH\""),
+        "Java published unsharded:\n{sent}"
+    );
+}
+
+/// A Redlock over clients in Redisson's layout takes each master's RLock hash, as Java's
+/// `RedissonRedLock` over `getLock(n)` of each master does: the two exclude each other by
+/// majority, both ways.
+#[test]
+fn a_redlock_excludes_redissons_redlock_over_the_same_masters() {
+    let servers: Vec<_> = (0..3).map(|_| support::RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let clients = urls
+        .iter()
+        .map(|url| {
+            Client::builder(url)
+                .layout(Layout::Redisson)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let ours = redlatch::RedlockClient::new(clients).unwrap();
+    let java = JavaService::start(support::java::Deployment::Masters(&urls));
+    let name = unique("red");
+    let lock = ours.lock(&name);
+    // Java's Redlock holds: ours cannot, and Java's hash is on every master.
+    assert!(java.try_lock("redlock", &name, 1, Duration::ZERO, NO_LEASE));
+    // Each master's RedissonClient has an id of its own; the thread is the same.
+    let owner = java.owner(1);
+    let thread = owner.rsplit(':').next().unwrap();
+    for server in &servers {
+        let fields: Vec<String> = redis::cmd("HKEYS")
+            .arg(&name)
+            .query(&mut server.admin())
+            .unwrap();
+        assert_eq!(fields.len(), 1, "{fields:?}");
+        assert!(
+            fields[0].ends_with(&format!(":{thread}")),
+            "{fields:?} for thread {thread}"
+        );
+    }
+    assert!(
+        lock.try_lock(Duration::from_millis(300), None)
+            .unwrap()
+            .is_none()
+    );
+    java.unlock("redlock", &name, 1).unwrap();
+    // Ours holds: Java's cannot.
+    let guard = lock
+        .try_lock(Duration::from_secs(5), None)
+        .unwrap()
+        .unwrap();
+    assert!(!java.try_lock("redlock", &name, 2, Duration::from_millis(300), NO_LEASE));
+    // Java's plain locks get at most the masters ours does not hold: no majority.
+    let mut admin = servers[0].admin();
+    let _: () = redis::cmd("DEL").arg(&name).query(&mut admin).unwrap();
+    assert!(
+        guard.check().is_ok(),
+        "one master of three lost keeps the majority"
+    );
+    drop(guard);
+    assert!(java.try_lock("redlock", &name, 2, Duration::from_secs(5), NO_LEASE));
+    java.unlock("redlock", &name, 2).unwrap();
 }

@@ -735,9 +735,22 @@ impl Drop for Monitor {
 /// The addresses of the Java service's connections to the server at `admin` (its client
 /// name, [`CLIENT_NAME`]).
 pub fn java_connections(admin: &mut redis::Connection) -> Vec<String> {
+    connections_named(admin, |name| name == CLIENT_NAME)
+}
+
+/// The addresses of the connections to the server at `admin` whose `CLIENT SETNAME` name
+/// passes `which` (a redlatch client's are `redlatch:<client id>` unless named otherwise).
+pub fn connections_named(
+    admin: &mut redis::Connection,
+    which: impl Fn(&str) -> bool,
+) -> Vec<String> {
     let list: String = redis::cmd("CLIENT").arg("LIST").query(admin).unwrap();
     list.lines()
-        .filter(|line| line.split(' ').any(|w| w == format!("name={CLIENT_NAME}")))
+        .filter(|line| {
+            line.split(' ')
+                .find_map(|w| w.strip_prefix("name="))
+                .is_some_and(&which)
+        })
         .filter_map(|line| {
             line.split(' ')
                 .find_map(|w| w.strip_prefix("addr="))

@@ -19,6 +19,7 @@ import java.util.concurrent.Future;
 import org.redisson.Redisson;
 import org.redisson.api.RedissonClient;
 import org.redisson.config.Config;
+import org.redisson.config.ReadMode;
 
 /**
  * A Java service on the real Redisson, driven line by line over stdin/stdout.
@@ -28,6 +29,11 @@ import org.redisson.config.Config;
  * each; the first serves every call, all of them a Redlock), {@code sentinel MASTER urls} or
  * {@code cluster urls}. It prints {@code ready <redisson version> <java version> <client id>}
  * (the id is the {@code <uuid>} of Redisson's owner fields {@code <uuid>:<thread id>}).
+ * Every setting is Redisson's default but the watchdog (when given), the client name (so that
+ * {@code CLIENT LIST} tells its connections), and, under Sentinel and on a Cluster, reads from
+ * the master ({@code ReadMode.MASTER}; the default reads from replicas, so {@code isLocked}
+ * right after a lock could read a replica that has not seen it yet: true of Redisson, but a
+ * flaky test).
  *
  * <p>Requests: {@code <id> <thread> <op> [args...]}, one per line, space-separated. Each runs on
  * the service's Java thread number {@code <thread>} (a thread of its own, named
@@ -81,6 +87,7 @@ public final class JavaService {
                         .setMasterName(rest.get(1))
                         .addSentinelAddress(rest.get(2).split(","))
                         .setCheckSentinelsList(false)
+                        .setReadMode(ReadMode.MASTER)
                         .setClientName(clientName);
                 clients.add(Redisson.create(config));
                 break;
@@ -89,6 +96,7 @@ public final class JavaService {
                 Config config = base(watchdogMs);
                 config.useClusterServers()
                         .addNodeAddress(rest.get(1).split(","))
+                        .setReadMode(ReadMode.MASTER)
                         .setClientName(clientName);
                 clients.add(Redisson.create(config));
                 break;

@@ -14,7 +14,7 @@ import org.redisson.api.RLock;
  * benchmark report: each thread acquires, holds, releases, thinks, until the duration ends.
  *
  * <pre>
- * loop KIND NAME KEYS THREADS DURATION_MS HOLD_US THINK_US WAIT_MS LEASE_MS INTERVALS
+ * loop KIND NAME KEYS THREADS DURATION_MS HOLD_US THINK_US WAIT_MS LEASE_MS INTERVALS [SAMPLES]
  * </pre>
  * KEYS &gt; 1 picks a name {@code NAME-<k>} at random per acquisition. WAIT_MS &lt; 0 waits with
  * lock(), else tryLock(WAIT_MS, LEASE_MS). Times are System.nanoTime(), which on Linux is
@@ -25,6 +25,11 @@ import org.redisson.api.RLock;
  * [intervals=start-end,...]} where an interval runs from lock() returning to unlock() being
  * called (inside the hold, so two intervals that overlap are two holders at once), and a wait
  * from the call to acquire to its return.
+ *
+ * <p>With SAMPLES {@code 1} (the benchmark report's), the reply also carries every acquisition
+ * as {@code samples=thread:t0:t1:t2:t3,...}: the acquire called, returned, unlock called,
+ * returned (System.nanoTime()), so that the Rust side computes hand-offs, waits and cycles
+ * from both sides' samples alike.
  */
 final class Loop {
     private final Ops ops;
@@ -38,6 +43,7 @@ final class Loop {
     private final long waitMs;
     private final long leaseMs;
     private final boolean intervals;
+    private final boolean samples;
 
     Loop(Ops ops, String[] a) {
         this.ops = ops;
@@ -51,12 +57,14 @@ final class Loop {
         waitMs = Long.parseLong(a[7]);
         leaseMs = Long.parseLong(a[8]);
         intervals = a[9].equals("1");
+        samples = a.length > 10 && a[10].equals("1");
     }
 
     private final class Worker extends Thread {
         long[] waits = new long[256];
         long[] cycles = new long[256];
         final List<long[]> held = new ArrayList<>();
+        long[] stamps = new long[0];
         int acquired;
         int timeouts;
         int errors;
@@ -108,6 +116,16 @@ final class Loop {
                     acquired++;
                     if (intervals) {
                         held.add(new long[] {t1, t2});
+                    }
+                    if (samples) {
+                        int at = (acquired - 1) * 4;
+                        if (at + 4 > stamps.length) {
+                            stamps = Arrays.copyOf(stamps, Math.max(1024, stamps.length * 2));
+                        }
+                        stamps[at] = t0;
+                        stamps[at + 1] = t1;
+                        stamps[at + 2] = t2;
+                        stamps[at + 3] = t3;
                     }
                 } catch (Exception e) {
                     errors++;
@@ -179,6 +197,23 @@ final class Loop {
                     }
                     first = false;
                     reply.append(h[0]).append('-').append(h[1]);
+                }
+            }
+        }
+        if (samples) {
+            reply.append(" samples=");
+            boolean first = true;
+            for (int n = 0; n < workers.size(); n++) {
+                Worker w = workers.get(n);
+                for (int i = 0; i < w.acquired; i++) {
+                    if (!first) {
+                        reply.append(',');
+                    }
+                    first = false;
+                    reply.append(n);
+                    for (int k = 0; k < 4; k++) {
+                        reply.append(':').append(w.stamps[i * 4 + k]);
+                    }
                 }
             }
         }
