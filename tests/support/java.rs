@@ -658,8 +658,8 @@ pub fn classpath(version: &str) -> String {
     cp
 }
 
-/// Every command a server is sent while it runs, by client address (Redis's `MONITOR`):
-/// commands run inside scripts are left out (their address is `lua`).
+/// Every command a server runs while it is watched, by client address (Redis's `MONITOR`):
+/// commands run inside scripts have the address `lua`.
 pub struct Monitor {
     lines: Arc<Mutex<Vec<(String, String)>>>,
     stop: Arc<AtomicBool>,
@@ -697,9 +697,7 @@ impl Monitor {
                                 .unwrap_or("")
                                 .to_string();
                             let command = line[close + 1..].trim().to_string();
-                            if addr != "lua" {
-                                seen.lock().push((addr, command));
-                            }
+                            seen.lock().push((addr, command));
                         }
                         line.clear();
                     }
@@ -718,6 +716,11 @@ impl Monitor {
             .filter(|(addr, _)| addrs.contains(addr))
             .map(|(_, command)| command.clone())
             .collect()
+    }
+
+    /// The commands scripts ran (their address is `lua`), in order.
+    pub fn script_commands(&self) -> Vec<String> {
+        self.commands_from(&["lua".to_string()])
     }
 
     /// Forgets what was seen so far.
