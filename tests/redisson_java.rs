@@ -89,6 +89,32 @@ impl Fleet {
         thread::sleep(Duration::from_millis(300));
     }
 
+    /// Waits (at most 10 s) until Java's waiter has parked, as `monitors` (started before
+    /// it began) saw: it subscribed to `channel`, then made its attempt after subscribing.
+    /// Only then is its silence worth measuring (under load that attempt can come late).
+    fn await_java_parked(&self, monitors: &[Monitor], channel: &str) {
+        let parked = || {
+            let (java, _) = self.connections();
+            let sent: Vec<String> = monitors
+                .iter()
+                .flat_map(|m| m.commands_from(&java))
+                .collect();
+            let subscribed = sent
+                .iter()
+                .position(|c| c.to_uppercase().contains("SUBSCRIBE") && c.contains(channel));
+            subscribed.is_some_and(|at| {
+                sent[at..]
+                    .iter()
+                    .any(|c| c.to_uppercase().starts_with("\"EVAL"))
+            })
+        };
+        assert!(
+            eventually(Duration::from_secs(10), parked),
+            "Java's waiter did not subscribe to {channel} and attempt\n{}",
+            self.java.log()
+        );
+    }
+
     /// Waits (at most 5 s) until `n` of our threads wait.
     fn await_ours_waiting(&self, n: u64) {
         assert!(
@@ -148,7 +174,7 @@ fn on_thread<T: Send + 'static>(
 /// How soon after a release the other side's waiter must hold: far below the 30 s lease
 /// (what a missed wake-up would cost), with room for a loaded CI machine. The measured
 /// figures are printed.
-const WOKEN_WITHIN: Duration = Duration::from_millis(500);
+const WOKEN_WITHIN: Duration = Duration::from_secs(1);
 const LONG: Duration = Duration::from_secs(30);
 
 fn assert_woken(what: &str, released: Instant, woken: Instant) {
@@ -250,16 +276,20 @@ fn wakes_both_ways(f: &Fleet, name: &str, threads: (u64, u64)) {
         .try_lock(Duration::ZERO, Some(LONG))
         .unwrap()
         .unwrap();
+    for m in &monitors {
+        m.clear();
+    }
     let java = f.java.send(
         threads.1,
         "trylock",
         &[&"lock", &name, &ms(LONG), &NO_LEASE],
     );
-    f.await_parked(&lock_channel(name), 1);
+    f.await_java_parked(&monitors, &lock_channel(name));
     for m in &monitors {
         m.clear();
     }
     thread::sleep(Duration::from_secs(2));
+    let (java_addrs, _) = f.connections();
     let sent = Fleet::sent(&monitors, &java_addrs);
     assert!(sent.is_empty(), "Java's waiting thread sent {sent:?}");
     let released = Instant::now();
