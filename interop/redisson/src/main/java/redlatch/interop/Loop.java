@@ -29,7 +29,8 @@ import org.redisson.api.RLock;
  * <p>With SAMPLES {@code 1} (the benchmark report's), the reply also carries every acquisition
  * as {@code samples=thread:t0:t1:t2:t3,...}: the acquire called, returned, unlock called,
  * returned (System.nanoTime()), so that the Rust side computes hand-offs, waits and cycles
- * from both sides' samples alike.
+ * from both sides' samples alike. Every reply also carries {@code jit_ms=}, the JIT compilers'
+ * time over the loop, which tells when the JVM is warm (its compilers idle).
  */
 final class Loop {
     private final Ops ops;
@@ -141,6 +142,8 @@ final class Loop {
     }
 
     String run() throws InterruptedException {
+        java.lang.management.CompilationMXBean jit = java.lang.management.ManagementFactory.getCompilationMXBean();
+        long jit0 = jit.getTotalCompilationTime();
         long cpu0 = Ops.cpuNanos();
         long start = System.nanoTime();
         List<Worker> workers = new ArrayList<>();
@@ -154,6 +157,7 @@ final class Loop {
         }
         long elapsed = System.nanoTime() - start;
         long cpu = Ops.cpuNanos() - cpu0;
+        long jitMs = jit.getTotalCompilationTime() - jit0;
 
         int acq = 0, timeouts = 0, errors = 0;
         String firstError = null;
@@ -200,6 +204,7 @@ final class Loop {
                 }
             }
         }
+        reply.append(" jit_ms=").append(jitMs);
         if (samples) {
             reply.append(" samples=");
             boolean first = true;
