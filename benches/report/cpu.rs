@@ -53,6 +53,17 @@ pub fn process_cpu() -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
+/// CPU time of this whole process so far (getrusage: user + system, to the microsecond).
+pub fn rusage_self() -> Duration {
+    // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid rusage for the call to write.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    assert_eq!(rc, 0, "getrusage");
+    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
+}
+
 /// CPU time the Redis server has used so far (INFO cpu: user + system).
 pub fn server_cpu(admin: &mut redis::Connection) -> Duration {
     let info: String = redis::cmd("INFO").arg("cpu").query(admin).unwrap();

@@ -8,7 +8,9 @@
 //! times on a shared machine mean little.
 //!
 //! Knobs (environment): `REPORT_SECS` per contended scenario (default 8), `REPORT_IDLE_SECS`
-//! (10), `REPORT_RENEWAL_LOCKS` (10000), `REPORT_SKIP_REDLOCK=1` to leave the peer crate out.
+//! (10), `REPORT_RENEWAL_LOCKS` (10000), `REPORT_SKIP_REDLOCK=1` to leave the peer crate out,
+//! `REPORT_SKIP_JAVA=1` to leave out the real Redisson (`java.rs`: it needs `java` and `mvn`),
+//! `REPORT_CROWD` (200) for its crowd's threads.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -16,6 +18,7 @@ mod support;
 mod contenders;
 mod cpu;
 mod family;
+mod java;
 mod plot;
 mod redisson;
 mod scenario;
@@ -42,9 +45,16 @@ fn knob(name: &str, default: u64) -> u64 {
 #[derive(Default)]
 struct Figures {
     rows: Vec<(String, f64, String, String)>,
+    /// Facts that are not numbers (versions), printed above the table and kept in the JSON.
+    notes: Vec<(String, String)>,
 }
 
 impl Figures {
+    fn note(&mut self, key: &str, value: &str) {
+        eprintln!("  {key} = {value}");
+        self.notes.push((key.to_string(), value.to_string()));
+    }
+
     fn put(&mut self, key: &str, value: f64, target: &str, what: &str) {
         eprintln!("  {key} = {value:.3}");
         self.rows
@@ -66,12 +76,25 @@ impl Figures {
                     format!("  \"{k}\": null")
                 }
             })
+            .chain(
+                self.notes
+                    .iter()
+                    .map(|(k, v)| format!("  \"{k}\": \"{}\"", v.replace('"', "'"))),
+            )
             .collect();
         format!("{{\n{}\n}}\n", body.join(",\n"))
     }
 
     fn markdown(&self) -> String {
-        let mut out = String::from("| key | value | target | what |\n| --- | ---: | --- | --- |\n");
+        let mut out: String = self
+            .notes
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}\n"))
+            .collect();
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str("| key | value | target | what |\n| --- | ---: | --- | --- |\n");
         for (k, v, target, what) in &self.rows {
             out.push_str(&format!(
                 "| `{k}` | {} | {target} | {what} |\n",
@@ -136,6 +159,23 @@ fn main() {
         let ping = percentile(&mut pings, 0.5);
         latch_figures(&mut f, &url, ping, lock_handoff_p50);
         println!("\n{}", f.markdown());
+        return;
+    }
+    // Only the real Redisson against ours (REPORT_ONLY=java); its JSON goes to
+    // target/bench-report-java.json, beside the full report's.
+    if std::env::var("REPORT_ONLY").as_deref() == Ok("java") {
+        java::figures(&mut f, &url, server.port, secs);
+        std::fs::create_dir_all("target").unwrap();
+        std::fs::write("target/bench-report-java.json", f.json()).unwrap();
+        println!("\n{}", f.markdown());
+        println!(
+            "redis-server {} on loopback, {} cores; {:.0} s. JSON: target/bench-report-java.json",
+            server_version(&url),
+            thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(0),
+            started.elapsed().as_secs_f64()
+        );
         return;
     }
     if std::env::var("REPORT_ONLY").as_deref() == Ok("redisson") {
@@ -555,6 +595,10 @@ fn main() {
         &url,
         Duration::from_secs(knob("REPORT_IDLE_SECS", 10)),
     );
+
+    if knob("REPORT_SKIP_JAVA", 0) == 0 {
+        java::figures(&mut f, &url, server.port, secs);
+    }
 
     let curve_refs: Vec<(&str, &[Duration])> =
         curves.iter().map(|(n, v)| (*n, v.as_slice())).collect();
