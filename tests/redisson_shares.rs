@@ -905,3 +905,479 @@ fn two_redlatch_clients_share_a_semaphore_and_wake_each_other() {
     assert!(token.unwrap() > first);
     assert!(woken - released < Duration::from_millis(800));
 }
+
+// A lock and a read-write lock of one name. Redisson keeps both in the hash `name`: a
+// read-write lock's always has a `mode` field, a lock's (plain, fair, spin) never has one.
+// Ours takes the other kind's hash for what it is: `WrongType` on `name`, with nothing
+// written, whatever fields it has, the caller's own thread's included (a reader's field is
+// named as a lock holder's: `<client id>:<thread>`).
+
+/// A Java service's lock, by hand (REDISSON-FORMAT.md 4.2): `{field: 1}` with a PX lease.
+fn java_locks(admin: &mut redis::Connection, name: &str, field: &str, lease_ms: u64) {
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(name)
+        .arg(field)
+        .arg(1)
+        .cmd("PEXPIRE")
+        .arg(name)
+        .arg(lease_ms)
+        .query(admin)
+        .unwrap();
+}
+
+/// Replaces `name`, in one step, with a hash of `fields` and a lease of `lease_ms`: what a
+/// hold of one kind finds when it was lost and a hold of the other kind by the same thread
+/// took the name.
+fn replace_hash(admin: &mut redis::Connection, name: &str, fields: &[(&str, &str)], lease_ms: u64) {
+    let mut pipe = redis::pipe();
+    pipe.atomic().cmd("DEL").arg(name).ignore();
+    for (field, value) in fields {
+        pipe.cmd("HSET").arg(name).arg(field).arg(value).ignore();
+    }
+    let _: () = pipe
+        .cmd("PEXPIRE")
+        .arg(name)
+        .arg(lease_ms)
+        .ignore()
+        .query(admin)
+        .unwrap();
+}
+
+/// What the server holds: every key with its type and content (a hash's fields sorted), and
+/// the PTTL of `name`.
+struct Snapshot {
+    keys: Vec<(String, String)>,
+    pttl: i64,
+}
+
+fn snapshot(admin: &mut redis::Connection, name: &str) -> Snapshot {
+    let mut names: Vec<String> = redis::cmd("KEYS").arg("*").query(admin).unwrap();
+    names.sort();
+    let keys = names
+        .into_iter()
+        .map(|key| {
+            let kind: String = redis::cmd("TYPE").arg(&key).query(admin).unwrap();
+            let content = match kind.as_str() {
+                "hash" => {
+                    let mut fields: Vec<_> = hash(admin, &key).into_iter().collect();
+                    fields.sort();
+                    format!("hash {fields:?}")
+                }
+                "string" => format!("string {:?}", get(admin, &key)),
+                other => other.to_string(),
+            };
+            (key, content)
+        })
+        .collect();
+    Snapshot {
+        keys,
+        pttl: pttl(admin, name),
+    }
+}
+
+/// Nothing was written since `before`: the same keys with the same content, and `name`'s
+/// lease only ran down (a join or a re-entry would have set it to the attempt's longer one).
+fn assert_untouched(admin: &mut redis::Connection, name: &str, before: &Snapshot, what: &str) {
+    let after = snapshot(admin, name);
+    assert_eq!(after.keys, before.keys, "{what}: the data changed");
+    assert!(
+        after.pttl > 0 && after.pttl <= before.pttl,
+        "{what}: PTTL {} -> {}",
+        before.pttl,
+        after.pttl
+    );
+}
+
+fn assert_wrong_type<T: std::fmt::Debug>(result: redlatch::Result<T>, name: &str, what: &str) {
+    match result {
+        Err(Error::WrongType { key }) => assert_eq!(key, name, "{what}"),
+        other => panic!("{what}: expected WrongType on {name:?}, got {other:?}"),
+    }
+}
+
+/// What each attempt answered (`true`: it took the object), by what it was.
+type Attempts = Vec<(&'static str, redlatch::Result<bool>)>;
+
+/// A lease longer than the holders' (20 s): an attempt that wrote would have lengthened it.
+const LONGER: Option<Duration> = Some(Duration::from_secs(40));
+const HELD_FOR: Option<Duration> = Some(Duration::from_secs(20));
+
+/// Our read and write attempts on `name`, at once and with a wait (which must not be waited
+/// out: the refusal comes with the first attempt).
+fn rw_attempts(client: &Client, name: &str) -> Attempts {
+    let rw = client.read_write_lock(name);
+    let wait = Duration::from_secs(3);
+    let timed = |result: redlatch::Result<bool>, started: Instant| {
+        assert!(started.elapsed() < Duration::from_secs(2), "waited it out");
+        result
+    };
+    let started = Instant::now();
+    let read_waiting = timed(rw.try_read(wait, LONGER).map(|g| g.is_some()), started);
+    let started = Instant::now();
+    let write_waiting = timed(rw.try_write(wait, LONGER).map(|g| g.is_some()), started);
+    vec![
+        (
+            "try_read",
+            rw.try_read(Duration::ZERO, LONGER).map(|g| g.is_some()),
+        ),
+        (
+            "try_write",
+            rw.try_write(Duration::ZERO, LONGER).map(|g| g.is_some()),
+        ),
+        ("try_read with a wait", read_waiting),
+        ("try_write with a wait", write_waiting),
+    ]
+}
+
+/// Our lock, fair lock, spin lock and multi-lock attempts on `name`, at once and with a
+/// wait, and each kind's force-unlock.
+fn lock_attempts(client: &Client, name: &str) -> Attempts {
+    let wait = Duration::from_secs(3);
+    let timed = |result: redlatch::Result<bool>, started: Instant| {
+        assert!(started.elapsed() < Duration::from_secs(2), "waited it out");
+        result
+    };
+    let (lock, fair, spin) = (
+        client.lock(name),
+        client.fair_lock(name),
+        client.spin_lock(name),
+    );
+    let other = format!("{name}-other");
+    let mut attempts = vec![
+        (
+            "lock",
+            lock.try_lock(Duration::ZERO, LONGER).map(|g| g.is_some()),
+        ),
+        (
+            "fair_lock",
+            fair.try_lock(Duration::ZERO, LONGER).map(|g| g.is_some()),
+        ),
+        (
+            "spin_lock",
+            spin.try_lock(Duration::ZERO, LONGER).map(|g| g.is_some()),
+        ),
+        (
+            "multi_lock",
+            client
+                .multi_lock(&[&other, name])
+                .try_lock(Duration::ZERO, LONGER)
+                .map(|g| g.is_some()),
+        ),
+        ("lock's force_unlock", lock.force_unlock()),
+        ("fair_lock's force_unlock", fair.force_unlock()),
+        ("spin_lock's force_unlock", spin.force_unlock()),
+    ];
+    for (what, handle) in [
+        ("lock with a wait", &lock),
+        ("fair_lock with a wait", &fair),
+    ] {
+        let started = Instant::now();
+        let result = handle.try_lock(wait, LONGER).map(|g| g.is_some());
+        attempts.push((what, timed(result, started)));
+    }
+    let started = Instant::now();
+    let result = spin.try_lock(wait, LONGER).map(|g| g.is_some());
+    attempts.push(("spin_lock with a wait", timed(result, started)));
+    attempts
+}
+
+/// `attempts` made by the calling thread (whose fields the object may hold: a reader's is
+/// named as a lock holder's) and by another thread of `client`: each refused with WrongType
+/// on `name`, and nothing written. Those named in `refused_here` the calling thread's client
+/// may refuse before sending anything (any error): it keeps its holds by key and owner, so
+/// it takes this thread's hold of the other kind for one of the attempt's (a lock's for a
+/// read, which may not ask to write; a read's for the lock, which a multi-lock does not
+/// re-enter).
+fn refused(
+    admin: &mut redis::Connection,
+    client: &Client,
+    name: &str,
+    attempts: fn(&Client, &str) -> Attempts,
+    refused_here: &[&str],
+    whose: &str,
+) {
+    let before = snapshot(admin, name);
+    let other = {
+        let (client, name) = (client.clone(), name.to_string());
+        thread::spawn(move || {
+            attempts(&client, &name)
+                .into_iter()
+                .map(|(what, result)| (what, result.map_err(|e| format!("{e:?}"))))
+                .collect::<Vec<_>>()
+        })
+    };
+    for (what, result) in attempts(client, name) {
+        let what = format!("{whose}, the same thread: {what}");
+        if refused_here.iter().any(|here| what.ends_with(here)) {
+            assert!(result.is_err(), "{what}: {result:?}");
+        } else {
+            assert_wrong_type(result, name, &what);
+        }
+    }
+    for (what, result) in join_all(vec![other], Duration::from_secs(60), "attempts").remove(0) {
+        let what = format!("{whose}, another thread: {what}");
+        match result {
+            Err(e) => assert!(
+                e.starts_with("WrongType") && e.contains(&format!("{name:?}")),
+                "{what}: {e}"
+            ),
+            Ok(got) => panic!("{what}: expected WrongType on {name:?}, got Ok({got})"),
+        }
+    }
+    assert_untouched(admin, name, &before, whose);
+}
+
+#[test]
+fn a_read_write_lock_refuses_a_locks_hash_and_leaves_it_alone() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let here = ["try_write", "try_write with a wait"];
+
+    // Ours: this thread holds the lock; it and another thread read and write.
+    let name = unique("dup");
+    let held = client
+        .lock(&name)
+        .try_lock(Duration::ZERO, HELD_FOR)
+        .unwrap()
+        .unwrap();
+    refused(&mut admin, &client, &name, rw_attempts, &here, "our lock");
+    held.check().unwrap();
+    held.unlock().unwrap();
+    assert!(!exists(&mut admin, &name), "the lock's release freed it");
+
+    // The same over a fair lock's hold (the same hash).
+    let fair = client
+        .fair_lock(&name)
+        .try_lock(Duration::ZERO, HELD_FOR)
+        .unwrap()
+        .unwrap();
+    refused(
+        &mut admin,
+        &client,
+        &name,
+        rw_attempts,
+        &here,
+        "our fair lock",
+    );
+    fair.check().unwrap();
+    fair.unlock().unwrap();
+    assert!(!exists(&mut admin, &name));
+
+    // A Java service's lock, written by hand.
+    let name = unique("dup");
+    java_locks(&mut admin, &name, JAVA, 20_000);
+    refused(&mut admin, &client, &name, rw_attempts, &[], "a Java lock");
+    assert_eq!(
+        hash(&mut admin, &name),
+        HashMap::from([(JAVA.to_string(), "1".to_string())])
+    );
+}
+
+#[test]
+fn a_lock_refuses_a_read_write_locks_hash_and_leaves_it_alone() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let here = ["multi_lock"];
+    let name = unique("dup");
+    let rw = client.read_write_lock(&name);
+
+    // Ours: this thread reads, then writes; it and another thread lock and force-unlock.
+    let read = rw.try_read(Duration::ZERO, HELD_FOR).unwrap().unwrap();
+    refused(&mut admin, &client, &name, lock_attempts, &here, "our read");
+    read.check().unwrap();
+    read.unlock().unwrap();
+    assert!(!exists(&mut admin, &name), "the read's release freed it");
+    let write = rw.try_write(Duration::ZERO, HELD_FOR).unwrap().unwrap();
+    refused(&mut admin, &client, &name, lock_attempts, &[], "our write");
+    write.check().unwrap();
+    write.unlock().unwrap();
+    assert!(!exists(&mut admin, &name));
+
+    // Java's read and write, written by hand (REDISSON-FORMAT.md 7.2 and 7.4).
+    java_reads(&mut admin, &name, JAVA, 20_000);
+    refused(
+        &mut admin,
+        &client,
+        &name,
+        lock_attempts,
+        &[],
+        "a Java read",
+    );
+    assert_eq!(java_read_unlocks(&mut admin, &name, JAVA), Some(1));
+    java_writes(&mut admin, &name, JAVA);
+    refused(
+        &mut admin,
+        &client,
+        &name,
+        lock_attempts,
+        &[],
+        "a Java write",
+    );
+    java_write_unlocks(&mut admin, &name, JAVA);
+    assert!(!exists(&mut admin, &name));
+}
+
+#[test]
+fn a_lock_hold_never_releases_re_enters_or_renews_a_read_of_its_thread_on_its_name() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let me = client.current_thread_owner_id();
+
+    // The lock was lost, and a read of the same thread took the name: the lock's re-entry
+    // and release find a field named as theirs, in a read-write lock's hash.
+    let name = unique("taken");
+    let guard = client
+        .lock(&name)
+        .try_lock(Duration::ZERO, HELD_FOR)
+        .unwrap()
+        .unwrap();
+    replace_hash(&mut admin, &name, &[("mode", "read"), (&me, "1")], 20_000);
+    let before = snapshot(&mut admin, &name);
+    assert_wrong_type(
+        client
+            .lock(&name)
+            .try_lock(Duration::ZERO, LONGER)
+            .map(|g| g.is_some()),
+        &name,
+        "the lock's re-entry",
+    );
+    assert_untouched(&mut admin, &name, &before, "the lock's re-entry");
+    assert_wrong_type(guard.unlock(), &name, "the lock's release");
+    assert_untouched(&mut admin, &name, &before, "the lock's release");
+
+    // The same for a fair lock's hold.
+    let name = unique("taken");
+    let fair = client.fair_lock(&name);
+    let guard = fair.try_lock(Duration::ZERO, HELD_FOR).unwrap().unwrap();
+    replace_hash(&mut admin, &name, &[("mode", "read"), (&me, "1")], 20_000);
+    let before = snapshot(&mut admin, &name);
+    assert_wrong_type(
+        fair.try_lock(Duration::ZERO, LONGER).map(|g| g.is_some()),
+        &name,
+        "the fair lock's re-entry",
+    );
+    assert_wrong_type(guard.unlock(), &name, "the fair lock's release");
+    assert_untouched(
+        &mut admin,
+        &name,
+        &before,
+        "the fair lock's re-entry and release",
+    );
+
+    // The same where the release would hand the lock to a waiting thread of its client (one
+    // script moves the hold to the waiter's field).
+    let name = unique("handed");
+    let lock = client.lock(&name);
+    let guard = lock.try_lock(Duration::ZERO, HELD_FOR).unwrap().unwrap();
+    let base = command_calls(&mut admin, "evalsha");
+    let waiter = {
+        let lock = lock.clone();
+        thread::spawn(move || {
+            lock.try_lock(Duration::from_secs(3), None)
+                .map(|g| g.is_some())
+                .map_err(|e| format!("{e:?}"))
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || client
+        .stats()
+        .waiting_threads
+        == 1));
+    await_parked(&mut admin, base);
+    replace_hash(&mut admin, &name, &[("mode", "read"), (&me, "1")], 20_000);
+    let before = snapshot(&mut admin, &name);
+    assert_wrong_type(guard.unlock(), &name, "the lock's release to a waiter");
+    assert_untouched(&mut admin, &name, &before, "the lock's release to a waiter");
+    match join_all(vec![waiter], Duration::from_secs(30), "waiter").remove(0) {
+        Ok(false) => {}
+        Err(e) => assert!(e.starts_with("WrongType"), "the waiter: {e}"),
+        Ok(true) => panic!("the waiter took a read-write lock's hash for its lock"),
+    }
+    assert_untouched(&mut admin, &name, &before, "the waiter's last attempt");
+
+    // The watchdog of such a lock reports it lost and extends nothing.
+    let watched = with_watchdog(&server, Duration::from_millis(900));
+    let name = unique("renewed");
+    let guard = watched.lock(&name).lock().unwrap();
+    let owner = guard.owner_id().to_string();
+    replace_hash(&mut admin, &name, &[("mode", "read"), (&owner, "1")], 600);
+    assert!(
+        eventually(Duration::from_secs(5), || guard.is_lost()),
+        "a renewal took the read for the lock"
+    );
+    assert!(
+        pttl(&mut admin, &name) <= 600,
+        "the read's lease was extended"
+    );
+    assert!(matches!(guard.unlock(), Err(Error::LockLost { .. })));
+}
+
+#[test]
+fn a_read_or_write_hold_never_releases_re_enters_or_renews_a_lock_of_its_thread_on_its_name() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let me = client.current_thread_owner_id();
+    let rw = |name: &str| client.read_write_lock(name);
+
+    // The read was lost, and a lock of the same thread took the name.
+    let name = unique("taken");
+    let read = rw(&name)
+        .try_read(Duration::ZERO, HELD_FOR)
+        .unwrap()
+        .unwrap();
+    replace_hash(&mut admin, &name, &[(&me, "1")], 20_000);
+    let before = snapshot(&mut admin, &name);
+    assert_wrong_type(
+        rw(&name)
+            .try_read(Duration::ZERO, LONGER)
+            .map(|g| g.is_some()),
+        &name,
+        "the read's re-entry",
+    );
+    assert_untouched(&mut admin, &name, &before, "the read's re-entry");
+    assert_wrong_type(read.unlock(), &name, "the read's release");
+    assert_untouched(&mut admin, &name, &before, "the read's release");
+
+    // The same for a write.
+    let name = unique("taken");
+    let write = rw(&name)
+        .try_write(Duration::ZERO, HELD_FOR)
+        .unwrap()
+        .unwrap();
+    replace_hash(&mut admin, &name, &[(&me, "1")], 20_000);
+    let before = snapshot(&mut admin, &name);
+    assert_wrong_type(
+        rw(&name)
+            .try_write(Duration::ZERO, LONGER)
+            .map(|g| g.is_some()),
+        &name,
+        "the write's re-entry",
+    );
+    assert_wrong_type(write.unlock(), &name, "the write's release");
+    assert_untouched(
+        &mut admin,
+        &name,
+        &before,
+        "the write's re-entry and release",
+    );
+
+    // The watchdog of such a read reports it lost and extends nothing, though the read's
+    // timeout key still lives.
+    let watched = with_watchdog(&server, Duration::from_millis(900));
+    let name = unique("renewed");
+    let read = watched.read_write_lock(&name).read().unwrap();
+    let owner = read.owner_id().to_string();
+    replace_hash(&mut admin, &name, &[(&owner, "1")], 600);
+    assert!(
+        eventually(Duration::from_secs(5), || read.is_lost()),
+        "a renewal took the lock for the read"
+    );
+    assert!(
+        pttl(&mut admin, &name) <= 600,
+        "the lock's lease was extended"
+    );
+}

@@ -14,8 +14,12 @@
 --   {0, pttl}      held by another owner for pttl ms more (-1: a holder without a lease,
 --                  which only a foreign client can leave)
 --   {-1, 0}        a re-entry whose hold is gone
--- Errors: "WRONGTYPE fence" when the counter holds something that is not a number (nothing
--- was written); Redis's own WRONGTYPE when the lock's key is not a hash.
+-- Errors (nothing was written with any of them):
+--   "WRONGTYPE lock"   the key is a read-write lock's hash (it has a `mode` field, which a
+--                      lock's never has: Java's getReadWriteLock of the same name), whether
+--                      busy, re-entered or holding a field named as the caller
+--   "WRONGTYPE fence"  the counter holds something that is not a number
+--   Redis's own WRONGTYPE when the lock's key is not a hash.
 --
 -- Idempotent: a first attempt whose reply was lost finds its own field on the retry and
 -- answers the token the counter still shows (nobody takes a token while we hold the lock);
@@ -24,12 +28,23 @@
 --
 -- Leases: a first acquisition sets the lease; a re-entry keeps the longer of the lease left
 -- and the one asked for (Java resets it; both keep the lock alive at least as long as asked).
+--
+-- The kind check: a read-write lock's reader field is named as a lock holder's (`<client
+-- id>:<thread>`), so without it a thread that reads `n` would take its read for its own lock
+-- (a first attempt "whose reply was lost", or a re-entry that adds to the read's count).
+-- It costs a free key nothing: the lock's PTTL is read first, -2 says the key is free, and
+-- otherwise it is the busy reply; a key that exists has the caller's field and `mode` read
+-- in one HMGET, where an HEXISTS of the field was (a busy attempt runs PTTL and HMGET, two
+-- commands, where it ran EXISTS, HEXISTS and PTTL).
 
 local lock, owner, lease = KEYS[1], ARGV[1], ARGV[2]
 
 if ARGV[3] then
-  local count = redis.call('hget', lock, owner)
-  if not count then
+  local fields = redis.call('hmget', lock, owner, 'mode')
+  if fields[2] then
+    return redis.error_reply('WRONGTYPE lock')
+  end
+  if not fields[1] then
     return {-1, 0}
   end
   redis.call('hset', lock, owner, tonumber(ARGV[3]) + 1)
@@ -39,7 +54,8 @@ if ARGV[3] then
   return tonumber(ARGV[4])
 end
 
-if redis.call('exists', lock) == 0 then
+local pttl = redis.call('pttl', lock)
+if pttl == -2 then
   local token = redis.pcall('incr', KEYS[2])
   if type(token) == 'table' then
     return redis.error_reply('WRONGTYPE fence')
@@ -48,9 +64,13 @@ if redis.call('exists', lock) == 0 then
   redis.call('pexpire', lock, lease)
   return token
 end
-if redis.call('hexists', lock, owner) == 1 then
+local fields = redis.call('hmget', lock, owner, 'mode')
+if fields[2] then
+  return redis.error_reply('WRONGTYPE lock')
+end
+if fields[1] then
   -- Our own first attempt, whose reply was lost.
   redis.call('pexpire', lock, lease)
   return tonumber(redis.call('get', KEYS[2]) or '0')
 end
-return {0, redis.call('pttl', lock)}
+return {0, pttl}

@@ -12,7 +12,8 @@
 --   { 0, i, pttl }                lock i (from 1) is held by another owner for pttl ms more
 --                                 (-1: a holder without a lease); nothing was changed
 -- Errors: "WRONGTYPE lock <i>" / "WRONGTYPE fence <i>" when that key of lock i holds data
--- that is not a lock or a counter; nothing was changed then.
+-- that is not a lock or a counter (a lock's key: another type, or a read-write lock's hash,
+-- which has a `mode` field that a lock's never has); nothing was changed then.
 --
 -- Every check runs before the first write. Idempotent: a retry after a lost reply finds the
 -- owner's own fields (a MultiLock never re-enters a member) and answers the tokens the
@@ -33,7 +34,11 @@ for i = 1, n do
     return redis.error_reply('WRONGTYPE fence ' .. i)
   end
   if kind == 'hash' then
-    if redis.call('hexists', lock, owner) == 0 then
+    local fields = redis.call('hmget', lock, owner, 'mode')
+    if fields[2] then
+      return redis.error_reply('WRONGTYPE lock ' .. i)
+    end
+    if not fields[1] then
       return {0, i, redis.call('pttl', lock)}
     end
     mine[i] = true

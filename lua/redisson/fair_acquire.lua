@@ -20,8 +20,14 @@
 --   {0, ms}       not ours: sleep at most ms before the next attempt (the holder's lease,
 --                 or until the waiter ahead of us would be dropped), at least 5 ms
 --   {-1, 0}       a re-entry whose hold is gone
--- Errors: "WRONGTYPE fence" when the counter is not a number (nothing written); Redis's own
--- WRONGTYPE when a key is of another type.
+-- Errors:
+--   "WRONGTYPE lock"   the lock's key is a read-write lock's hash (it has a `mode` field,
+--                      which a lock's never has: Java's getReadWriteLock of the same name),
+--                      whether busy, re-entered or holding a field named as the caller:
+--                      nothing written, not even the queue's stale heads dropped
+--   "WRONGTYPE fence"  the counter is not a number (the lock not taken; stale heads may
+--                      have been dropped, as any attempt drops them)
+--   Redis's own WRONGTYPE when a key is of another type.
 --
 -- As Java: stale heads (deadline passed) are dropped first; the head, or anyone when nobody
 -- queues, takes a free lock, leaves the queue, and takes `slot` off every later deadline; a
@@ -31,13 +37,19 @@
 -- up to its deadline, never a hang.
 -- Idempotent: a first attempt whose reply was lost finds its own field on the retry and
 -- answers the counter's token; a re-entry sets the count to holds + 1.
+-- The lock's hash is read before the queue is purged: EXISTS, and only where it exists one
+-- HMGET of the caller's field and `mode` (a free lock costs no check).
 
 local lock, queue, deadlines = KEYS[1], KEYS[3], KEYS[4]
 local owner, lease = ARGV[1], ARGV[2]
 local now, slot = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 if ARGV[5] then
-  if not redis.call('hget', lock, owner) then
+  local fields = redis.call('hmget', lock, owner, 'mode')
+  if fields[2] then
+    return redis.error_reply('WRONGTYPE lock')
+  end
+  if not fields[1] then
     return {-1, 0}
   end
   redis.call('hset', lock, owner, tonumber(ARGV[5]) + 1)
@@ -45,6 +57,16 @@ if ARGV[5] then
     redis.call('pexpire', lock, lease)
   end
   return tonumber(ARGV[6])
+end
+
+local held = redis.call('exists', lock) == 1
+local mine = false
+if held then
+  local fields = redis.call('hmget', lock, owner, 'mode')
+  if fields[2] then
+    return redis.error_reply('WRONGTYPE lock')
+  end
+  mine = fields[1]
 end
 
 while true do
@@ -61,7 +83,7 @@ while true do
 end
 
 local head = redis.call('lindex', queue, 0)
-if redis.call('exists', lock) == 0 and (not head or head == owner) then
+if not held and (not head or head == owner) then
   local token = redis.pcall('incr', KEYS[2])
   if type(token) == 'table' then
     return redis.error_reply('WRONGTYPE fence')
@@ -78,7 +100,7 @@ if redis.call('exists', lock) == 0 and (not head or head == owner) then
   redis.call('pexpire', lock, lease)
   return token
 end
-if redis.call('hexists', lock, owner) == 1 then
+if mine then
   -- Our own first attempt, whose reply was lost.
   redis.call('pexpire', lock, lease)
   return tonumber(redis.call('get', KEYS[2]) or '0')

@@ -14,6 +14,10 @@
 -- ARGV[5]  latch ttl        ms (only with KEYS[5])
 --
 -- Replies as redisson/release.lua's: 1 released, 2 still held, 3 gone, 0 not ours.
+-- Errors: "WRONGTYPE lock" when the key is a read-write lock's hash (it has a `mode` field,
+-- which a lock's never has), even where it has a field named as the owner (a read of the
+-- same thread's): nothing deleted, set, published or latched, and stale heads not dropped.
+-- The hash is read first (HMGET of the owner's field and `mode`, in place of an HGET).
 -- Stale heads are dropped first (as every fair-lock script of Java's does), so the "0" goes
 -- to a waiter still valid. A lock found gone wakes the head all the same, as Java does: the
 -- head may be sleeping towards a lease that ended. Idempotent as redisson/release.lua.
@@ -28,6 +32,11 @@ if latch then
     return replay == '1' and 1 or 2
   end
 end
+local fields = redis.call('hmget', lock, owner, 'mode')
+if fields[2] then
+  return redis.error_reply('WRONGTYPE lock')
+end
+local count = fields[1]
 while true do
   local head = redis.call('lindex', queue, 0)
   if not head then
@@ -47,7 +56,6 @@ local function wake_head()
   end
 end
 
-local count = redis.call('hget', lock, owner)
 if not count then
   if redis.call('exists', lock) == 1 then
     return 0

@@ -8,6 +8,8 @@
 -- ARGV[2]  slot             ms, as its attempts gave it
 --
 -- Reply: 0. Idempotent: a second run finds the owner gone and changes nothing.
+-- Refuses nothing: it touches only the queue and the deadlines, never the lock's key (a
+-- read-write lock's hash there kept the waiter from queueing: redisson/fair_acquire.lua).
 
 local queue, deadlines, owner = KEYS[1], KEYS[2], ARGV[1]
 local waiting = redis.call('lrange', queue, 0, -1)

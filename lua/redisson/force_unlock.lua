@@ -13,8 +13,10 @@
 -- ARGV[3]  latch ttl        ms
 --
 -- Reply: 1 if the lock was there, else 0; a retry of the same request answers the same.
--- Errors: "WRONGTYPE lock" when the key is not a hash (a Java map of the same name, say):
--- nothing was deleted.
+-- Errors: "WRONGTYPE lock" when the key is not a hash (a Java map of the same name, say), or
+-- is a read-write lock's hash (it has a `mode` field, which a lock's never has: its waiters
+-- listen on another channel, and its readers' timeout keys would outlive it): nothing was
+-- deleted, published or latched. A free key costs no check.
 --
 -- The plain lock's waiters hear "1", which Java's lock waiters read as "wake all" (Java's
 -- own force-unlock sends "0", waking one per client: the rest would sleep to their bound).
@@ -26,7 +28,8 @@ if replay then
   return tonumber(replay)
 end
 local found = redis.call('type', lock).ok
-if found ~= 'hash' and found ~= 'none' then
+if found ~= 'hash' and found ~= 'none'
+    or found == 'hash' and redis.call('hexists', lock, 'mode') == 1 then
   return redis.error_reply('WRONGTYPE lock')
 end
 local deleted = redis.call('del', lock)

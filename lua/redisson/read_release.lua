@@ -20,6 +20,12 @@
 --   2  still held: the reader's count is now holds - 1
 --   3  gone: the reader has no field (its lease ran out, a Java read unlock found no live
 --      timeout key of it, or an earlier run of this call released it and its reply was lost)
+-- Errors: "WRONGTYPE lock" when the key is a hash without a `mode` field: a lock's (Java's
+-- getLock, getFairLock, getSpinLock of the same name, or ours), not a read-write lock's,
+-- even where it has a field named as the reader (the same thread's lock). Nothing is
+-- deleted, set or published (Java's read unlock publishes "0" on such a hash; its holder's
+-- waiters do not listen there anyway). The check costs only the unusual case, a hash found
+-- without `mode` (an EXISTS then). Redis's own WRONGTYPE when the key is not a hash.
 --
 -- As Java's read unlock: the hold's timeout key (number = the old count) goes with it; when
 -- holders remain, the hash's TTL becomes the longest PTTL of their timeout keys (a write
@@ -52,6 +58,9 @@ if latch then
 end
 local mode = redis.call('hget', lock, 'mode')
 if not mode then
+  if redis.call('exists', lock) == 1 then
+    return redis.error_reply('WRONGTYPE lock')
+  end
   redis.call(ARGV[3], channel, '0')
   return 3
 end

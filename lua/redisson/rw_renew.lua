@@ -16,7 +16,10 @@
 -- alive by those keys alone. Its renewal extends every one of them and the hash, as Java
 -- 4.x's read renewal does for its own readers, so that a Java read unlock keeps the hash for
 -- ours. Leases are only extended (Java's sets the hash's TTL, which may shorten it). A key
--- of another type counts as 0 rather than failing the whole batch.
+-- of another type counts as 0 rather than failing the whole batch, and so does a hash
+-- without a `mode` field (a lock's, not a read-write lock's), even where it has a field
+-- named as the holder (a lock of the reader's thread): nothing of it is extended, and the
+-- hold is reported lost, as its own hash is gone. The field and `mode` come in one HMGET.
 
 local lease = tonumber(ARGV[1])
 
@@ -31,8 +34,10 @@ for i = 1, #KEYS / 2 do
   local lock, second = KEYS[2 * i - 1], KEYS[2 * i]
   local field, token = ARGV[2 * i], ARGV[2 * i + 1]
   result[i] = 0
-  local count = redis.pcall('hget', lock, field)
-  if type(count) == 'string' then
+  local fields = redis.pcall('hmget', lock, field, 'mode')
+  -- An error reply (another type) is a table with neither field.
+  local count = fields[2] and fields[1]
+  if count then
     local ours = false
     if token ~= 'read' then
       ours = redis.pcall('get', second) == token

@@ -13,7 +13,10 @@
 --   {1, token}  handed to the successor, with a new token
 --   {0}         not ours: another owner holds it; nothing was changed
 --   {3}         gone: no hash at all; nothing was changed
--- Errors: "WRONGTYPE fence" when the counter is not a number (nothing written).
+-- Errors (nothing written): "WRONGTYPE lock" when the key is a read-write lock's hash (it has
+-- a `mode` field, which a lock's never has), even where it has a field named as the owner or
+-- the successor (their threads' reads); "WRONGTYPE fence" when the counter is not a number.
+-- The owner's field and `mode` are read in one HMGET: no command more.
 --
 -- To Java the lock is an RLock held all along, first by one field, then by another. A
 -- re-entered hold is never transferred (the caller releases only its last hold here).
@@ -22,7 +25,11 @@
 
 local lock, owner, successor = KEYS[1], ARGV[1], ARGV[2]
 
-if not redis.call('hget', lock, owner) then
+local fields = redis.call('hmget', lock, owner, 'mode')
+if fields[2] then
+  return redis.error_reply('WRONGTYPE lock')
+end
+if not fields[1] then
   if redis.call('hexists', lock, successor) == 1 then
     return {1, tonumber(redis.call('get', KEYS[2]) or '0')}
   end

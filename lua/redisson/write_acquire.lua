@@ -15,13 +15,20 @@
 --   {0, pttl}      read, or written by another owner, for pttl ms more (-1: a holder
 --                  without a lease, which only a foreign client can leave)
 --   {-1, 0}        a re-entry whose hold is gone
--- Errors: "WRONGTYPE fence" when the counter holds something that is not a number (nothing
--- was written); Redis's own WRONGTYPE when the lock's key is not a hash.
+-- Errors (nothing was written with any of them):
+--   "WRONGTYPE lock"   the key is a hash without a `mode` field: not a read-write lock's,
+--                      which always has one, but a lock's (Java's getLock, getFairLock,
+--                      getSpinLock of the same name, or ours), on a first write and on a
+--                      re-entry alike (REDISSON-FORMAT.md 7.1 has Java's write acquire take
+--                      such a hash as free and join it; ours never does)
+--   "WRONGTYPE fence"  the counter holds something that is not a number
+--   Redis's own WRONGTYPE when the lock's key is not a hash.
 --
--- Free is a hash without a `mode` field, or none (a hash without one, such as Java's plain
--- lock of the same name, counts as free, as Java's write acquire has it). There is no queue:
--- a waiting writer keeps no reader out. A thread that reads and asks to write is refused
--- before this script runs (WouldDeadlock); here it would find the lock busy, as Java does.
+-- Free is no key at all: the hash's PTTL, read first, says -2, and nothing else is read. A
+-- key that exists has its `mode` read (a re-entry: with its field, in one HMGET), and its
+-- PTTL serves the busy reply and the lease's check. There is no queue: a waiting writer
+-- keeps no reader out. A thread that reads and asks to write is refused before this script
+-- runs (WouldDeadlock); here it would find the lock busy, as Java does.
 --
 -- Idempotent: a first attempt whose reply was lost finds its own field on the retry and
 -- answers the token the counter still shows (nobody takes a token while we write); a
@@ -31,23 +38,26 @@
 
 local lock, field, lease = KEYS[1], ARGV[1], tonumber(ARGV[2])
 
-local function extend()
-  if redis.call('pttl', lock) < lease then
-    redis.call('pexpire', lock, lease)
-  end
-end
-
-local mode = redis.call('hget', lock, 'mode')
+local pttl = redis.call('pttl', lock)
 if ARGV[3] then
-  if mode ~= 'write' or not redis.call('hget', lock, field) then
+  if pttl == -2 then
+    return {-1, 0}
+  end
+  local fields = redis.call('hmget', lock, 'mode', field)
+  if not fields[1] then
+    return redis.error_reply('WRONGTYPE lock')
+  end
+  if fields[1] ~= 'write' or not fields[2] then
     return {-1, 0}
   end
   redis.call('hset', lock, field, tonumber(ARGV[3]) + 1)
-  extend()
+  if pttl < lease then
+    redis.call('pexpire', lock, lease)
+  end
   return tonumber(ARGV[4])
 end
 
-if not mode then
+if pttl == -2 then
   local token = redis.pcall('incr', KEYS[2])
   if type(token) == 'table' then
     return redis.error_reply('WRONGTYPE fence')
@@ -56,9 +66,15 @@ if not mode then
   redis.call('pexpire', lock, lease)
   return token
 end
+local mode = redis.call('hget', lock, 'mode')
+if not mode then
+  return redis.error_reply('WRONGTYPE lock')
+end
 if mode == 'write' and redis.call('hexists', lock, field) == 1 then
   -- Our own first attempt, whose reply was lost.
-  extend()
+  if pttl < lease then
+    redis.call('pexpire', lock, lease)
+  end
   return tonumber(redis.call('get', KEYS[2]) or '0')
 end
-return {0, redis.call('pttl', lock)}
+return {0, pttl}

@@ -16,6 +16,11 @@
 --   2  still held: the writer's count is now holds - 1
 --   3  gone: the lock is not written by this writer (its lease ran out, it was taken, or an
 --      earlier run of this call released it and its reply was lost)
+-- Errors: "WRONGTYPE lock" when the key is a hash without a `mode` field: a lock's (Java's
+-- getLock, getFairLock, getSpinLock of the same name, or ours), not a read-write lock's.
+-- Nothing is deleted, set or published (Java's write unlock publishes "1" on such a hash).
+-- The check costs only the unusual case, a hash found without `mode` (an EXISTS then).
+-- Redis's own WRONGTYPE when the key is not a hash.
 --
 -- With no hash at all, "1" is published all the same, as Java does. A partial release leaves
 -- the lease alone (Java re-arms it; the watchdog keeps either alive).
@@ -40,6 +45,9 @@ if latch then
 end
 local mode = redis.call('hget', lock, 'mode')
 if not mode then
+  if redis.call('exists', lock) == 1 then
+    return redis.error_reply('WRONGTYPE lock')
+  end
   redis.call(ARGV[3], channel, '1')
   return 3
 end
