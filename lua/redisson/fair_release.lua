@@ -8,10 +8,11 @@
 -- KEYS[4]  the channel      redisson_lock__channel:{<name>}   (the head's is this + ":" + head)
 -- KEYS[5]  the unlock latch (only with ARGV[5])
 -- ARGV[1]  owner field
--- ARGV[2]  holds            the owner's holds before this release (>= 1)
--- ARGV[3]  now              epoch ms, the caller's clock
--- ARGV[4]  publish command  PUBLISH or SPUBLISH
+-- ARGV[2]  now              epoch ms, the caller's clock
+-- ARGV[3]  holds            the owner's holds before this release (>= 1); absent: 1
+-- ARGV[4]  publish command  PUBLISH or SPUBLISH; absent: PUBLISH
 -- ARGV[5]  latch ttl        ms (only with KEYS[5])
+-- (The caller leaves off the end what says nothing: a usual release sends ARGV[1] and [2].)
 --
 -- Replies as redisson/release.lua's: 1 released, 2 still held, 3 gone, 0 not ours.
 -- Errors: "WRONGTYPE lock" when the key is a read-write lock's hash (it has a `mode` field,
@@ -24,7 +25,7 @@
 
 local lock, queue, deadlines, owner = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 local latch = KEYS[5]
-local now = tonumber(ARGV[3])
+local now = tonumber(ARGV[2])
 
 if latch then
   local replay = redis.call('get', latch)
@@ -52,7 +53,7 @@ end
 local function wake_head()
   local head = redis.call('lindex', queue, 0)
   if head then
-    redis.call(ARGV[4], KEYS[4] .. ':' .. head, '0')
+    redis.call(ARGV[4] or 'PUBLISH', KEYS[4] .. ':' .. head, '0')
   end
 end
 
@@ -63,7 +64,7 @@ if not count then
   wake_head()
   return 3
 end
-local holds = tonumber(ARGV[2])
+local holds = tonumber(ARGV[3]) or 1
 if tonumber(count) < holds then
   return 2
 end

@@ -11,9 +11,11 @@
 --                             holder x's hold k has <that>:<x>:rwlock_timeout:<k>
 -- KEYS[5]  the unlock latch   redisson_unlock_latch:{<name>}:<32 hex>   (only with ARGV[4])
 -- ARGV[1]  read field         <client id>:<thread number>
--- ARGV[2]  holds              the reader's holds before this release (>= 1)
--- ARGV[3]  publish command    PUBLISH, or SPUBLISH on a Redis 7 Cluster (as Redisson chooses)
+-- ARGV[2]  holds              the reader's holds before this release (>= 1); absent: 1
+-- ARGV[3]  publish command    PUBLISH, or SPUBLISH on a Redis 7 Cluster (as Redisson
+--                             chooses); absent: PUBLISH
 -- ARGV[4]  latch ttl          ms (only with KEYS[5])
+-- (The caller leaves off the end what says nothing: a usual release sends ARGV[1] alone.)
 --
 -- Replies (as redisson/release.lua's, which the engine reads):
 --   1  the reader's last hold released (and the lock freed if nobody else held it)
@@ -41,6 +43,7 @@
 -- still held.
 
 local lock, channel, field = KEYS[1], KEYS[2], ARGV[1]
+local publish = ARGV[3] or 'PUBLISH'
 local latch = KEYS[5]
 
 local function answer(reply)
@@ -61,14 +64,14 @@ if not mode then
   if redis.call('exists', lock) == 1 then
     return redis.error_reply('WRONGTYPE lock')
   end
-  redis.call(ARGV[3], channel, '0')
+  redis.call(publish, channel, '0')
   return 3
 end
 local count = tonumber(redis.call('hget', lock, field))
 if not count then
   return 3
 end
-local holds = tonumber(ARGV[2])
+local holds = tonumber(ARGV[2]) or 1
 if count < holds then
   return 2
 end
@@ -104,5 +107,5 @@ if redis.call('hlen', lock) > 1 then
   end
 end
 redis.call('del', lock)
-redis.call(ARGV[3], channel, '0')
+redis.call(publish, channel, '0')
 return answer(1)

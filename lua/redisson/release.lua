@@ -6,9 +6,11 @@
 -- KEYS[2]  the channel      redisson_lock__channel:{<name>}
 -- KEYS[3]  the unlock latch redisson_unlock_latch:{<name>}:<32 hex>   (only with ARGV[4])
 -- ARGV[1]  owner field
--- ARGV[2]  holds            the owner's holds before this release (>= 1)
--- ARGV[3]  publish command  PUBLISH, or SPUBLISH on a Redis 7 Cluster (as Redisson chooses)
+-- ARGV[2]  holds            the owner's holds before this release (>= 1); absent: 1
+-- ARGV[3]  publish command  PUBLISH, or SPUBLISH on a Redis 7 Cluster (as Redisson chooses);
+--                           absent: PUBLISH
 -- ARGV[4]  latch ttl        ms (only with KEYS[3])
+-- (The caller leaves off the end what says nothing: a usual release sends ARGV[1] alone.)
 --
 -- Replies (as release.lua's, which the engine reads):
 --   1  released: deleted, "0" published
@@ -21,7 +23,8 @@
 -- field named as the owner (a reader of the same thread's). Redis's own WRONGTYPE when the
 -- key is not a hash. The check rides on the read of the owner's field (HMGET of it and
 -- `mode`, where an HGET was): no command more, though an HMGET's reply, a table, costs Redis
--- about 4,000 instructions more per release (callgrind).
+-- about 4,000 instructions more per release (callgrind); the arguments a usual release
+-- leaves off (ARGV[2], ARGV[3]) pay for most of it.
 --
 -- Idempotent: the count is set to holds - 1, so a retry that finds it there already answers
 -- "still held" again. Where the connection may retry out of the caller's sight (a Cluster's),
@@ -46,7 +49,7 @@ local count = fields[1]
 if not count then
   return redis.call('exists', lock) == 1 and 0 or 3
 end
-local holds = tonumber(ARGV[2])
+local holds = tonumber(ARGV[2]) or 1
 if tonumber(count) < holds then
   return 2
 end
@@ -58,7 +61,7 @@ if holds > 1 then
   return 2
 end
 redis.call('del', lock)
-redis.call(ARGV[3], KEYS[2], '0')
+redis.call(ARGV[3] or 'PUBLISH', KEYS[2], '0')
 if latch then
   redis.call('set', latch, '1', 'px', ARGV[4])
 end

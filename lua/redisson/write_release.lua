@@ -7,9 +7,10 @@
 -- KEYS[2]  the channel        redisson_rwlock:{<name>}
 -- KEYS[3]  the unlock latch   redisson_unlock_latch:{<name>}:<32 hex>   (only with ARGV[4])
 -- ARGV[1]  write field        <client id>:<thread number>:write
--- ARGV[2]  holds              the writer's holds before this release (>= 1)
--- ARGV[3]  publish command    PUBLISH or SPUBLISH
+-- ARGV[2]  holds              the writer's holds before this release (>= 1); absent: 1
+-- ARGV[3]  publish command    PUBLISH or SPUBLISH; absent: PUBLISH
 -- ARGV[4]  latch ttl          ms (only with KEYS[3])
+-- (The caller leaves off the end what says nothing: a usual release sends ARGV[1] alone.)
 --
 -- Replies (as redisson/release.lua's):
 --   1  released: the write is gone (the lock deleted and "1" published, or turned to read)
@@ -28,6 +29,7 @@
 -- where retries are out of sight.
 
 local lock, channel, field = KEYS[1], KEYS[2], ARGV[1]
+local publish = ARGV[3] or 'PUBLISH'
 local latch = KEYS[3]
 
 local function answer(reply)
@@ -48,14 +50,14 @@ if not mode then
   if redis.call('exists', lock) == 1 then
     return redis.error_reply('WRONGTYPE lock')
   end
-  redis.call(ARGV[3], channel, '1')
+  redis.call(publish, channel, '1')
   return 3
 end
 local count = mode == 'write' and tonumber(redis.call('hget', lock, field))
 if not count then
   return 3
 end
-local holds = tonumber(ARGV[2])
+local holds = tonumber(ARGV[2]) or 1
 if count < holds then
   return 2
 end
@@ -66,7 +68,7 @@ end
 redis.call('hdel', lock, field)
 if redis.call('hlen', lock) == 1 then
   redis.call('del', lock)
-  redis.call(ARGV[3], channel, '1')
+  redis.call(publish, channel, '1')
 else
   redis.call('hset', lock, 'mode', 'read')
 end

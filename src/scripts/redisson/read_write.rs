@@ -87,7 +87,7 @@ pub(crate) fn release(
         invocation.key(keys.channel());
         invocation
     };
-    invocation.arg(owner).arg(how.holds).arg(freeing.publish);
+    invocation.arg(owner);
     free(con, invocation, keys, owner, token, how.holds, freeing)
 }
 
