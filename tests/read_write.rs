@@ -488,14 +488,74 @@ fn bad_input_is_refused_before_any_io() {
     ));
 }
 
+/// In our layout the kinds have keys of their own (`redlatch:{n}`, `redlatch:{n}:rwlock`),
+/// so a lock and a read-write lock called alike never meet, in Redis or in the client's
+/// registry of holds (kept by key): each is taken, held and released as if the other were
+/// not there, by the same thread or another. (Redisson's layout keeps both in one hash and
+/// refuses the other kind's: `redisson_shares.rs`.)
 #[test]
 fn a_read_write_lock_and_a_lock_of_the_same_name_are_two_objects() {
     let server = RedisServer::start();
+    let mut admin = server.admin();
     let a = client(&server);
     let name = unique("rw-apart");
-    let _lock = a.lock(&name).lock().unwrap();
+    let lock_key = format!("redlatch:{{{name}}}");
+    let rw_key = format!("redlatch:{{{name}}}:rwlock");
+    let hash = |admin: &mut redis::Connection, key: &str| -> Vec<(String, String)> {
+        let mut fields: Vec<(String, String)> =
+            redis::cmd("HGETALL").arg(key).query(admin).unwrap();
+        fields.sort();
+        fields
+    };
+    let lock = a.lock(&name).lock().unwrap();
+    let held = hash(&mut admin, &lock_key);
+    assert!(!held.is_empty());
     let rw = a.read_write_lock(&name);
-    assert!(rw.try_write(ZERO, None).unwrap().is_some());
+    let other = {
+        let rw = rw.clone();
+        thread::spawn(move || {
+            let read = rw.try_read(ZERO, None).unwrap().is_some();
+            let write = rw.try_write(ZERO, None).unwrap().is_some();
+            (read, write)
+        })
+    };
+    assert_eq!(
+        join_all(vec![other], Duration::from_secs(10), "other")[0],
+        (true, true)
+    );
+    let write = rw.try_write(ZERO, None).unwrap().unwrap();
+    let read = rw.try_read(ZERO, None).unwrap().unwrap();
+    assert_eq!(
+        hash(&mut admin, &lock_key),
+        held,
+        "the lock's hash is its own"
+    );
+    lock.check().unwrap();
+    lock.unlock().unwrap();
+    assert!(
+        !hash(&mut admin, &rw_key).is_empty(),
+        "the read-write lock's stays"
+    );
+    // And the other way round: a lock, a fair lock and a spin lock beside the read and write.
+    let rw_held = hash(&mut admin, &rw_key);
+    let again = a.lock(&name).try_lock(ZERO, None).unwrap().unwrap();
+    drop(again);
+    assert!(a.fair_lock(&name).try_lock(ZERO, None).unwrap().is_some());
+    assert!(a.spin_lock(&name).try_lock(ZERO, None).unwrap().is_some());
+    assert!(
+        !a.lock(&name).force_unlock().unwrap(),
+        "nothing to force-unlock"
+    );
+    assert_eq!(
+        hash(&mut admin, &rw_key),
+        rw_held,
+        "the read-write lock's hash is its own"
+    );
+    read.check().unwrap();
+    write.check().unwrap();
+    drop(read);
+    write.unlock().unwrap();
+    assert!(hash(&mut admin, &rw_key).is_empty());
 }
 
 #[test]
