@@ -44,7 +44,9 @@ pub enum Error {
         name: String,
     },
     /// A key that the lock uses holds data that is not a lock of ours (another type, or a
-    /// hash without a lease). It was left untouched.
+    /// hash without a lease; in [`Layout::Redisson`](crate::Layout::Redisson), where
+    /// objects of different kinds share the key of their name, another kind's data, such
+    /// as a read-write lock's hash where a lock is asked for). It was left untouched.
     WrongType {
         /// The Redis key in question.
         key: String,

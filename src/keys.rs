@@ -122,7 +122,9 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
 /// Where the two differ, Redisson's rules hold for what Redis holds: the plain lock is not
 /// fair (a release wakes one waiter per client, and they race; within a client a release
 /// hands the lock to a waiting thread), the read-write lock and the semaphore keep no queue,
-/// and objects of different kinds with the same name share the key `n`. Guards, re-entry,
+/// and objects of different kinds with the same name share the key `n` (a lock and a
+/// read-write lock refuse each other's hash with [`WrongType`](crate::Error::WrongType),
+/// writing nothing: the README says which calls). Guards, re-entry,
 /// [`WouldDeadlock`](crate::Error::WouldDeadlock), leases, `on_lock_lost` and stats stay ours.
 ///
 /// The README's section "Sharing locks with Java services (Redisson)" has the whole table,

@@ -43,7 +43,9 @@ use crate::keys::{Family, LockKeys};
 /// # In [`Layout::Redisson`](crate::Layout::Redisson)
 /// It is Java's `getReadWriteLock(name)`, so Rust and Java readers share it and writers of
 /// either exclude the other: the hash `name` (the same key as Redisson's lock called `name`,
-/// as in Java), a reader's field its thread's owner id, the writer's that with `:write`, and
+/// as in Java; while a lock holds it, a read or write of it is
+/// [`Error::WrongType`](crate::Error::WrongType), and a lock attempt on a read-write lock's
+/// hash too, with nothing written), a reader's field its thread's owner id, the writer's that with `:write`, and
 /// per read hold a key `{name}:<reader>:rwlock_timeout:<k>` with the hold's lease, which the
 /// watchdog renews with the hash (Java keeps a reader only while such a key lives). The rules
 /// above hold but for two, which are Redisson's: there is no queue, so **readers enter while
