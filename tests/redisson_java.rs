@@ -756,3 +756,105 @@ fn a_redlock_excludes_redissons_redlock_over_the_same_masters() {
     assert!(java.try_lock("redlock", &name, 2, Duration::from_secs(5), NO_LEASE));
     java.unlock("redlock", &name, 2).unwrap();
 }
+
+/// The hash `name` and its lease, to see that a refused call left them alone.
+fn hash_state(admin: &mut redis::Connection, name: &str) -> (Vec<(String, String)>, bool) {
+    let mut fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(name).query(admin).unwrap();
+    fields.sort();
+    let pttl: i64 = redis::cmd("PTTL").arg(name).query(admin).unwrap();
+    (fields, pttl > 0)
+}
+
+fn is_wrong_type<T: std::fmt::Debug>(result: redlatch::Result<T>, name: &str) -> bool {
+    match result {
+        Err(Error::WrongType { key }) => key == name,
+        other => panic!("{other:?}, not WrongType for {name}"),
+    }
+}
+
+/// A lock and a read-write lock of one name, with the real Redisson on the other side, in both
+/// orders. Ours never joins, changes or deletes the other kind's hash (`WrongType`, nothing
+/// written). Java does not check: its read or write lock joins a lock's hash, its lock waits
+/// behind a read-write hash and its `forceUnlock` deletes one. What Java does to our holds
+/// that way is reported to our holder (`is_lost`, `on_lock_lost`).
+#[test]
+fn kinds_of_one_name_refuse_each_other_beside_redisson() {
+    let server = support::RedisServer::start();
+    let f = Fleet::new(
+        Client::builder(&server.url()).watchdog_timeout(WATCHDOG),
+        JavaService::single(&server.url()),
+        vec![server.port],
+    );
+    let mut admin = server.admin();
+
+    // Java's lock holds: our read and write are refused, its hash untouched.
+    let name = unique("dup");
+    assert!(f.java.try_lock("lock", &name, 1, Duration::ZERO, NO_LEASE));
+    let before = hash_state(&mut admin, &name);
+    let rw = f.ours.read_write_lock(&name);
+    assert!(is_wrong_type(rw.try_read(Duration::ZERO, None), &name));
+    assert!(is_wrong_type(
+        rw.try_write(Duration::from_millis(200), None),
+        &name
+    ));
+    assert_eq!(hash_state(&mut admin, &name), before);
+    assert!(f.java.is_held("lock", &name, 1));
+    f.java.unlock("lock", &name, 1).unwrap();
+
+    // Java's read and write locks hold: our lock kinds and force-unlock are refused.
+    for kind in ["read", "write"] {
+        let name = unique(&format!("dup-{kind}"));
+        assert!(f.java.try_lock(kind, &name, 2, Duration::ZERO, NO_LEASE));
+        let before = hash_state(&mut admin, &name);
+        assert!(is_wrong_type(
+            f.ours.lock(&name).try_lock(Duration::ZERO, None),
+            &name
+        ));
+        assert!(is_wrong_type(
+            f.ours
+                .fair_lock(&name)
+                .try_lock(Duration::from_millis(200), None),
+            &name
+        ));
+        assert!(is_wrong_type(
+            f.ours.spin_lock(&name).try_lock(Duration::ZERO, None),
+            &name
+        ));
+        assert!(is_wrong_type(f.ours.lock(&name).force_unlock(), &name));
+        assert_eq!(
+            hash_state(&mut admin, &name),
+            before,
+            "after our {kind} refusals"
+        );
+        assert!(f.java.is_held(kind, &name, 2));
+        f.java.unlock(kind, &name, 2).unwrap();
+    }
+
+    // Java's own behaviour, in the other order: its read lock joins our lock's hash, and
+    // its release deletes it; our holder is told.
+    let name = unique("dup-ours");
+    let guard = f.ours.lock(&name).lock().unwrap();
+    let lost_before = f.lost.load(Ordering::SeqCst);
+    assert!(
+        f.java.try_lock("read", &name, 3, Duration::ZERO, NO_LEASE),
+        "Redisson {} no longer joins a lock's hash with a read: update the README",
+        f.java.redisson_version
+    );
+    f.java.unlock("read", &name, 3).unwrap();
+    assert!(eventually(WATCHDOG + Duration::from_secs(3), || guard.is_lost()));
+    assert!(eventually(Duration::from_secs(3), || f
+        .lost
+        .load(Ordering::SeqCst)
+        > lost_before));
+    assert!(matches!(guard.unlock(), Err(Error::LockLost { .. })));
+
+    // And its lock waits behind our read, and its forceUnlock deletes our reader's hash.
+    let name = unique("dup-read");
+    let read = f.ours.read_write_lock(&name).read().unwrap();
+    assert!(
+        !f.java
+            .try_lock("lock", &name, 4, Duration::from_millis(200), NO_LEASE)
+    );
+    assert!(f.java.force_unlock("lock", &name));
+    assert!(eventually(WATCHDOG + Duration::from_secs(3), || read.is_lost()));
+}
