@@ -10,6 +10,7 @@ use super::hold::Hold;
 use super::lease::{Terms, deadline_after};
 use super::local;
 use super::release::{lost, release, why_gone};
+use super::turn;
 use crate::core::{Core, Replicas};
 use crate::error::{Error, Result};
 use crate::keys::{Family, Layout, LockKeys};
@@ -84,6 +85,10 @@ fn acquire_counted(
     // A re-entry never waits (it either succeeds or finds its hold lost), and a single
     // attempt does not queue.
     let queues = wait != Some(Duration::ZERO) && existing.is_none();
+    if queues {
+        // A thread that waits may wait for another client's turn, too.
+        turn::let_others_go_first(core, keys, deadline);
+    }
     let expecting = queues.then(|| core.subscriber.expect(keys, &owner));
     let waiting = Wait {
         core,
@@ -171,6 +176,7 @@ impl Wait<'_> {
         if local::takes_place(core, keys) {
             waiter.take_local_hand_overs(terms.handover_lease());
         }
+        let _waiting = turn::takes_turns(core, keys).then(|| core.holds.turns.waiting(keys.lock()));
 
         // A sleep ends at a hand-over, a wake-up, the object's TTL (its holder may have died
         // without a message), the time to renew our place in the queue, or our deadline.
@@ -209,6 +215,9 @@ impl Wait<'_> {
             if !confirm && self.deadline.is_some_and(|d| Instant::now() >= d) {
                 drop(waiter);
                 return self.give_up(&self.queueing(Some(*busy)));
+            }
+            if !confirm {
+                turn::let_others_go_first(core, keys, self.deadline);
             }
             let sent = self.queueing(Some(*busy));
             let reply =
@@ -331,12 +340,17 @@ pub(super) fn attempt(
                 _ => Ok(Ok(acquired)),
             }
         }
-        Acquire::Busy { ttl, fence, place } => Ok(Err(Busy {
-            ttl,
-            fence,
-            place,
-            sent,
-        })),
+        Acquire::Busy { ttl, fence, place } => {
+            if turn::takes_turns(core, keys) {
+                core.holds.turns.found_busy(keys.lock());
+            }
+            Ok(Err(Busy {
+                ttl,
+                fence,
+                place,
+                sent,
+            }))
+        }
         Acquire::Lost => {
             if let Some(hold) = existing {
                 let cause = why_gone(core, keys, hold.token, LossCause::FoundGone);

@@ -222,6 +222,9 @@ impl Hold {
 #[derive(Default)]
 pub(crate) struct Holds {
     map: Mutex<HashMap<Arc<str>, OwnerHolds>>,
+    /// What the client knows of its locks' other users, so that its releases leave them
+    /// their turn (Redisson's layout: see `engine::turn`).
+    pub(in crate::engine) turns: super::turn::Turns,
 }
 
 /// The holds of one lock, by owner id (a thread's, or one acquisition's of its own).

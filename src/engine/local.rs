@@ -6,7 +6,7 @@
 //! attempt of the waiter's own. The lock stays held throughout, so to Java it is an RLock
 //! whose field changed. After `MAX_LOCAL_STREAK` (`subscriber::waiters`) such releases in a
 //! row the next one frees the lock for everybody, so that the lock's other users still get
-//! their turn.
+//! their turn; while another client waits for the lock, after fewer (`engine::turn`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,10 +46,11 @@ pub(super) enum Handed {
 }
 
 /// Releases `hold` (its last guard, not lost) to a waiting thread of this client, if the
-/// lock is one that takes such hand-overs and a thread waits for it; `None` when the
-/// release must go the usual way.
+/// lock is one that takes such hand-overs, a thread waits for it, and the streak allows it
+/// (`engine::turn` shortens it while another client waits); `None` when the release must go
+/// the usual way.
 pub(super) fn hand_over(core: &Core, keys: &LockKeys, hold: &Hold) -> Option<RedisResult<Handed>> {
-    if !takes_place(core, keys) {
+    if !takes_place(core, keys) || !core.holds.turns.may_hand_over(keys.lock()) {
         return None;
     }
     let successor = core.subscriber.local_successor(keys)?;

@@ -29,6 +29,7 @@ mod local;
 mod release;
 mod renew;
 mod spin;
+mod turn;
 mod watch;
 
 use std::sync::Arc;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::hold::Hold;
 use super::local::{self, Handed};
-use super::{Kind, renew};
+use super::{Kind, renew, turn};
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::keys::{Family, LockKeys};
@@ -74,7 +74,11 @@ pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>) -> Result<
             hold.mark_lost(cause);
             Err(lost(keys))
         }
-        Ok(Release::Released | Release::StillHeld) => Ok(()),
+        Ok(Release::Released) => {
+            turn::freed(core, keys);
+            Ok(())
+        }
+        Ok(Release::StillHeld) => Ok(()),
         Err(e) => Err(scripts::failure(keys, e)),
     }
 }
