@@ -258,7 +258,7 @@ fn wakes_both_ways(f: &Fleet, name: &str, threads: (u64, u64)) {
         on_thread(move || lock.try_lock(LONG, None).unwrap().is_some())
     };
     f.await_ours_waiting(1);
-    let (java_addrs, our_addrs) = f.connections();
+    let (_, our_addrs) = f.connections();
     let monitors = f.monitors();
     thread::sleep(Duration::from_secs(2));
     let sent = Fleet::sent(&monitors, &our_addrs);
