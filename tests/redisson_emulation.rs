@@ -26,10 +26,13 @@ use support::unique;
 /// call) redlatch's in `Layout::Redisson`.
 struct Step {
     what: &'static str,
-    java: Box<dyn Fn(&JavaService, &str) -> String>,
-    emulated: Box<dyn Fn(&Jvm, &str) -> String>,
-    ours: Option<Box<dyn Fn(&Ours, &str) -> String>>,
+    java: Taken<JavaService>,
+    emulated: Taken<Jvm>,
+    ours: Option<Taken<Ours>>,
 }
+
+/// How one client takes a step on an object name, and what it replied, as text.
+type Taken<C> = Box<dyn Fn(&C, &str) -> String>;
 
 fn step(
     what: &'static str,
