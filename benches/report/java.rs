@@ -306,7 +306,7 @@ fn ours(client: &redlatch::Client, spec: &Spec) -> Run {
             let all = &all;
             scope.spawn(move || {
                 let mut rng = super::support::checker::XorShift(
-                    (me as u64 + 1) * 0x9E37_79B9_7F4A_7C15 ^ start,
+                    ((me as u64 + 1) * 0x9E37_79B9_7F4A_7C15) ^ start,
                 );
                 let mut mine = Run::default();
                 while monotonic_ns() < deadline {
