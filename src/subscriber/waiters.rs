@@ -135,6 +135,10 @@ impl Drop for Expecting<'_> {
     }
 }
 
+/// How often a waiter that a release in this client is handing the lock to looks whether
+/// the hand-over is done (it is woken when it is: this only bounds a missed wake-up).
+const INCOMING_LOOK: Duration = Duration::from_millis(50);
+
 /// Where one waiting thread parks, waiting for `owner`.
 struct Slot {
     owner: Arc<str>,
@@ -157,6 +161,14 @@ struct SlotState {
     /// The hand-over came from a release in this client ([`LocalHandOff`](local::LocalHandOff)), not through the
     /// subscriber thread, which therefore must be rung when the waiter leaves.
     handed_locally: bool,
+    /// A release in this client chose this waiter and is moving the hold to it in Redis
+    /// ([`Subscriber::local_successor`]); [`LocalHandOff`](local::LocalHandOff) hands it
+    /// over or calls it off. Until then the thread attempts nothing of its own: its attempt
+    /// would find its own field there, take it, and leave the hand-over nobody to take it.
+    incoming: bool,
+    /// The thread woke to attempt, or to give up, on its own: no release may choose it until
+    /// it waits again (the same race, the other way round).
+    attempting: bool,
     /// The latest time (server µs) a latch was said to open at, with the permit that woke
     /// the waiter for it.
     opened_at: Option<u64>,
@@ -398,13 +410,21 @@ impl Waiter<'_> {
         let deadline = Instant::now() + timeout;
         let (wake, local) = {
             let mut state = self.slot.state.lock();
+            state.attempting = false;
             let wake = loop {
                 if let Some(handed) = state.handed.take() {
                     break Wake::HandedOver {
                         token: handed.token,
                     };
                 }
+                if state.incoming {
+                    // A release here is handing the lock over: its outcome comes within the
+                    // one script call it makes, deadline or not.
+                    let _ = self.slot.wake.wait_for(&mut state, INCOMING_LOOK);
+                    continue;
+                }
                 if std::mem::replace(&mut state.permit, false) {
+                    state.attempting = true;
                     break match state.opened_at.take() {
                         Some(at_us) => Wake::Opened { at_us },
                         None => Wake::Permit,
@@ -412,6 +432,7 @@ impl Waiter<'_> {
                 }
                 let until = state.wake_by.map_or(deadline, |w| w.min(deadline));
                 if Instant::now() >= until {
+                    state.attempting = true;
                     break Wake::Timeout;
                 }
                 // Woken early (a message, or spuriously): look again.

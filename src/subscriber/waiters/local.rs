@@ -35,17 +35,19 @@ impl LocalHandOff {
         self.lease
     }
 
-    /// Hands the hold taken with `token` for `lease` to the waiting thread; `false` if it no
-    /// longer waits (it gave up, or took the lock by an attempt of its own), which leaves
-    /// the hold to be given back.
+    /// Hands the hold taken with `token` for `lease` to the waiting thread. It still waits:
+    /// chosen, it neither attempts nor gives up until the hand-over is delivered or called
+    /// off (`SlotState::incoming`). `false` only if it left all the same (an error in its
+    /// wait), which leaves the hold to be given back.
     pub fn deliver(&self, token: u64, lease: Duration) -> bool {
         // Under the entry's lock: a waiter leaves its queue under it too, and then looks for
         // a hand-over to give back.
         let state = self.entry.state.lock();
+        let mut slot = self.slot.state.lock();
+        slot.incoming = false;
         if !state.queue.iter().any(|s| Arc::ptr_eq(s, &self.slot)) {
             return false;
         }
-        let mut slot = self.slot.state.lock();
         slot.handed = Some(HandOver { token, lease });
         slot.handed_locally = true;
         self.slot.wake.notify_one();
@@ -53,10 +55,23 @@ impl LocalHandOff {
     }
 }
 
+impl Drop for LocalHandOff {
+    /// Not delivered (the release found the hold gone, or failed): the waiter goes on as
+    /// before it was chosen.
+    fn drop(&mut self) {
+        let mut slot = self.slot.state.lock();
+        if slot.incoming {
+            slot.incoming = false;
+            self.slot.wake.notify_one();
+        }
+    }
+}
+
 impl Subscriber {
     /// The oldest thread of this client waiting for lock `keys` with nothing handed to it
-    /// yet, to hand the lock to as its holder releases it ([`LocalHandOff`]); `None` when
-    /// none waits, or when the last [`MAX_LOCAL_STREAK`] releases of the lock in this client
+    /// yet and no attempt of its own under way, to hand the lock to as its holder releases
+    /// it ([`LocalHandOff`]; until that is delivered or dropped, the thread waits for it);
+    /// `None` when none waits so, or when the last [`MAX_LOCAL_STREAK`] releases of the lock in this client
     /// all went to one of its own waiters: this one then frees the lock for every client.
     pub fn local_successor(&self, keys: &LockKeys) -> Option<LocalHandOff> {
         // The streak outlives the lock's entry, which goes when no thread waits for a while:
@@ -68,9 +83,14 @@ impl Subscriber {
         }
         let entry = self.shared.entries.lock().get(keys.channel()).cloned()?;
         let state = entry.state.lock();
+        // Chosen under the slot's lock, as the thread marks itself attempting under it: a
+        // thread is either chosen (and waits for the outcome) or attempts, never both.
         let (slot, lease) = state.queue.iter().find_map(|slot| {
             let lease = (*slot.local_lease.lock())?;
-            let free = slot.state.lock().handed.is_none();
+            let mut slot_state = slot.state.lock();
+            let free =
+                slot_state.handed.is_none() && !slot_state.incoming && !slot_state.attempting;
+            slot_state.incoming |= free;
             free.then(|| (slot.clone(), lease))
         })?;
         drop(state);
