@@ -10,7 +10,6 @@ use super::hold::Hold;
 use super::lease::{Terms, deadline_after};
 use super::local;
 use super::release::{lost, release, why_gone};
-use super::turn;
 use crate::core::{Core, Replicas};
 use crate::error::{Error, Result};
 use crate::keys::{Family, Layout, LockKeys};
@@ -87,7 +86,7 @@ fn acquire_counted(
     let queues = wait != Some(Duration::ZERO) && existing.is_none();
     if queues {
         // A thread that waits may wait for another client's turn, too.
-        turn::let_others_go_first(core, keys, deadline);
+        local::let_others_go_first(core, keys, deadline);
     }
     let expecting = queues.then(|| core.subscriber.expect(keys, &owner));
     let waiting = Wait {
@@ -176,7 +175,8 @@ impl Wait<'_> {
         if local::takes_place(core, keys) {
             waiter.take_local_hand_overs(terms.handover_lease());
         }
-        let _waiting = turn::takes_turns(core, keys).then(|| core.holds.turns.waiting(keys.lock()));
+        let _waiting =
+            local::takes_turns(core, keys).then(|| core.holds.turns.waiting(keys.lock()));
 
         // A sleep ends at a hand-over, a wake-up, the object's TTL (its holder may have died
         // without a message), the time to renew our place in the queue, or our deadline.
@@ -217,7 +217,7 @@ impl Wait<'_> {
                 return self.give_up(&self.queueing(Some(*busy)));
             }
             if !confirm {
-                turn::let_others_go_first(core, keys, self.deadline);
+                local::let_others_go_first(core, keys, self.deadline);
             }
             let sent = self.queueing(Some(*busy));
             let reply =
@@ -341,7 +341,7 @@ pub(super) fn attempt(
             }
         }
         Acquire::Busy { ttl, fence, place } => {
-            if turn::takes_turns(core, keys) {
+            if local::takes_turns(core, keys) {
                 core.holds.turns.found_busy(keys.lock());
             }
             Ok(Err(Busy {

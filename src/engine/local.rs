@@ -9,7 +9,7 @@
 //! their turn; while another client waits for the lock, after fewer (`engine::turn`).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::RedisResult;
 
@@ -63,4 +63,50 @@ pub(super) fn hand_over(core: &Core, keys: &LockKeys, hold: &Hold) -> Option<Red
         Transfer::To { token } => Handed::Undelivered { to, token, lease },
         Transfer::NotOurs | Transfer::Gone => Handed::NotOurs,
     }))
+}
+
+// Other clients' turns (`engine::turn` keeps what the client knows of them; these make the
+// calls to Redis and the decisions that need the client's `Core`, which `turn` must not
+// import: `Core` holds the turns).
+
+/// Whether releases of `keys` may open turns: a plain lock in Redisson's layout (a fair lock
+/// has Redisson's queue; our own layout hands the lock to the oldest waiter in the fleet),
+/// not on a Cluster (see `engine::turn`).
+pub(crate) fn takes_turns(core: &Core, keys: &LockKeys) -> bool {
+    keys.layout == Layout::Redisson
+        && keys.family == Family::Lock
+        && !keys.fair
+        && !core.backend.is_cluster()
+}
+
+/// Sleeps while this client leaves lock `keys` to the others (a turn of theirs is open), but
+/// not past `deadline`: the caller attempts next.
+pub(crate) fn let_others_go_first(core: &Core, keys: &LockKeys, deadline: Option<Instant>) {
+    if !takes_turns(core, keys) {
+        return;
+    }
+    if let Some(until) = core.holds.turns.open_until(keys.lock()) {
+        let until = deadline.map_or(until, |d| d.min(until));
+        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+    }
+}
+
+/// A release of ours freed lock `keys`: a turn for the other clients, if they wait for it
+/// (see `engine::turn`).
+pub(crate) fn freed(core: &Core, keys: &LockKeys) {
+    if !takes_turns(core, keys) {
+        return;
+    }
+    core.holds.turns.freed(keys.lock(), || {
+        // One attempt: a turn is a courtesy, not worth a retry.
+        core.backend
+            .run_once_only(|con| {
+                redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg(keys.channel())
+                    .query::<(String, u64)>(con)
+            })
+            .map(|(_, n)| n)
+            .ok()
+    });
 }

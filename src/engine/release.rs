@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::hold::Hold;
 use super::local::{self, Handed};
-use super::{Kind, renew, turn};
+use super::{Kind, renew};
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::keys::{Family, LockKeys};
@@ -75,7 +75,7 @@ pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>) -> Result<
             Err(lost(keys))
         }
         Ok(Release::Released) => {
-            turn::freed(core, keys);
+            local::freed(core, keys);
             Ok(())
         }
         Ok(Release::StillHeld) => Ok(()),

@@ -41,9 +41,6 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::core::Core;
-use crate::keys::{Family, Layout, LockKeys};
-
 /// How long a release of ours leaves a freed lock to the other clients: longer than a Java
 /// waiter takes from the release's message to sending its attempt, short beside a hold.
 pub(crate) const TURN: Duration = Duration::from_millis(1);
@@ -64,48 +61,6 @@ const OUR_LINGER: Duration = Duration::from_millis(300);
 
 /// Past this many locks remembered, the ones with nothing left to remember are forgotten.
 const TIDY_ABOVE: usize = 64;
-
-/// Whether releases of `keys` may open turns: a plain lock in Redisson's layout (a fair lock
-/// has Redisson's queue; our own layout hands the lock to the oldest waiter in the fleet),
-/// not on a Cluster (see the module's docs).
-pub(crate) fn takes_turns(core: &Core, keys: &LockKeys) -> bool {
-    keys.layout == Layout::Redisson
-        && keys.family == Family::Lock
-        && !keys.fair
-        && !core.backend.is_cluster()
-}
-
-/// Sleeps while this client leaves lock `keys` to the others (a turn of theirs is open), but
-/// not past `deadline`: the caller attempts next.
-pub(crate) fn let_others_go_first(core: &Core, keys: &LockKeys, deadline: Option<Instant>) {
-    if !takes_turns(core, keys) {
-        return;
-    }
-    if let Some(until) = core.holds.turns.open_until(keys.lock()) {
-        let until = deadline.map_or(until, |d| d.min(until));
-        std::thread::sleep(until.saturating_duration_since(Instant::now()));
-    }
-}
-
-/// A release of ours freed lock `keys`: a turn for the other clients, if they wait for it
-/// (see the module's docs).
-pub(crate) fn freed(core: &Core, keys: &LockKeys) {
-    if !takes_turns(core, keys) {
-        return;
-    }
-    core.holds.turns.freed(keys.lock(), || {
-        // One attempt: a turn is a courtesy, not worth a retry.
-        core.backend
-            .run_once_only(|con| {
-                redis::cmd("PUBSUB")
-                    .arg("NUMSUB")
-                    .arg(keys.channel())
-                    .query::<(String, u64)>(con)
-            })
-            .map(|(_, n)| n)
-            .ok()
-    });
-}
 
 /// What this client knows of the other users of its locks in Redisson's layout, by lock key.
 #[derive(Default)]
