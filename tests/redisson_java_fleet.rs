@@ -424,23 +424,9 @@ fn await_listeners(admin: &mut redis::Connection, name: &str, n: u64) {
 
 /// The ids of the pub/sub connections whose client name passes `which`.
 fn pubsub_connections(admin: &mut redis::Connection, which: impl Fn(&str) -> bool) -> Vec<u64> {
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query(admin)
-        .unwrap();
-    list.lines()
-        .filter(|line| {
-            line.split(' ')
-                .find_map(|w| w.strip_prefix("name="))
-                .is_some_and(&which)
-        })
-        .filter_map(|line| {
-            line.split(' ')
-                .find_map(|w| w.strip_prefix("id="))
-                .and_then(|id| id.parse().ok())
-        })
+    support::java::client_list(admin, Some("pubsub"), which, "id")
+        .iter()
+        .filter_map(|id| id.parse().ok())
         .collect()
 }
 

@@ -369,27 +369,9 @@ impl JavaService {
         self.flag(0, "interrupt", &[&thread])
     }
 
-    /// A fleet of `threads` Java threads taking the lock in a loop (`Loop.java`).
+    /// A fleet of `threads` Java threads taking the lock in a loop (`Loop.java`): its report.
     pub fn run_loop(&self, spec: &LoopSpec, within: Duration) -> LoopReport {
-        let reply = self
-            .send(
-                LOOP_THREAD.fetch_add(1, Ordering::Relaxed),
-                "loop",
-                &[
-                    &spec.kind,
-                    &spec.name,
-                    &spec.keys,
-                    &spec.threads,
-                    &spec.duration.as_millis(),
-                    &spec.hold.as_micros(),
-                    &spec.think.as_micros(),
-                    &spec.wait_ms,
-                    &spec.lease_ms,
-                    &u8::from(spec.intervals),
-                ],
-            )
-            .value(spec.duration + within);
-        LoopReport::parse(&reply)
+        LoopReport::parse(&self.start_loop(spec).value(spec.duration + within))
     }
 
     /// Starts a loop and returns at once; [`Pending::value`] then [`LoopReport::parse`].
@@ -408,6 +390,7 @@ impl JavaService {
                 &spec.wait_ms,
                 &spec.lease_ms,
                 &u8::from(spec.intervals),
+                &u8::from(spec.samples),
             ],
         )
     }
@@ -475,6 +458,8 @@ pub struct LoopSpec {
     pub lease_ms: i64,
     /// Report every hold's interval (CLOCK_MONOTONIC ns).
     pub intervals: bool,
+    /// Report every acquisition's four times (`Loop.java`'s `samples`).
+    pub samples: bool,
 }
 
 impl LoopSpec {
@@ -492,6 +477,7 @@ impl LoopSpec {
             wait_ms: -1,
             lease_ms: NO_LEASE,
             intervals: false,
+            samples: false,
         }
     }
 }
@@ -747,17 +733,30 @@ pub fn connections_named(
     admin: &mut redis::Connection,
     which: impl Fn(&str) -> bool,
 ) -> Vec<String> {
-    let list: String = redis::cmd("CLIENT").arg("LIST").query(admin).unwrap();
+    client_list(admin, None, which, "addr")
+}
+
+/// Field `field` (`addr`, `id`...) of each connection in `CLIENT LIST` (of `TYPE kind`, when
+/// given) whose name passes `which`.
+pub fn client_list(
+    admin: &mut redis::Connection,
+    kind: Option<&str>,
+    which: impl Fn(&str) -> bool,
+    field: &str,
+) -> Vec<String> {
+    let mut cmd = redis::cmd("CLIENT");
+    cmd.arg("LIST");
+    if let Some(kind) = kind {
+        cmd.arg("TYPE").arg(kind);
+    }
+    let list: String = cmd.query(admin).unwrap();
+    let value = |line: &str, key: &str| {
+        line.split(' ')
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+            .map(str::to_string)
+    };
     list.lines()
-        .filter(|line| {
-            line.split(' ')
-                .find_map(|w| w.strip_prefix("name="))
-                .is_some_and(&which)
-        })
-        .filter_map(|line| {
-            line.split(' ')
-                .find_map(|w| w.strip_prefix("addr="))
-                .map(str::to_string)
-        })
+        .filter(|line| value(line, "name").is_some_and(|name| which(&name)))
+        .filter_map(|line| value(line, field))
         .collect()
 }
