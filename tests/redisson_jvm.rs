@@ -1,8 +1,9 @@
 //! The Redisson 4.7.0 emulation of the test support (`support::jvm`) checked against itself
 //! and against REDISSON-FORMAT.md: the reference trace of section 14 where it gives exact
-//! replies or state, and Java's waiting (section 4.6) where it gives behaviour: subscribe
-//! first, be woken by the message within a few hundred ms while the lease is 30 s, and send
-//! nothing while nothing happens. Interop tests against redlatch build on this, so the
+//! replies or state, and Java's waiting (section 4.6) where it gives behaviour: attempt,
+//! subscribe, attempt again, be woken by the message within a few hundred ms while the lease
+//! is 30 s (also after a killed subscriber connection was replaced), and send nothing while
+//! nothing happens. Interop tests against redlatch build on this, so the
 //! emulation must first be shown to be Redisson-shaped on its own.
 
 mod support;
@@ -390,6 +391,76 @@ fn a_waiting_try_lock_is_woken_by_the_unlock_and_is_silent_meanwhile() {
     assert_eq!(b.hold_count(&name, 7), 1);
     assert_eq!(b.open_subscriptions(), 0);
     assert!(eventually(ARRIVES, || subscribers(&mut admin, &channel) == 0));
+}
+
+#[test]
+fn a_waiter_whose_subscriber_connection_is_killed_resubscribes_and_the_release_wakes_it() {
+    // Redisson resubscribes 80-290 ms after its pub/sub connection is killed, wakes nobody
+    // when it is back, and a release published after that wakes its waiter at once. Without
+    // the resubscription the waiter sleeps out the holder's 30 s lease (here its 5 s wait).
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    for publish in [Publish::Plain, Publish::Sharded] {
+        let a = Jvm::new(&server.url());
+        let b = Jvm::new(&server.url());
+        a.set_publish(publish);
+        b.set_publish(publish);
+        let name = unique("resubscribe");
+        let channel = lock_channel(&name);
+        let numsub = |admin: &mut redis::Connection| match publish {
+            Publish::Plain => subscribers(admin, &channel),
+            Publish::Sharded => shard_subscribers(admin, &channel),
+        };
+
+        assert_eq!(a.lock_acquire(&name, 1, 30_000), None, "a 30 s lease");
+        let waiter = {
+            let (b, name) = (b.clone(), name.clone());
+            spawn_timed(move || b.try_lock(&name, 7, Duration::from_secs(5), -1))
+        };
+        // Attempt, SUBSCRIBE, attempt (the scripts are cached by `a`'s first call).
+        settles_at(&b, 3);
+        assert_eq!(numsub(&mut admin), 1, "{publish:?}");
+
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg(&["KILL", "TYPE", "pubsub"])
+            .query(&mut admin)
+            .unwrap();
+        let killed_at = Instant::now();
+        assert!(killed >= 1, "{publish:?}: killed {killed}");
+        let resubscribed = eventually(Duration::from_secs(3), || numsub(&mut admin) == 1);
+        let back_after = killed_at.elapsed();
+        // Back, and nothing woke the waiter: one SUBSCRIBE more, no attempt.
+        thread::sleep(QUIET);
+        let sent_before_release = b.commands_sent();
+
+        let released = Instant::now();
+        assert_eq!(a.unlock(&name, 1), Some(1));
+        let (acquired, at) = waiter.join().unwrap();
+        let woken_after = at.saturating_duration_since(released);
+        assert!(
+            acquired && woken_after < Duration::from_secs(1),
+            "{publish:?}: acquired {acquired} {woken_after:?} after the release \
+             (resubscribed: {resubscribed}, {back_after:?} after the kill)"
+        );
+        assert!(resubscribed, "{publish:?}: not resubscribed");
+        assert!(
+            back_after < Duration::from_secs(1),
+            "{publish:?}: resubscribed {back_after:?} after the kill"
+        );
+        assert_eq!(
+            sent_before_release, 4,
+            "{publish:?}: the resubscription is one SUBSCRIBE and wakes nobody"
+        );
+        // One attempt after the message, then the last waiter unsubscribes.
+        assert_eq!(b.commands_sent(), 6, "{publish:?}");
+        assert_eq!(b.hold_count(&name, 7), 1);
+        assert_eq!(b.open_subscriptions(), 0);
+        assert!(eventually(ARRIVES, || numsub(&mut admin) == 0));
+        eprintln!(
+            "{publish:?}: resubscribed {back_after:?} after the kill; \
+             woken {woken_after:?} after the release"
+        );
+    }
 }
 
 #[test]
@@ -807,9 +878,9 @@ fn readers_share_a_writer_waits_and_the_last_read_unlock_wakes_it() {
         let (b, name) = (b.clone(), name.clone());
         spawn_timed(move || b.write_try_lock(&name, 3, WAIT, -1))
     };
-    // Read acquire; then write attempt (EVALSHA, EVAL after NOSCRIPT: the first write
-    // acquire on this server), SUBSCRIBE, write attempt.
-    settles_at(&b, 5);
+    // Read acquire; then write attempt (EVALSHA, then SCRIPT LOAD and EVALSHA again after
+    // NOSCRIPT: the first write acquire on this server), SUBSCRIBE, write attempt.
+    settles_at(&b, 6);
     assert_eq!(
         a.read_unlock(&name, 1),
         Some(0),
