@@ -426,10 +426,8 @@ fn steps() -> Vec<(&'static str, Vec<Step>)> {
                     |j, n| j.permits(1, "trysetpermits", n, &[&2]).unwrap(),
                     |e, n| e.permit_try_set_permits(n, 2).to_string(),
                 )
-                // Ours has no try-set yet: on a new semaphore, setting is the same.
                 .ours(ours_call(|c, n| {
-                    c.semaphore(n).set_permits(2).unwrap();
-                    "true".to_string()
+                    c.semaphore(n).try_set_permits(2).unwrap().to_string()
                 })),
                 step(
                     "acquire, 10 s lease",
@@ -457,7 +455,6 @@ fn steps() -> Vec<(&'static str, Vec<Step>)> {
                 .ours(ours_call(|c, n| {
                     c.semaphore(n).available().unwrap().to_string()
                 })),
-                // Ours has no addPermits yet: from here on only Java and the emulation.
                 step(
                     "addPermits 1",
                     |j, n| j.permits(1, "addpermits", n, &[&1]).unwrap(),
@@ -465,12 +462,20 @@ fn steps() -> Vec<(&'static str, Vec<Step>)> {
                         e.permit_add_permits(n, 1);
                         String::new()
                     },
-                ),
+                )
+                // Java's addPermits replies nothing; ours the new total.
+                .ours(ours_call(|c, n| {
+                    c.semaphore(n).add_permits(1).unwrap();
+                    String::new()
+                })),
                 step(
                     "available",
                     |j, n| j.permits(1, "available", n, &[]).unwrap(),
                     |e, n| e.permit_available(n).to_string(),
-                ),
+                )
+                .ours(ours_call(|c, n| {
+                    c.semaphore(n).available().unwrap().to_string()
+                })),
             ],
         ),
         (
@@ -806,6 +811,11 @@ const INTENDED: &[(&str, &str, &str)] = &[
     (
         "permit-expirable semaphore",
         "available",
+        "the no-lease permit above",
+    ),
+    (
+        "permit-expirable semaphore",
+        "addPermits 1",
         "the no-lease permit above",
     ),
 ];

@@ -858,3 +858,67 @@ fn kinds_of_one_name_refuse_each_other_beside_redisson() {
     assert!(f.java.force_unlock("lock", &name));
     assert!(eventually(WATCHDOG + Duration::from_secs(3), || read.is_lost()));
 }
+
+/// Semaphore administration in turns with the real Redisson (`trySetPermits`, `addPermits`,
+/// `getPermits`, `acquiredPermits`, `availablePermits`): after each call of either side,
+/// both sides read the same counts.
+#[test]
+fn semaphore_administration_agrees_with_redisson() {
+    let server = support::RedisServer::start();
+    let f = Fleet::new(
+        Client::builder(&server.url()).watchdog_timeout(WATCHDOG),
+        JavaService::single(&server.url()),
+        vec![server.port],
+    );
+    let name = unique("semadmin");
+    let semaphore = f.ours.semaphore(&name);
+    let java = |op: &str, args: &[&dyn std::fmt::Display]| f.java.permits(1, op, &name, args);
+    // Java's getPermits and acquiredPermits are there in Redisson 4 only.
+    let has_counts = f.java.redisson_version.starts_with('4');
+    // `available`: Java's count, below 0 while more is held than the total; ours reads 0.
+    let agree = |permits: u32, acquired: u32, available: i64| {
+        assert_eq!(semaphore.permits().unwrap(), permits, "our permits");
+        assert_eq!(semaphore.acquired().unwrap(), acquired, "our acquired");
+        assert_eq!(
+            i64::from(semaphore.available().unwrap()),
+            available.max(0),
+            "our available"
+        );
+        assert_eq!(java("available", &[]), Ok(available.to_string()), "Java's");
+        if has_counts {
+            assert_eq!(java("permits", &[]), Ok(permits.to_string()), "Java's");
+            assert_eq!(java("acquired", &[]), Ok(acquired.to_string()), "Java's");
+        }
+    };
+
+    assert_eq!(java("trysetpermits", &[&3]), Ok("true".into()));
+    assert!(!semaphore.try_set_permits(5).unwrap(), "Java set it first");
+    agree(3, 0, 3);
+    assert_eq!(semaphore.add_permits(2).unwrap(), 5);
+    agree(5, 0, 5);
+    assert_eq!(java("addpermits", &[&-1]), Ok(String::new()));
+    agree(4, 0, 4);
+
+    // A permit held on each side.
+    let java_permit = java("tryacquire", &[&0, &60_000]).unwrap();
+    assert_ne!(java_permit, "null");
+    let ours = semaphore
+        .try_acquire(1, Duration::ZERO, None)
+        .unwrap()
+        .unwrap();
+    agree(4, 2, 2);
+    assert_eq!(java("trysetpermits", &[&9]), Ok("false".into()));
+    assert!(!semaphore.try_set_permits(9).unwrap());
+    // Shrunk below what is held by either side: the holders keep theirs.
+    assert_eq!(semaphore.add_permits(-3).unwrap(), 1);
+    agree(1, 2, -1);
+    ours.check().unwrap();
+    assert_eq!(java("addpermits", &[&2]), Ok(String::new()));
+    agree(3, 2, 1);
+    assert_eq!(java("release", &[&java_permit]), Ok(String::new()));
+    agree(3, 1, 2);
+    ours.release().unwrap();
+    agree(3, 0, 3);
+    assert_eq!(semaphore.add_permits(-3).unwrap(), 0);
+    agree(0, 0, 0);
+}

@@ -1381,3 +1381,155 @@ fn a_read_or_write_hold_never_releases_re_enters_or_renews_a_lock_of_its_thread_
         "the lock's lease was extended"
     );
 }
+
+#[test]
+fn semaphore_administration_writes_and_publishes_what_java_does() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("semadmin");
+    let mut listener = support::jvm::Listener::new(
+        &server.url(),
+        &format!("redisson_sc:{{{name}}}"),
+        support::jvm::Publish::Plain,
+    );
+    let wait = Duration::from_secs(5);
+    let quiet = Duration::from_millis(200);
+    let semaphore = client.semaphore(&name);
+    assert_eq!(
+        (semaphore.permits().unwrap(), semaphore.acquired().unwrap()),
+        (0, 0)
+    );
+    assert!(semaphore.try_set_permits(2).unwrap());
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("2"));
+    assert_eq!(
+        listener.next(wait).as_deref(),
+        Some("2"),
+        "trySetPermits publishes it"
+    );
+    assert!(!semaphore.try_set_permits(7).unwrap());
+    assert_eq!(
+        get(&mut admin, &name).as_deref(),
+        Some("2"),
+        "left as it was"
+    );
+    assert_eq!(listener.next(quiet), None, "and nothing published");
+
+    // One permit ours, one Java's: both count as held.
+    let ours = semaphore.acquire(1).unwrap();
+    java_takes_permit(&mut admin, &name, b"java-admin-perm1", now_ms() + 60_000);
+    assert_eq!(
+        (semaphore.permits().unwrap(), semaphore.acquired().unwrap()),
+        (2, 2)
+    );
+
+    // Up: the count moves by the delta, and the delta is published (Java's addPermits).
+    assert_eq!(semaphore.add_permits(3).unwrap(), 5);
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("3"));
+    assert_eq!(listener.next(wait).as_deref(), Some("3"));
+    assert_eq!(semaphore.available().unwrap(), 3);
+    // Down below what is held: the count goes below 0 as Java's does, nothing published,
+    // and the holders keep theirs.
+    assert_eq!(semaphore.add_permits(-4).unwrap(), 1);
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("-1"));
+    assert_eq!(listener.next(quiet), None, "a shrink publishes nothing");
+    assert_eq!(
+        (semaphore.permits().unwrap(), semaphore.acquired().unwrap()),
+        (1, 2)
+    );
+    assert_eq!(semaphore.available().unwrap(), 0);
+    ours.check().unwrap();
+    assert_eq!(permits_held(&mut admin, &name).len(), 2);
+    // A total below 0 is refused, with nothing written.
+    assert!(matches!(
+        semaphore.add_permits(-2),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        semaphore.add_permits(i64::MIN),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        semaphore.add_permits(i64::from(u32::MAX)),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("-1"));
+    drop(ours);
+    java_releases_permit(&mut admin, &name, b"java-admin-perm1");
+    assert_eq!(
+        (semaphore.permits().unwrap(), semaphore.acquired().unwrap()),
+        (1, 0)
+    );
+    assert_eq!(semaphore.available().unwrap(), 1);
+
+    // getPermits and acquiredPermits give back an ended lease first.
+    java_takes_permit(&mut admin, &name, b"java-ended-perm1", now_ms() - 1_000);
+    assert_eq!(semaphore.acquired().unwrap(), 0);
+    assert_eq!(permits_held(&mut admin, &name), vec![]);
+    assert_eq!(get(&mut admin, &name).as_deref(), Some("1"));
+
+    // Foreign data: WrongType, left alone.
+    let hashed = unique("semadminhash");
+    let _: () = redis::cmd("HSET")
+        .arg(&hashed)
+        .arg("a")
+        .arg("b")
+        .query(&mut admin)
+        .unwrap();
+    let semaphore = client.semaphore(&hashed);
+    for result in [
+        semaphore.try_set_permits(3).map(drop),
+        semaphore.add_permits(1).map(drop),
+        semaphore.permits().map(drop),
+        semaphore.acquired().map(drop),
+    ] {
+        match result {
+            Err(Error::WrongType { key }) => assert_eq!(key, hashed),
+            other => panic!("expected WrongType, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        hash(&mut admin, &hashed),
+        HashMap::from([("a".into(), "b".into())])
+    );
+}
+
+#[test]
+fn adding_permits_wakes_our_waiter_at_once() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (a, b) = (redisson(&server), redisson(&server));
+    let name = unique("semaddwake");
+    let semaphore = a.semaphore(&name);
+    assert!(semaphore.try_set_permits(1).unwrap());
+    // Held by Java for a minute: only the raise can wake the waiter.
+    java_takes_permit(&mut admin, &name, b"java-holds-long!", now_ms() + 60_000);
+    let base = command_calls(&mut admin, "evalsha");
+    let waiting = {
+        let semaphore = b.semaphore(&name);
+        thread::spawn(move || {
+            let permits = semaphore
+                .try_acquire(2, Duration::from_secs(20), None)
+                .unwrap();
+            (Instant::now(), permits.is_some())
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || {
+        b.stats().waiting_threads == 1 && b.stats().subscriptions == 1
+    }));
+    await_parked(&mut admin, base);
+    let raised = Instant::now();
+    assert_eq!(semaphore.add_permits(2).unwrap(), 3);
+    let (woken, got) = join_all(vec![waiting], Duration::from_secs(30), "waiter").remove(0);
+    assert!(got);
+    assert!(
+        woken - raised < Duration::from_millis(800),
+        "woken {:?} after the raise, with 60 s of lease left",
+        woken - raised
+    );
+    assert_eq!(
+        semaphore.acquired().unwrap(),
+        1,
+        "the waiter gave its two back; Java's is held"
+    );
+}

@@ -753,3 +753,176 @@ fn beside_another_holder_the_object_lives_as_long_as_the_latest_lease() {
     assert_eq!(command_calls(&mut admin, "type"), 0, "the general way ran");
     assert_eq!(sem.available().unwrap(), 20);
 }
+
+#[test]
+fn administration_sets_once_moves_the_total_and_counts_what_is_held() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("sem-admin");
+    let sem = a.semaphore(&name);
+    assert_eq!((sem.permits().unwrap(), sem.acquired().unwrap()), (0, 0));
+    assert!(
+        sem.try_set_permits(3).unwrap(),
+        "a new semaphore takes the total"
+    );
+    assert!(
+        !b.semaphore(&name).try_set_permits(10).unwrap(),
+        "a total is set: left as it is"
+    );
+    assert_eq!(sem.permits().unwrap(), 3);
+    let two = sem.try_acquire(2, ZERO, None).unwrap().unwrap();
+    let one = b
+        .semaphore(&name)
+        .try_acquire(1, ZERO, None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (sem.permits().unwrap(), sem.acquired().unwrap()),
+        (3, 3),
+        "held by two clients"
+    );
+    assert_eq!(sem.available().unwrap(), 0);
+
+    // Up with everything held: the holders keep theirs, and two more are free.
+    assert_eq!(sem.add_permits(2).unwrap(), 5);
+    assert_eq!(sem.available().unwrap(), 2);
+    assert_eq!(sem.acquired().unwrap(), 3);
+    // Down below what is held: nothing is taken, nobody is admitted.
+    assert_eq!(sem.add_permits(-4).unwrap(), 1);
+    assert_eq!((sem.permits().unwrap(), sem.acquired().unwrap()), (1, 3));
+    assert_eq!(sem.available().unwrap(), 0, "never below 0 in this layout");
+    two.check().unwrap();
+    one.check().unwrap();
+    assert!(sem.try_acquire(1, ZERO, None).unwrap().is_none());
+    drop(two);
+    assert_eq!(sem.available().unwrap(), 0, "1 of 1 still held");
+    drop(one);
+    assert_eq!((sem.available().unwrap(), sem.acquired().unwrap()), (1, 0));
+    let stored: String = redis::cmd("GET")
+        .arg(format!("redlatch:{{{name}}}:semaphore:permits"))
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(stored, "1");
+
+    // A total not set yet counts as 0.
+    let fresh = a.semaphore(&unique("sem-admin-new"));
+    assert_eq!(fresh.add_permits(4).unwrap(), 4);
+    assert!(!fresh.try_set_permits(1).unwrap());
+    assert_eq!(fresh.permits().unwrap(), 4);
+}
+
+#[test]
+fn adding_permits_wakes_a_waiter_that_now_fits_at_once() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("sem-add-wake");
+    let sem = a.semaphore(&name);
+    assert!(sem.try_set_permits(1).unwrap());
+    // A watchdog hold: its lease would end only in 30 s, so only the raise can wake.
+    let held = sem.acquire(1).unwrap();
+    let waiter = spawn_acquirer(b.semaphore(&name), 2, ZERO);
+    await_queued(&mut admin, &name, 1);
+    thread::sleep(Duration::from_millis(50));
+    let raised = Instant::now();
+    assert_eq!(sem.add_permits(2).unwrap(), 3);
+    let (at, token) = join_all(vec![waiter], Duration::from_secs(10), "waiter")
+        .pop()
+        .unwrap();
+    assert!(token.is_some());
+    let took = at.duration_since(raised);
+    assert!(took < Duration::from_secs(1), "woken after {took:?}");
+    held.check().unwrap();
+    assert_eq!(sem.acquired().unwrap(), 1);
+}
+
+#[test]
+fn administration_refuses_bad_input_and_foreign_data() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let a = client(&server);
+    let name = unique("sem-admin-bad");
+    let sem = a.semaphore(&name);
+    assert!(sem.try_set_permits(2).unwrap());
+    let invalid = |r: redlatch::Result<u32>| matches!(r, Err(Error::InvalidArgument(_)));
+    assert!(invalid(sem.add_permits(-3)), "a total below 0");
+    assert!(invalid(sem.add_permits(i64::MIN)));
+    assert!(invalid(sem.add_permits(i64::MAX)));
+    assert!(
+        invalid(sem.add_permits(i64::from(u32::MAX))),
+        "above u32::MAX"
+    );
+    assert_eq!(sem.permits().unwrap(), 2, "nothing was changed");
+    assert_eq!(
+        sem.add_permits(i64::from(u32::MAX) - 2).unwrap(),
+        u32::MAX,
+        "the largest total set_permits takes"
+    );
+    assert_eq!(sem.add_permits(-i64::from(u32::MAX)).unwrap(), 0);
+
+    // Foreign data: WrongType, and it stays.
+    let name = unique("sem-admin-foreign");
+    let total = format!("redlatch:{{{name}}}:semaphore:permits");
+    let sem = a.semaphore(&name);
+    for value in ["lots", "hash"] {
+        let _: () = redis::cmd("DEL").arg(&total).query(&mut admin).unwrap();
+        let _: () = if value == "hash" {
+            redis::cmd("HSET")
+                .arg(&total)
+                .arg("f")
+                .arg("v")
+                .query(&mut admin)
+                .unwrap()
+        } else {
+            redis::cmd("SET")
+                .arg(&total)
+                .arg(value)
+                .query(&mut admin)
+                .unwrap()
+        };
+        for result in [
+            sem.try_set_permits(3).map(drop),
+            sem.add_permits(1).map(drop),
+            sem.permits().map(drop),
+            sem.acquired().map(drop),
+        ] {
+            match result {
+                Err(Error::WrongType { key }) => assert_eq!(key, total),
+                other => panic!("{value}: expected WrongType, got {other:?}"),
+            }
+        }
+        let kind: String = redis::cmd("TYPE").arg(&total).query(&mut admin).unwrap();
+        assert_eq!(kind, if value == "hash" { "hash" } else { "string" });
+    }
+    let kept: String = redis::cmd("HGET")
+        .arg(&total)
+        .arg("f")
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(kept, "v");
+    let name = unique("sem-admin-foreign-holders");
+    let holders = format!("redlatch:{{{name}}}:semaphore");
+    let _: () = redis::cmd("RPUSH")
+        .arg(&holders)
+        .arg("x")
+        .query(&mut admin)
+        .unwrap();
+    let sem = a.semaphore(&name);
+    for result in [
+        sem.try_set_permits(3).map(drop),
+        sem.add_permits(1).map(drop),
+    ] {
+        match result {
+            Err(Error::WrongType { key }) => assert_eq!(key, holders),
+            other => panic!("expected WrongType, got {other:?}"),
+        }
+    }
+    let len: usize = redis::cmd("LLEN").arg(&holders).query(&mut admin).unwrap();
+    assert_eq!(len, 1);
+    let gone: bool = redis::cmd("EXISTS")
+        .arg(format!("redlatch:{{{name}}}:semaphore:permits"))
+        .query(&mut admin)
+        .unwrap();
+    assert!(!gone, "nothing written");
+}

@@ -22,7 +22,8 @@ use crate::words::Count;
 /// - **Leased permits**: every acquisition holds its permits under a lease of its own,
 ///   watchdog-renewed (`lease: None`) or fixed, so the permits of a holder that crashed come
 ///   back when its lease ends. (Redisson needs a second type for that; this one is both.)
-/// - **The total** is 0 until [`set_permits`] is called. Changing it never takes permits
+/// - **The total** is 0 until [`set_permits`], [`try_set_permits`](Semaphore::try_set_permits)
+///   or [`add_permits`](Semaphore::add_permits) sets it. Changing it never takes permits
 ///   from their holders: when it falls below what is held, nobody is admitted until enough
 ///   come back; when it rises, the waiters that now fit are granted at once.
 /// - **Arrival order**: waiters are granted in the order they came, across clients; the
@@ -114,6 +115,105 @@ impl Semaphore {
         let keys = &self.keys;
         engine::call(&self.runtime.core, keys, |con, freeing| {
             shares::available(con, keys, freeing)
+        })
+    }
+
+    /// Sets the total number of permits only if none is set yet: `Ok(true)` if this call set
+    /// it, `Ok(false)` if a total was there (it is left as it is). Every service may call it
+    /// at start-up without resetting a count in use. When it sets the total, waiters that
+    /// now fit are granted at once. In [`Layout::Redisson`] it is Java's `trySetPermits`.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let uploads = client.semaphore("uploads");
+    /// if uploads.try_set_permits(8)? {
+    ///     println!("the first service up set the limit");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_set_permits(&self, total: u32) -> Result<bool> {
+        self.check_name()?;
+        let keys = &self.keys;
+        engine::call(&self.runtime.core, keys, |con, freeing| {
+            shares::try_set_permits(con, keys, total, freeing)
+        })
+    }
+
+    /// Grows (`delta > 0`) or shrinks (`delta < 0`) the total by `delta` in one atomic step
+    /// and returns the new total; a total not set yet counts as 0. What is held stays held:
+    /// when the total falls below it, nobody is admitted until enough comes back; when it
+    /// rises, the waiters that now fit are granted at once.
+    ///
+    /// `Err(Error::InvalidArgument)`, with nothing changed, when the new total would fall
+    /// below 0 or rise above `u32::MAX`. In [`Layout::Redisson`] it is Java's `addPermits`,
+    /// whose count of permits free goes below 0 while more is held than the new total (Java's
+    /// does the same); Java would also let the total itself go below 0, which is refused here.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let uploads = client.semaphore("uploads");
+    /// let total = uploads.add_permits(2)?; // two more uploads at once, from now on
+    /// println!("{total} uploads at once");
+    /// uploads.add_permits(-1)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn add_permits(&self, delta: i64) -> Result<u32> {
+        self.check_name()?;
+        if delta.unsigned_abs() > u64::from(u32::MAX) {
+            return Err(Error::invalid(format!(
+                "add_permits({delta}): a total is at most {}",
+                u32::MAX
+            )));
+        }
+        let keys = &self.keys;
+        engine::call(&self.runtime.core, keys, |con, freeing| {
+            shares::add_permits(con, keys, delta, freeing)
+        })?
+        .map_err(|total| {
+            Error::invalid(format!(
+                "add_permits({delta}) on semaphore {:?} with a total of {total}: a total is \
+                 from 0 to {}; nothing was changed",
+                self.name(),
+                u32::MAX
+            ))
+        })
+    }
+
+    /// The total number of permits: those free and those held (0 when none is set). In
+    /// [`Layout::Redisson`] it is Java's `getPermits` (which gives back first the permits
+    /// whose lease ended; a total Java's `addPermits` took below 0 reads as 0).
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let uploads = client.semaphore("uploads");
+    /// println!("{} of {} in use", uploads.acquired()?, uploads.permits()?);
+    /// # Ok(()) }
+    /// ```
+    pub fn permits(&self) -> Result<u32> {
+        self.count(shares::Count::Permits)
+    }
+
+    /// How many permits are held now, by every holder (those whose lease ended are not). In
+    /// [`Layout::Redisson`] it is Java's `acquiredPermits`.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let in_use = client.semaphore("uploads").acquired()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn acquired(&self) -> Result<u32> {
+        self.count(shares::Count::Acquired)
+    }
+
+    fn count(&self, which: shares::Count) -> Result<u32> {
+        self.check_name()?;
+        let keys = &self.keys;
+        engine::call(&self.runtime.core, keys, |con, freeing| {
+            shares::count(con, keys, which, freeing)
         })
     }
 

@@ -27,8 +27,14 @@ static WITHDRAW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(with_prelude!("shares.lua", "shares_withdraw.lua")));
 static SET_PERMITS: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(with_prelude!("shares.lua", "semaphore_set.lua")));
+static TRY_SET_PERMITS: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(with_prelude!("shares.lua", "semaphore_try_set.lua")));
+static ADD_PERMITS: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(with_prelude!("shares.lua", "semaphore_add.lua")));
 static RENEW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/shares_renew.lua")));
+static COUNTS: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/semaphore_counts.lua")));
 static AVAILABLE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/semaphore_available.lua")));
 
@@ -217,4 +223,77 @@ pub(crate) fn available(
         .key(keys.permits())
         .invoke(con)?;
     Ok(n.clamp(0, u32::MAX as i64) as u32)
+}
+
+/// Sets a semaphore's total if none is set yet, and grants the waiters that now fit: `true`
+/// if it was set.
+pub(crate) fn try_set_permits(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    total: u32,
+    freeing: Freeing,
+) -> RedisResult<bool> {
+    if keys.layout == Layout::Redisson {
+        return redisson::semaphore::try_set_permits(con, keys, total, freeing);
+    }
+    let set: i64 = prelude(&TRY_SET_PERMITS, keys, freeing)
+        .arg(total)
+        .invoke(con)?;
+    Ok(set == 1)
+}
+
+/// Moves a semaphore's total by `delta` and grants the waiters that now fit:
+/// `Ok(the new total)`, or `Err(the total as it is)` when the new one would leave
+/// `0..=u32::MAX` (nothing written then).
+pub(crate) fn add_permits(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    delta: i64,
+    freeing: Freeing,
+) -> RedisResult<std::result::Result<u32, i64>> {
+    let (done, total): (i64, i64) = if keys.layout == Layout::Redisson {
+        redisson::semaphore::add_permits(con, keys, delta, freeing)?
+    } else {
+        prelude(&ADD_PERMITS, keys, freeing)
+            .arg(delta)
+            .invoke(con)?
+    };
+    Ok(match u32::try_from(total) {
+        Ok(total) if done == 1 => Ok(total),
+        _ => Err(total),
+    })
+}
+
+/// What [`count`] reads of a semaphore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Count {
+    /// The total (Java's `getPermits`).
+    Permits,
+    /// The permits held now (Java's `acquiredPermits`).
+    Acquired,
+}
+
+/// A semaphore's total or the permits held now (in Redisson's layout, once those whose
+/// lease ended are given back, which publishes the new count); a total below 0, which only
+/// Java's `addPermits` can make, reads as 0.
+pub(crate) fn count(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    which: Count,
+    freeing: Freeing,
+) -> RedisResult<u32> {
+    let n = if keys.layout == Layout::Redisson {
+        redisson::semaphore::count(con, keys, which, freeing)?
+    } else {
+        let (total, held): (i64, i64) = COUNTS
+            .key(keys.lock())
+            .key(keys.leases())
+            .key(keys.permits())
+            .invoke(con)?;
+        match which {
+            Count::Permits => total,
+            Count::Acquired => held,
+        }
+    };
+    Ok(n.clamp(0, i64::from(u32::MAX)) as u32)
 }

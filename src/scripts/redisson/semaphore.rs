@@ -17,6 +17,7 @@ use redis::{ConnectionLike, RedisResult};
 use super::super::{Acquire, Freeing, Invocation, Lua, Release, Renewal, millis, splice};
 use super::{acquire_reply, epoch_ms, release_reply};
 use crate::keys::LockKeys;
+use crate::scripts::shares::Count;
 
 /// The text of `lua/redisson/<file>` with the semaphore's shared part in front.
 macro_rules! semaphore_script {
@@ -35,6 +36,9 @@ static ACQUIRE: LazyLock<Lua> = semaphore_script!("semaphore_acquire.lua");
 static RELEASE: LazyLock<Lua> = semaphore_script!("semaphore_release.lua");
 static SET_PERMITS: LazyLock<Lua> = semaphore_script!("semaphore_set.lua");
 static AVAILABLE: LazyLock<Lua> = semaphore_script!("semaphore_available.lua");
+static TRY_SET_PERMITS: LazyLock<Lua> = semaphore_script!("semaphore_try_set.lua");
+static ADD_PERMITS: LazyLock<Lua> = semaphore_script!("semaphore_add.lua");
+static COUNTS: LazyLock<Lua> = semaphore_script!("semaphore_counts.lua");
 static RENEW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/semaphore_renew.lua")));
 
@@ -176,6 +180,55 @@ pub(crate) fn available(
         .arg(freeing.publish)
         .invoke(con)?;
     Ok(free.clamp(0, i64::from(u32::MAX)) as u32)
+}
+
+/// Sets the count of semaphore `keys` if none is there yet, as Java's `trySetPermits` does
+/// (`redisson/semaphore_try_set.lua`): `true` if it was set.
+pub(crate) fn try_set_permits(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    total: u32,
+    freeing: Freeing,
+) -> RedisResult<bool> {
+    let set: i64 = invocation(&TRY_SET_PERMITS, keys)
+        .arg(total)
+        .arg(freeing.publish)
+        .invoke(con)?;
+    Ok(set == 1)
+}
+
+/// Moves the count of semaphore `keys` by `delta`, as Java's `addPermits` does
+/// (`redisson/semaphore_add.lua`): (1, the new total), or (0, the total as it is) when the
+/// new total would leave `0..=u32::MAX`.
+pub(crate) fn add_permits(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    delta: i64,
+    freeing: Freeing,
+) -> RedisResult<(i64, i64)> {
+    invocation(&ADD_PERMITS, keys)
+        .arg(delta)
+        .arg(freeing.publish)
+        .invoke(con)
+}
+
+/// The total of semaphore `keys` (Java's `getPermits`) or the permits held (Java's
+/// `acquiredPermits`), once those whose lease ended are given back
+/// (`redisson/semaphore_counts.lua`).
+pub(crate) fn count(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    which: Count,
+    freeing: Freeing,
+) -> RedisResult<i64> {
+    invocation(&COUNTS, keys)
+        .arg(epoch_ms())
+        .arg(freeing.publish)
+        .arg(match which {
+            Count::Permits => "permits",
+            Count::Acquired => "acquired",
+        })
+        .invoke(con)
 }
 
 #[cfg(test)]
