@@ -342,3 +342,78 @@ fn the_redisson_layout_shows_a_java_services_lock_and_its_fair_queue() {
     ]);
     assert!(!refused.status.success());
 }
+
+#[test]
+fn force_unlock_frees_a_read_write_lock_in_both_layouts() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for layout in ["redlatch", "redisson"] {
+        let holder = Client::builder(&url)
+            .layout(match layout {
+                "redisson" => redlatch::Layout::Redisson,
+                _ => redlatch::Layout::Redlatch,
+            })
+            .build()
+            .unwrap();
+        let name = unique("cli-rw");
+        let rw = holder.read_write_lock(&name);
+        let write = rw.write().unwrap();
+        let said = ok(&[
+            "--url",
+            &url,
+            "--layout",
+            layout,
+            "force-unlock",
+            &name,
+            "--yes",
+        ]);
+        assert!(
+            said.starts_with("rwlock") && said.contains("force-unlocked"),
+            "{said}"
+        );
+        assert!(write.is_lost() || !rw.is_locked().unwrap());
+        assert!(!rw.is_locked().unwrap());
+        drop(write);
+        // --kind rwlock says so; nothing held, nothing to free.
+        let _read = rw.read().unwrap();
+        let said = ok(&[
+            "--url",
+            &url,
+            "--layout",
+            layout,
+            "force-unlock",
+            &name,
+            "--kind",
+            "rwlock",
+            "--yes",
+        ]);
+        assert!(said.starts_with("rwlock"), "{said}");
+        assert!(!rw.is_locked().unwrap());
+        let said = ok(&[
+            "--url",
+            &url,
+            "--layout",
+            layout,
+            "force-unlock",
+            &name,
+            "--yes",
+        ]);
+        assert!(
+            said.contains("was locked") && said.starts_with("no lock"),
+            "{said}"
+        );
+        assert!(
+            !run(&[
+                "--url",
+                &url,
+                "force-unlock",
+                &name,
+                "--kind",
+                "latch",
+                "--yes"
+            ])
+            .status
+            .success()
+        );
+    }
+}

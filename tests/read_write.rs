@@ -757,3 +757,208 @@ fn a_read_clears_its_threads_old_terms_so_no_late_give_back_releases_it() {
         drop((read, other));
     }
 }
+
+/// A client whose losses go to `lost`, with a short watchdog.
+fn told(server: &RedisServer, lost: &Arc<std::sync::Mutex<Vec<redlatch::LostLock>>>) -> Client {
+    let lost = lost.clone();
+    Client::builder(&server.url())
+        .watchdog_timeout(Duration::from_millis(900))
+        .on_lock_lost(move |l| lost.lock().unwrap().push(l.clone()))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn queries_read_readers_writers_and_reentries() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("rw-queries");
+    let lock = a.read_write_lock(&name);
+    let state = |l: &redlatch::ReadWriteLock| {
+        (
+            l.is_locked().unwrap(),
+            l.is_write_locked().unwrap(),
+            l.read_hold_count().unwrap(),
+            l.write_hold_count().unwrap(),
+        )
+    };
+    assert_eq!(state(&lock), (false, false, 0, 0));
+    assert_eq!(lock.remaining_ttl().unwrap(), None);
+
+    // Two reads of this thread, one of another thread, one of another client.
+    let lease = Some(Duration::from_secs(10));
+    let r1 = lock.try_read(ZERO, lease).unwrap().unwrap();
+    let r2 = lock.try_read(ZERO, lease).unwrap().unwrap();
+    assert_eq!(state(&lock), (true, false, 2, 0));
+    let ttl = lock.remaining_ttl().unwrap().unwrap();
+    assert!(
+        ttl > Duration::from_secs(9) && ttl <= Duration::from_secs(10),
+        "{ttl:?}"
+    );
+    let other = lock.clone();
+    let seen = thread::spawn(move || {
+        let _r = other.read().unwrap();
+        (other.read_hold_count().unwrap(), other.is_locked().unwrap())
+    })
+    .join()
+    .unwrap();
+    assert_eq!(seen, (1, true));
+    let theirs = b.read_write_lock(&name).read().unwrap();
+    assert_eq!(state(&b.read_write_lock(&name)), (true, false, 1, 0));
+    assert_eq!(state(&lock), (true, false, 2, 0));
+    drop((r1, r2));
+    assert_eq!(
+        state(&lock),
+        (true, false, 0, 0),
+        "the other client still reads"
+    );
+    drop(theirs);
+    assert_eq!(state(&lock), (false, false, 0, 0));
+    assert_eq!(lock.remaining_ttl().unwrap(), None);
+
+    // A writer with the watchdog, re-entered, then reading too (a downgrade).
+    let w1 = lock.write().unwrap();
+    let w2 = lock.write().unwrap();
+    assert_eq!(state(&lock), (true, true, 0, 2));
+    let ttl = lock.remaining_ttl().unwrap().unwrap();
+    assert!(
+        ttl > Duration::from_secs(15) && ttl <= Duration::from_secs(30),
+        "{ttl:?}"
+    );
+    let read = lock.read().unwrap();
+    assert_eq!(state(&lock), (true, true, 1, 2));
+    assert_eq!(state(&b.read_write_lock(&name)), (true, true, 0, 0));
+    drop((w1, w2));
+    assert_eq!(state(&lock), (true, false, 1, 0));
+    drop(read);
+    assert_eq!(state(&lock), (false, false, 0, 0));
+}
+
+#[test]
+fn a_read_whose_lease_ended_is_not_a_holder() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let lock = a.read_write_lock(&unique("rw-ended"));
+    let _read = lock
+        .try_read(ZERO, Some(Duration::from_millis(300)))
+        .unwrap()
+        .unwrap();
+    assert!(lock.is_locked().unwrap());
+    assert!(eventually(Duration::from_secs(3), || !lock
+        .is_locked()
+        .unwrap()));
+    assert_eq!(lock.remaining_ttl().unwrap(), None);
+}
+
+#[test]
+fn force_unlock_frees_readers_wakes_a_writer_at_once_and_holders_hear_it() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let lost = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (a, b, c) = (told(&server, &lost), told(&server, &lost), client(&server));
+    let name = unique("rw-force");
+    let lock = a.read_write_lock(&name);
+    assert!(!lock.force_unlock().unwrap(), "nobody held it");
+    let ours = lock.read().unwrap();
+    let theirs = b.read_write_lock(&name).read().unwrap();
+    let writer = {
+        let lock = c.read_write_lock(&name);
+        thread::spawn(move || {
+            let guard = lock
+                .try_write(Duration::from_secs(20), Some(Duration::from_secs(20)))
+                .unwrap();
+            (guard.is_some(), Instant::now())
+        })
+    };
+    await_queued(&mut admin, &name, 1);
+    let forced = Instant::now();
+    assert!(lock.force_unlock().unwrap());
+    let (wrote, at) = writer.join().unwrap();
+    assert!(wrote);
+    assert!(
+        at - forced < Duration::from_secs(2),
+        "woken at once, not at lease end"
+    );
+    assert!(ours.is_lost(), "this client's hold is lost at once");
+    assert_eq!(lock.read_hold_count().unwrap(), 0);
+    assert!(eventually(Duration::from_secs(5), || theirs.is_lost()));
+    assert!(eventually(Duration::from_secs(5), || lost
+        .lock()
+        .unwrap()
+        .len()
+        == 2));
+    for l in lost.lock().unwrap().iter() {
+        assert_eq!(l.name, name);
+        assert_eq!(l.cause, redlatch::LossCause::ForceUnlocked, "{l:?}");
+    }
+    assert!(matches!(ours.unlock(), Err(Error::LockLost { .. })));
+    drop(theirs);
+    // The writer's thread has ended, and released.
+    assert!(!lock.is_locked().unwrap());
+}
+
+#[test]
+fn force_unlock_frees_a_writer_and_wakes_a_waiting_reader_at_once() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("rw-force-w");
+    let write = b.read_write_lock(&name).write().unwrap();
+    let reader = {
+        let lock = a.read_write_lock(&name);
+        thread::spawn(move || {
+            let guard = lock.try_read(Duration::from_secs(20), None).unwrap();
+            let held = guard.is_some();
+            (held, Instant::now(), lock.read_hold_count().unwrap())
+        })
+    };
+    await_queued(&mut admin, &name, 1);
+    let forced = Instant::now();
+    assert!(a.read_write_lock(&name).force_unlock().unwrap());
+    let (read, at, count) = reader.join().unwrap();
+    assert!(read && count == 1);
+    assert!(
+        at - forced < Duration::from_secs(2),
+        "woken at once, not at lease end"
+    );
+    assert!(eventually(Duration::from_secs(40), || write.is_lost()));
+}
+
+#[test]
+fn force_unlock_refuses_foreign_data_and_leaves_it() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let a = client(&server);
+    let name = unique("rw-force-foreign");
+    let key = format!("redlatch:{{{name}}}:rwlock");
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("x")
+        .query(&mut admin)
+        .unwrap();
+    let lock = a.read_write_lock(&name);
+    assert!(matches!(lock.force_unlock(), Err(Error::WrongType { .. })));
+    assert!(matches!(lock.is_locked(), Err(Error::WrongType { .. })));
+    let kept: String = redis::cmd("GET").arg(&key).query(&mut admin).unwrap();
+    assert_eq!(kept, "x");
+    // A hash without a lease is no read-write lock's either.
+    let _: () = redis::cmd("DEL").arg(&key).query(&mut admin).unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(&key)
+        .arg("f")
+        .arg("1")
+        .query(&mut admin)
+        .unwrap();
+    assert!(matches!(lock.force_unlock(), Err(Error::WrongType { .. })));
+    let kept: Option<String> = redis::cmd("HGET")
+        .arg(&key)
+        .arg("f")
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(kept.as_deref(), Some("1"));
+    // A plain lock of the same name is another object: untouched.
+    let _: () = redis::cmd("DEL").arg(&key).query(&mut admin).unwrap();
+    let plain = a.lock(&name).lock().unwrap();
+    assert!(!lock.force_unlock().unwrap());
+    assert!(!plain.is_lost() && a.lock(&name).is_locked().unwrap());
+}

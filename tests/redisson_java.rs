@@ -564,6 +564,79 @@ fn read_write_lock_both_ways(f: &Fleet) {
     f.java.unlock("read", &name, 3).unwrap();
 }
 
+/// Our read-write lock's queries read Java's holds and Java's `isLocked` reads ours; Java's
+/// `forceUnlock` frees only a lock in its own mode (the write lock's leaves readers, ours and
+/// Java's, in place; the read lock's frees them all), and ours frees either and wakes Java's
+/// waiter at once.
+fn read_write_queries_and_force_unlock_both_ways(f: &Fleet, watchdog: Duration) {
+    let name = unique("rw-admin");
+    let rw = f.ours.read_write_lock(&name);
+    assert!(!rw.is_locked().unwrap());
+    assert!(!f.java.is_locked("read", &name) && !f.java.is_locked("write", &name));
+    assert!(f.java.try_lock("read", &name, 1, Duration::ZERO, NO_LEASE));
+    assert!(rw.is_locked().unwrap() && !rw.is_write_locked().unwrap());
+    assert_eq!(
+        (
+            rw.read_hold_count().unwrap(),
+            rw.write_hold_count().unwrap()
+        ),
+        (0, 0)
+    );
+    let ttl = rw
+        .remaining_ttl()
+        .unwrap()
+        .expect("Java's read has a lease");
+    let java_ttl = f.java.remain_time_to_live("read", &name);
+    assert!(
+        java_ttl > 0 && (ttl.as_millis() as i64 - java_ttl).abs() < 2_000,
+        "ours {ttl:?}, Java's {java_ttl} ms"
+    );
+    let ours = rw.read().unwrap();
+    assert_eq!(rw.read_hold_count().unwrap(), 1);
+    assert!(
+        !f.java.force_unlock("write", &name),
+        "Java's writeLock().forceUnlock() frees a lock in write mode only"
+    );
+    assert!(rw.is_locked().unwrap() && !ours.is_lost());
+    assert!(
+        f.java.force_unlock("read", &name),
+        "Java's readLock().forceUnlock() frees every reader"
+    );
+    assert!(!rw.is_locked().unwrap());
+    assert!(eventually(watchdog + Duration::from_secs(3), || ours.is_lost()));
+    drop(ours);
+
+    // Our writer, re-entered: Java sees a write.
+    let w1 = rw.write().unwrap();
+    let w2 = rw.write().unwrap();
+    assert_eq!(rw.write_hold_count().unwrap(), 2);
+    assert!(f.java.is_locked("write", &name));
+    let waiter = f
+        .java
+        .send(2, "trylock", &[&"read", &name, &ms(LONG), &NO_LEASE]);
+    f.await_parked(&rw_channel(&name), 1);
+    let released = Instant::now();
+    assert!(rw.force_unlock().unwrap());
+    assert_eq!(waiter.value(LONG), "true");
+    assert_woken(
+        "Java's reader after our force-unlock",
+        released,
+        Instant::now(),
+    );
+    assert!(w1.is_lost() && w2.is_lost());
+    assert_eq!(rw.write_hold_count().unwrap(), 0);
+    drop((w1, w2));
+    assert!(rw.is_locked().unwrap() && !rw.is_write_locked().unwrap());
+    f.java.unlock("read", &name, 2).unwrap();
+
+    // Java writes: ours sees it, and Java's write force-unlock frees it.
+    assert!(f.java.try_lock("write", &name, 3, Duration::ZERO, NO_LEASE));
+    assert!(rw.is_write_locked().unwrap());
+    assert_eq!(rw.write_hold_count().unwrap(), 0);
+    assert!(f.java.force_unlock("write", &name));
+    assert!(!rw.is_locked().unwrap());
+}
+
 /// The semaphore's counts agree on both sides, and releases wake the other side.
 fn semaphore_both_ways(f: &Fleet) {
     let name = unique("sem");
@@ -633,6 +706,7 @@ fn suite(f: &Fleet, watchdog: Duration) {
     spin_lock_both_ways(f);
     multi_lock_both_ways(f);
     read_write_lock_both_ways(f);
+    read_write_queries_and_force_unlock_both_ways(f, watchdog);
     semaphore_both_ways(f);
 }
 

@@ -1533,3 +1533,178 @@ fn adding_permits_wakes_our_waiter_at_once() {
         "the waiter gave its two back; Java's is held"
     );
 }
+
+#[test]
+fn queries_read_java_holds_and_ours() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("rw-queries");
+    let lock = client.read_write_lock(&name);
+    let state = |l: &redlatch::ReadWriteLock| {
+        (
+            l.is_locked().unwrap(),
+            l.is_write_locked().unwrap(),
+            l.read_hold_count().unwrap(),
+            l.write_hold_count().unwrap(),
+        )
+    };
+    assert_eq!(state(&lock), (false, false, 0, 0));
+    assert_eq!(lock.remaining_ttl().unwrap(), None);
+    java_reads(&mut admin, &name, JAVA, 30_000);
+    assert_eq!(state(&lock), (true, false, 0, 0));
+    let ttl = lock.remaining_ttl().unwrap().unwrap();
+    assert!(
+        ttl > Duration::from_secs(25) && ttl <= Duration::from_secs(30),
+        "{ttl:?}"
+    );
+    let lease = Some(Duration::from_secs(10));
+    let r1 = lock.try_read(Duration::ZERO, lease).unwrap().unwrap();
+    let r2 = lock.try_read(Duration::ZERO, lease).unwrap().unwrap();
+    assert_eq!(state(&lock), (true, false, 2, 0));
+    let other = lock.clone();
+    let seen = thread::spawn(move || {
+        let _r = other.read().unwrap();
+        other.read_hold_count().unwrap()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(seen, 1);
+    drop((r1, r2));
+    assert_eq!(java_read_unlocks(&mut admin, &name, JAVA), Some(1));
+    assert_eq!(state(&lock), (false, false, 0, 0));
+
+    java_writes(&mut admin, &name, JAVA);
+    assert_eq!(state(&lock), (true, true, 0, 0));
+    java_write_unlocks(&mut admin, &name, JAVA);
+    let w1 = lock.write().unwrap();
+    let w2 = lock.write().unwrap();
+    let read = lock.read().unwrap();
+    assert_eq!(state(&lock), (true, true, 1, 2));
+    drop((w1, w2));
+    assert_eq!(state(&lock), (true, false, 1, 0));
+    drop(read);
+    assert_eq!(state(&lock), (false, false, 0, 0));
+}
+
+#[test]
+fn force_unlock_frees_java_and_our_readers_their_keys_and_wakes_every_waiter() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let lost = Arc::new(Mutex::new(Vec::<LostLock>::new()));
+    let told = |lost: &Arc<Mutex<Vec<LostLock>>>| {
+        let lost = lost.clone();
+        Client::builder(&server.url())
+            .layout(Layout::Redisson)
+            .watchdog_timeout(Duration::from_millis(900))
+            .on_lock_lost(move |l| lost.lock().unwrap().push(l.clone()))
+            .build()
+            .unwrap()
+    };
+    let (a, b, c) = (told(&lost), told(&lost), redisson(&server));
+    let name = unique("rw-force");
+    let lock = a.read_write_lock(&name);
+    assert!(!lock.force_unlock().unwrap(), "nobody held it");
+    java_reads(&mut admin, &name, JAVA, 30_000);
+    let ours = lock.read().unwrap();
+    let theirs = b.read_write_lock(&name).read().unwrap();
+    let (me, them) = (a.current_thread_owner_id(), b.current_thread_owner_id());
+    assert!(exists(&mut admin, &timeout_key(&name, &me, 1)));
+    let mut sub = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut sub = sub.as_pubsub();
+    sub.subscribe(format!("redisson_rwlock:{{{name}}}"))
+        .unwrap();
+    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let writer = {
+        let lock = c.read_write_lock(&name);
+        thread::spawn(move || {
+            let guard = lock.try_write(Duration::from_secs(20), None).unwrap();
+            (guard.is_some(), Instant::now())
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || {
+        c.stats().waiting_threads == 1 && c.stats().subscriptions == 1
+    }));
+    let forced = Instant::now();
+    assert!(lock.force_unlock().unwrap());
+    let message: String = sub.get_message().unwrap().get_payload().unwrap();
+    assert_eq!(message, "1", "Java's waiters all wake");
+    let (wrote, at) = writer.join().unwrap();
+    assert!(wrote);
+    assert!(
+        at - forced < Duration::from_secs(2),
+        "woken at once, not at lease end"
+    );
+    for field in [JAVA, me.as_str(), them.as_str()] {
+        assert!(
+            !exists(&mut admin, &timeout_key(&name, field, 1)),
+            "{field}"
+        );
+    }
+    assert!(ours.is_lost() && lock.read_hold_count().unwrap() == 0);
+    assert!(eventually(Duration::from_secs(5), || theirs.is_lost()));
+    assert!(eventually(Duration::from_secs(5), || lost
+        .lock()
+        .unwrap()
+        .len()
+        == 2));
+    let causes: Vec<_> = lost.lock().unwrap().iter().map(|l| l.cause).collect();
+    assert!(
+        causes.contains(&redlatch::LossCause::ForceUnlocked),
+        "this client's: {causes:?}"
+    );
+    drop((ours, theirs));
+}
+
+#[test]
+fn force_unlock_frees_a_java_writer_and_wakes_our_reader_at_once() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("rw-force-w");
+    java_writes(&mut admin, &name, JAVA);
+    let lock = client.read_write_lock(&name);
+    let reader = {
+        let lock = lock.clone();
+        thread::spawn(move || {
+            let guard = lock.try_read(Duration::from_secs(20), None).unwrap();
+            (guard.is_some(), Instant::now())
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || {
+        client.stats().waiting_threads == 1 && client.stats().subscriptions == 1
+    }));
+    let forced = Instant::now();
+    assert!(
+        redisson(&server)
+            .read_write_lock(&name)
+            .force_unlock()
+            .unwrap()
+    );
+    let (read, at) = reader.join().unwrap();
+    assert!(read);
+    assert!(
+        at - forced < Duration::from_secs(2),
+        "woken at once, not at lease end"
+    );
+}
+
+#[test]
+fn force_unlock_refuses_a_plain_locks_hash_and_leaves_it() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("rw-force-plain");
+    let held = client.lock(&name).lock().unwrap();
+    let before = hash(&mut admin, &name);
+    let lock = client.read_write_lock(&name);
+    assert!(matches!(lock.force_unlock(), Err(Error::WrongType { .. })));
+    assert!(matches!(lock.is_locked(), Err(Error::WrongType { .. })));
+    assert!(matches!(lock.remaining_ttl(), Err(Error::WrongType { .. })));
+    assert_eq!(hash(&mut admin, &name), before);
+    assert!(!held.is_lost());
+    held.unlock().unwrap();
+}

@@ -5,6 +5,7 @@
 //! redlatch inspect invoice:42 [--json]        # holders, lease, fence, queue, subscribers
 //! redlatch inspect config --kind rwlock
 //! redlatch force-unlock invoice:42 [--yes]    # the holder's guard reports the loss
+//! redlatch force-unlock config --kind rwlock  # every reader and the writer
 //! redlatch watch invoice:42                   # hand-overs and releases as they happen
 //! ```
 //!
@@ -89,9 +90,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Deletes a lock whoever holds it and wakes its waiters; asks first unless --yes.
+    /// Frees a lock or read-write lock whoever holds it and wakes its waiters; asks first
+    /// unless --yes. Without --kind: the lock, or else the read-write lock, of that name.
     ForceUnlock {
         name: String,
+        /// lock or rwlock (default: whichever is held).
+        #[arg(long, value_parser = kind)]
+        kind: Option<ObjectKind>,
         /// Do not ask.
         #[arg(long)]
         yes: bool,
@@ -202,18 +207,42 @@ fn run(cli: Cli) -> redlatch::Result<ExitCode> {
                 print!("{report}");
             }
         }
-        Command::ForceUnlock { name, yes } => {
+        Command::ForceUnlock { name, kind, yes } => {
+            if matches!(
+                kind,
+                Some(ObjectKind::Semaphore | ObjectKind::CountDownLatch)
+            ) {
+                eprintln!("force-unlock frees a lock or an rwlock");
+                return Ok(ExitCode::FAILURE);
+            }
             if !yes && !confirm(&name) {
                 eprintln!("not unlocked");
                 return Ok(ExitCode::FAILURE);
             }
-            if client.lock(&name).force_unlock()? {
-                println!(
-                    "lock {name:?} force-unlocked: its holder loses it, its waiters were woken"
-                );
-            } else {
-                println!("lock {name:?} was not locked");
-            }
+            // A lock first unless --kind says otherwise; not held (or, in Redisson's layout,
+            // a read-write lock's hash, which the lock refuses), the read-write lock.
+            let what = match kind {
+                Some(ObjectKind::ReadWriteLock) => None,
+                _ => match client.lock(&name).force_unlock() {
+                    Ok(true) => Some("lock"),
+                    Ok(false) if kind.is_some() => {
+                        println!("lock {name:?} was not locked");
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                    Ok(false) => None,
+                    Err(redlatch::Error::WrongType { .. }) if kind.is_none() => None,
+                    Err(e) => return Err(e),
+                },
+            };
+            let what = match what {
+                Some(what) => what,
+                None if client.read_write_lock(&name).force_unlock()? => "rwlock",
+                None => {
+                    println!("no lock or rwlock {name:?} was locked");
+                    return Ok(ExitCode::SUCCESS);
+                }
+            };
+            println!("{what} {name:?} force-unlocked: its holders lose it, its waiters were woken");
         }
         Command::Watch {
             name,

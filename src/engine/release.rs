@@ -134,7 +134,7 @@ pub(crate) fn extend_all(core: &Core, holds: &[&Hold], lease: Duration) -> Resul
 }
 
 /// Why a hold of `keys` that Redis no longer has is gone: a force-unlock, if one left its mark
-/// lately (only a lock can be force-unlocked), else `otherwise`. One command, once per loss;
+/// lately (a lock or a read-write lock), else `otherwise`. One command, once per loss;
 /// a failure to ask answers `otherwise`.
 pub(crate) fn why_gone(
     core: &Core,
@@ -142,7 +142,7 @@ pub(crate) fn why_gone(
     token: u64,
     otherwise: LossCause,
 ) -> LossCause {
-    if keys.family != Family::Lock {
+    if !matches!(keys.family, Family::Lock | Family::ReadWrite) {
         return otherwise;
     }
     match core

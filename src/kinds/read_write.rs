@@ -11,6 +11,7 @@ use crate::core::Runtime;
 use crate::engine::{self, validate_duration, validate_lease};
 use crate::error::{Error, Result};
 use crate::keys::{Family, LockKeys};
+use crate::scripts;
 
 /// A handle on the read-write lock called [`name`](ReadWriteLock::name), made by
 /// [`Client::read_write_lock`](crate::Client::read_write_lock): many readers at once, or one
@@ -122,6 +123,149 @@ impl ReadWriteLock {
     pub fn try_write(&self, wait: Duration, lease: Option<Duration>) -> Result<Option<WriteGuard>> {
         validate_duration("wait", wait, Duration::ZERO)?;
         self.acquire_write(Some(wait), lease)
+    }
+
+    /// Whether anybody holds the lock, reading or writing (one read-only script; a hold whose
+    /// lease has ended counts as gone). In [`Layout::Redisson`](crate::Layout::Redisson),
+    /// whether the hash has a `mode`, as Java's `readLock().isLocked()` or
+    /// `writeLock().isLocked()` would say for a read or a write; a plain lock's hash there is
+    /// [`Error::WrongType`].
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let config = client.read_write_lock("config");
+    /// let _read = config.read()?;
+    /// assert!(config.is_locked()? && !config.is_write_locked()?);
+    /// # Ok(()) }
+    /// ```
+    pub fn is_locked(&self) -> Result<bool> {
+        Ok(self.inspect()?.locked)
+    }
+
+    /// Whether a writer holds the lock (it may be reading too). Java's
+    /// `writeLock().isLocked()` in [`Layout::Redisson`](crate::Layout::Redisson).
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let config = client.read_write_lock("config");
+    /// let _write = config.write()?;
+    /// assert!(config.is_write_locked()?);
+    /// # Ok(()) }
+    /// ```
+    pub fn is_write_locked(&self) -> Result<bool> {
+        Ok(self.inspect()?.writing)
+    }
+
+    /// How many read holds the calling thread has on the lock: its live [`ReadGuard`]s, by
+    /// this client's own records (no round trip); 0 once the hold is known lost
+    /// ([`ReadGuard::is_lost`]), as after a [`force_unlock`](Self::force_unlock) by this
+    /// client.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let config = client.read_write_lock("config");
+    /// let (_a, _b) = (config.read()?, config.read()?);
+    /// assert_eq!(config.read_hold_count()?, 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn read_hold_count(&self) -> Result<u32> {
+        self.hold_count(true)
+    }
+
+    /// How many write holds the calling thread has on the lock: its live [`WriteGuard`]s, by
+    /// this client's own records (no round trip); 0 once the hold is known lost.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let config = client.read_write_lock("config");
+    /// let _write = config.write()?;
+    /// assert_eq!(config.write_hold_count()?, 1);
+    /// assert_eq!(config.read_hold_count()?, 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn write_hold_count(&self) -> Result<u32> {
+        self.hold_count(false)
+    }
+
+    /// How long until the last lease of the lock's holders runs out; `None` when nobody holds
+    /// it. In [`Layout::Redisson`](crate::Layout::Redisson), the hash's TTL, as Java's
+    /// `remainTimeToLive()`.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let config = client.read_write_lock("config");
+    /// let _read = config.try_read(Duration::ZERO, Some(Duration::from_secs(10)))?;
+    /// println!("free in at most {:?}", config.remaining_ttl()?);
+    /// # Ok(()) }
+    /// ```
+    pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        Ok(self.inspect()?.ttl)
+    }
+
+    /// Frees the lock whoever holds it, every reader and the writer, in one script, and
+    /// wakes its waiters, readers and writers, at once. `true` if anybody held it.
+    ///
+    /// In our layout the waiters that now fit are granted the lock in arrival order, as after
+    /// a release. In [`Layout::Redisson`](crate::Layout::Redisson) it deletes the hash and
+    /// the readers' `rwlock_timeout` keys and publishes `1` on `redisson_rwlock:{name}`, which
+    /// wakes every waiter, Java's too (Java's `readLock().forceUnlock()` frees only a hash in
+    /// read mode, its `writeLock().forceUnlock()` only one in write mode); a plain lock's hash
+    /// there is [`Error::WrongType`], left untouched.
+    ///
+    /// The holders are not interrupted: their guards report the loss at their next renewal,
+    /// when their lease runs out, or when they release (at once for this client's), through
+    /// [`on_lock_lost`](crate::ClientBuilder::on_lock_lost) with
+    /// [`LossCause::ForceUnlocked`](crate::LossCause::ForceUnlocked) (in Redisson's layout,
+    /// other clients' holders report [`LossCause::Taken`](crate::LossCause::Taken): it keeps
+    /// no mark of a force-unlock).
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// if client.read_write_lock("config").force_unlock()? {
+    ///     println!("freed a stuck lock");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn force_unlock(&self) -> Result<bool> {
+        engine::check_name(&self.runtime.core, self.keys.name())?;
+        let core = &self.runtime.core;
+        let keys = &self.keys;
+        // Names this call, so that a retry after a lost reply answers the same rather than
+        // freeing holds taken in the meantime.
+        let request = uuid::Uuid::new_v4().simple().to_string();
+        let was_locked = engine::call(core, keys, |con, freeing| {
+            scripts::read_write::force_unlock(con, keys, &request, freeing)
+        })?;
+        if was_locked {
+            engine::forced(core, keys);
+        }
+        Ok(was_locked)
+    }
+
+    fn inspect(&self) -> Result<scripts::read_write::RwInspection> {
+        engine::check_name(&self.runtime.core, self.keys.name())?;
+        let keys = &self.keys;
+        engine::call(&self.runtime.core, keys, |con, _| {
+            scripts::read_write::inspect(con, keys)
+        })
+    }
+
+    fn hold_count(&self, read: bool) -> Result<u32> {
+        let core = &self.runtime.core;
+        engine::check_name(core, self.keys.name())?;
+        let owner = self.keys.rw_owner(&core.thread_owner(), read);
+        Ok(core
+            .holds
+            .get(self.keys.lock(), &owner)
+            .filter(|hold| !hold.is_lost())
+            .map_or(0, |hold| hold.guards()))
     }
 
     fn check(&self, lease: Option<Duration>) -> Result<()> {

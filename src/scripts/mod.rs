@@ -46,6 +46,7 @@ mod call;
 pub(crate) mod latch;
 mod lock;
 mod message;
+pub(crate) mod read_write;
 pub(crate) mod redisson;
 pub(crate) mod shares;
 
