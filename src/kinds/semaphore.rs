@@ -9,7 +9,7 @@ use crate::core::Runtime;
 use crate::engine::{self, validate_duration, validate_lease};
 use crate::error::{Error, Result};
 use crate::keys::{Family, Layout, LockKeys};
-use crate::scripts::{redisson, shares};
+use crate::scripts::{self, redisson, shares};
 use crate::words::Count;
 
 /// A handle on the semaphore called [`name`](Semaphore::name), made by
@@ -193,7 +193,7 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn permits(&self) -> Result<u32> {
-        self.count(shares::Count::Permits)
+        self.count(scripts::Count::Permits)
     }
 
     /// How many permits are held now, by every holder (those whose lease ended are not). In
@@ -206,10 +206,10 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn acquired(&self) -> Result<u32> {
-        self.count(shares::Count::Acquired)
+        self.count(scripts::Count::Acquired)
     }
 
-    fn count(&self, which: shares::Count) -> Result<u32> {
+    fn count(&self, which: scripts::Count) -> Result<u32> {
         self.check_name()?;
         let keys = &self.keys;
         engine::call(&self.runtime.core, keys, |con, freeing| {

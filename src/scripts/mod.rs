@@ -197,6 +197,16 @@ pub(crate) enum Release {
     Gone,
 }
 
+/// What a semaphore's count reads (`shares::count`): shared by both layouts' scripts, so
+/// that neither imports the other's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Count {
+    /// The total (Java's `getPermits`).
+    Permits,
+    /// The permits held now (Java's `acquiredPermits`).
+    Acquired,
+}
+
 /// How a hold was taken, which says what its final release must clean up (a kind with
 /// shares; a lock's hand-over mark needs no cleaning: the next hand-over overwrites it, or it
 /// expires with the lease it recorded).

@@ -15,7 +15,8 @@ use redis::{ConnectionLike, RedisResult};
 
 use super::redisson;
 use super::{
-    Acquire, Freeing, Invocation, Lua, Optional, Queueing, Release, Releasing, Renewal, millis,
+    Acquire, Count, Freeing, Invocation, Lua, Optional, Queueing, Release, Releasing, Renewal,
+    millis,
 };
 use crate::keys::{Family, Layout, LockKeys};
 
@@ -262,15 +263,6 @@ pub(crate) fn add_permits(
         Ok(total) if done == 1 => Ok(total),
         _ => Err(total),
     })
-}
-
-/// What [`count`] reads of a semaphore.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Count {
-    /// The total (Java's `getPermits`).
-    Permits,
-    /// The permits held now (Java's `acquiredPermits`).
-    Acquired,
 }
 
 /// A semaphore's total or the permits held now (in Redisson's layout, once those whose

@@ -17,7 +17,7 @@ use redis::{ConnectionLike, RedisResult};
 use super::super::{Acquire, Freeing, Invocation, Lua, Release, Renewal, millis, splice};
 use super::{acquire_reply, epoch_ms, release_reply};
 use crate::keys::LockKeys;
-use crate::scripts::shares::Count;
+use crate::scripts::Count;
 
 /// The text of `lua/redisson/<file>` with the semaphore's shared part in front.
 macro_rules! semaphore_script {
