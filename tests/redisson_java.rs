@@ -146,16 +146,19 @@ impl Fleet {
         (java, ours)
     }
 
-    /// What the connections at `addrs` sent while `monitors` watched, but for keep-alives
-    /// and topology: `PING` (Redisson pings each connection every 30 s) and `CLUSTER ...`
-    /// (it reads `CLUSTER NODES` every 5 s). Neither looks at a lock.
+    /// What the connections at `addrs` sent while `monitors` watched that reads or changes
+    /// data, so not keep-alives, topology or subscriptions: `PING` (Redisson pings each
+    /// connection every 30 s), `CLUSTER ...` (it reads `CLUSTER NODES` every 5 s) and
+    /// `(S|P)(UN)SUBSCRIBE` (on a loaded Cluster Redisson once sent a `SUNSUBSCRIBE` of the
+    /// channel its waiter waited on, which then still woke within milliseconds of the
+    /// release). None of them looks at a lock; a waiter that polled would send scripts.
     fn sent(monitors: &[Monitor], addrs: &[String]) -> Vec<String> {
         monitors
             .iter()
             .flat_map(|m| m.commands_from(addrs))
             .filter(|c| {
-                let c = c.to_uppercase();
-                !c.starts_with("\"PING\"") && !c.starts_with("\"CLUSTER\"")
+                let name = c.split(' ').next().unwrap_or("").to_uppercase();
+                name != "\"PING\"" && name != "\"CLUSTER\"" && !name.ends_with("SUBSCRIBE\"")
             })
             .collect()
     }
