@@ -1,4 +1,5 @@
--- semaphore_counts.lua: a semaphore's total and the permits held now under a live lease.
+-- semaphore_counts.lua: a semaphore's total and the permits held now under a live lease
+-- (`available()` is the one less the other, never below 0).
 -- Reads only.
 --
 -- KEYS[1]  the holders   <prefix>:{<name>}:semaphore          hash: owner -> "<count> <token>"

@@ -39,7 +39,7 @@ fn redlatch_script_commands(and_publish: bool) -> &'static [&'static str] {
             include_str!("../../lua/latch_set.lua"),
             include_str!("../../lua/release.lua"),
             include_str!("../../lua/renew.lua"),
-            include_str!("../../lua/semaphore_available.lua"),
+            include_str!("../../lua/semaphore_counts.lua"),
             include_str!("../../lua/semaphore_set.lua"),
             include_str!("../../lua/shares.lua"),
             include_str!("../../lua/shares_acquire.lua"),

@@ -36,8 +36,6 @@ static RENEW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/shares_renew.lua")));
 static COUNTS: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/semaphore_counts.lua")));
-static AVAILABLE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/semaphore_available.lua")));
 
 /// What an acquisition of a share asks for.
 #[derive(Debug, Clone, Copy)]
@@ -218,12 +216,13 @@ pub(crate) fn available(
     if keys.layout == Layout::Redisson {
         return redisson::semaphore::available(con, keys, freeing);
     }
-    let n: i64 = AVAILABLE
+    // The total less what is held under a live lease, never below 0: the counts' one read.
+    let (total, held): (i64, i64) = COUNTS
         .key(keys.lock())
         .key(keys.leases())
         .key(keys.permits())
         .invoke(con)?;
-    Ok(n.clamp(0, u32::MAX as i64) as u32)
+    Ok((total - held).clamp(0, u32::MAX as i64) as u32)
 }
 
 /// Sets a semaphore's total if none is set yet, and grants the waiters that now fit: `true`
