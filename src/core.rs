@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 
 use crate::backend::Backend;
+use crate::cancel::Cancel;
 use crate::engine::hold::Holds;
 use crate::engine::leftover::Leftovers;
 use crate::keys::{Family, Layout, LockKeys};
@@ -44,6 +45,9 @@ pub(crate) struct Core {
     pub to_renewal: Arc<ToRenewal>,
     /// What the threads count (shared with the subscriber thread).
     pub counters: Arc<Counters>,
+    /// Watched by every wait of the client: [`Client::cancel_all_waits`](crate::Client::cancel_all_waits)
+    /// ends the waits under way.
+    pub cancel: Cancel,
 }
 
 /// `WAIT <count> <timeout>` after each acquisition: see

@@ -64,6 +64,15 @@ pub enum Error {
         /// Replicas asked for.
         wanted: u32,
     },
+    /// The wait was cancelled: through the [`Cancel`](crate::Cancel) its handle was made
+    /// with ([`cancel_on`](crate::Lock::cancel_on)), or by
+    /// [`Client::cancel_all_waits`](crate::Client::cancel_all_waits). Nothing is held: the
+    /// waiter left the queue in Redis, and a hand-over that reached it as it left went on to
+    /// the next waiter.
+    Cancelled {
+        /// The name of the object waited for.
+        name: String,
+    },
     /// The operating system refused to start one of the client's threads, or the event poll
     /// of its subscriber.
     Thread(std::io::Error),
@@ -120,6 +129,9 @@ impl fmt::Display for Error {
                 "lock {name:?}: {acknowledged} of {wanted} replicas acknowledged the \
                  acquisition in time; released it again"
             ),
+            Error::Cancelled { name } => {
+                write!(f, "the wait for {name:?} was cancelled; nothing is held")
+            }
             Error::Thread(e) => write!(f, "cannot start a redlatch thread or its poll: {e}"),
             Error::UnsupportedServer { version } => write!(
                 f,
@@ -171,6 +183,12 @@ impl Error {
         matches!(self, Error::Redis(e)
             if e.is_timeout() || e.is_io_error() || e.is_connection_dropped()
                 || e.is_connection_refusal())
+    }
+
+    /// Whether this is [`Error::Cancelled`]: a wait ended by a [`Cancel`](crate::Cancel) or
+    /// by [`Client::cancel_all_waits`](crate::Client::cancel_all_waits), holding nothing.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, Error::Cancelled { .. })
     }
 
     /// Whether the call can never succeed as made: [`Error::InvalidArgument`].

@@ -53,6 +53,7 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod cancel;
 mod client;
 mod core;
 mod engine;
@@ -67,6 +68,7 @@ mod stats;
 mod subscriber;
 mod words;
 
+pub use cancel::Cancel;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, MIN_REDIS_VERSION, Result};
 pub use inspect::{ConnectedClient, Holder, Listed, ObjectKind, Report, Waiter};

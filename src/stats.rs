@@ -14,7 +14,7 @@ use crate::words::Words;
 /// bounds they are):
 ///
 /// ```text
-/// acquisitions 100 (at once 98, after wait 1, handed over 1), timeouts 1, wait p50 <= 300 µs, p99 <= 40 ms, renewals ok 12 failed 0, lost 0, reconnects 0, waiting 3, subscriptions 1
+/// acquisitions 100 (at once 98, after wait 1, handed over 1), timeouts 1, cancelled 0, wait p50 <= 300 µs, p99 <= 40 ms, renewals ok 12 failed 0, lost 0, reconnects 0, waiting threads 3, subscriptions 1
 /// ```
 ///
 /// Its `Debug` is the struct, field by field, durations exact.
@@ -32,6 +32,8 @@ pub struct Stats {
     pub handed_over: u64,
     /// Acquisitions that waited and gave up (`Ok(None)`).
     pub timeouts: u64,
+    /// Acquisitions whose wait was cancelled ([`Error::Cancelled`](crate::Error::Cancelled)).
+    pub cancelled: u64,
     /// At most how long the median acquisition took, over every acquisition since the
     /// client was built (those that timed out not counted).
     ///
@@ -66,13 +68,14 @@ impl fmt::Display for Stats {
         write!(
             f,
             "acquisitions {} (at once {}, after wait {}, handed over {}), timeouts {}, \
-             wait p50 {}, p99 {}, renewals ok {} failed {}, lost {}, reconnects {}, \
-             waiting {}, subscriptions {}",
+             cancelled {}, wait p50 {}, p99 {}, renewals ok {} failed {}, lost {}, \
+             reconnects {}, waiting threads {}, subscriptions {}",
             self.acquisitions,
             self.acquired_at_once,
             self.acquired_after_wait,
             self.handed_over,
             self.timeouts,
+            self.cancelled,
             Bound(self.wait_p50),
             Bound(self.wait_p99),
             self.renewals_ok,
@@ -141,6 +144,7 @@ pub(crate) enum Outcome {
     AfterWait,
     HandedOver,
     TimedOut,
+    Cancelled,
 }
 
 /// The counters a client's threads bump: relaxed atomics, since a snapshot needs no order
@@ -151,6 +155,7 @@ pub(crate) struct Counters {
     after_wait: AtomicU64,
     handed_over: AtomicU64,
     timeouts: AtomicU64,
+    cancelled: AtomicU64,
     waits: [AtomicU64; BUCKETS],
     pub renewals_ok: AtomicU64,
     pub renewals_failed: AtomicU64,
@@ -165,6 +170,7 @@ impl Default for Counters {
             after_wait: AtomicU64::new(0),
             handed_over: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
             waits: std::array::from_fn(|_| AtomicU64::new(0)),
             renewals_ok: AtomicU64::new(0),
             renewals_failed: AtomicU64::new(0),
@@ -182,9 +188,10 @@ impl Counters {
             Outcome::AfterWait => &self.after_wait,
             Outcome::HandedOver => &self.handed_over,
             Outcome::TimedOut => &self.timeouts,
+            Outcome::Cancelled => &self.cancelled,
         };
         bump(counter, 1);
-        if outcome != Outcome::TimedOut {
+        if !matches!(outcome, Outcome::TimedOut | Outcome::Cancelled) {
             // The first bucket whose bound the wait does not exceed (seven comparisons).
             let bucket = BOUNDS.partition_point(|&bound| Duration::from_micros(bound) < took);
             bump(&self.waits[bucket], 1);
@@ -206,6 +213,7 @@ impl Counters {
             acquired_after_wait: after_wait,
             handed_over,
             timeouts: read(&self.timeouts),
+            cancelled: read(&self.cancelled),
             wait_p50: quantile(&waits, 0.5),
             wait_p99: quantile(&waits, 0.99),
             renewals_ok: read(&self.renewals_ok),
@@ -308,6 +316,7 @@ mod tests {
             acquired_after_wait: 1,
             handed_over: 1,
             timeouts: 1,
+            cancelled: 0,
             wait_p50: Duration::from_micros(300),
             wait_p99: Duration::from_micros(1_250),
             renewals_ok: 12,
@@ -320,8 +329,8 @@ mod tests {
         assert_eq!(
             stats.to_string(),
             "acquisitions 100 (at once 98, after wait 1, handed over 1), timeouts 1, \
-             wait p50 <= 300 µs, p99 <= 1 ms 250 µs, renewals ok 12 failed 2, lost 1, \
-             reconnects 0, waiting 3, subscriptions 1"
+             cancelled 0, wait p50 <= 300 µs, p99 <= 1 ms 250 µs, renewals ok 12 failed 2, lost 1, \
+             reconnects 0, waiting threads 3, subscriptions 1"
         );
         let fresh = Stats::default().to_string();
         assert!(fresh.contains(", wait p50 -, p99 -, "), "{fresh}");

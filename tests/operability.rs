@@ -271,7 +271,7 @@ fn stats_count_what_the_client_did_and_is_doing() {
         !line.contains('\n')
             && line.starts_with("acquisitions 2 (at once 1, after wait 0, handed over 1)")
             && line.contains(", wait p50 <= ")
-            && line.contains(", waiting 0, subscriptions "),
+            && line.contains(", waiting threads 0, subscriptions "),
         "{line}"
     );
     // A multi-lock taken in one call counts each member.

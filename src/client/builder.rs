@@ -384,6 +384,7 @@ impl ClientBuilder {
             replicas: self.replicas,
             to_renewal: Arc::new(ToRenewal::new(notices, epoch)),
             counters,
+            cancel: Default::default(),
         });
 
         let (stop_renewal, renewal_stopped) = crossbeam_channel::bounded(0);

@@ -233,6 +233,31 @@ impl Client {
         SpinLock::new(self.runtime.clone(), name)
     }
 
+    /// Ends every wait of this client under way now, of every kind and handle, with
+    /// [`Error::Cancelled`](crate::Error::Cancelled): each waiter leaves its queue in Redis
+    /// and holds nothing, and returns within moments (a wait in the middle of a round trip
+    /// returns when that does). For shutdown: call it once no new work is taken, and the
+    /// threads waiting for locks come back. Waits that start later are not affected; for
+    /// that, make handles with [`cancel_on`](crate::Lock::cancel_on) and a
+    /// [`Cancel`](crate::Cancel) that stays cancelled. Holds are kept: release them by
+    /// dropping their guards.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let waiter = {
+    ///     let lock = client.lock("orders");
+    ///     std::thread::spawn(move || lock.lock().map(drop))
+    /// };
+    /// // ... on SIGTERM:
+    /// client.cancel_all_waits();
+    /// let ended = waiter.join().unwrap(); // Ok(()) had it got the lock, else Err(Cancelled)
+    /// # Ok(()) }
+    /// ```
+    pub fn cancel_all_waits(&self) {
+        self.runtime.core.cancel.end_current_waits();
+    }
+
     /// What this client has done and is doing: acquisitions and how they came, wait
     /// quantiles, renewals, losses, reconnects, waiting threads, subscriptions. A snapshot of
     /// counters the client keeps anyway: no I/O, cheap enough to log every few seconds.

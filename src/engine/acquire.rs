@@ -10,6 +10,7 @@ use super::hold::Hold;
 use super::lease::{Terms, deadline_after};
 use super::local;
 use super::release::{lost, release, why_gone};
+use crate::cancel::{Cancel, Watched};
 use crate::core::{Core, Replicas};
 use crate::error::{Error, Result};
 use crate::keys::{Family, Layout, LockKeys};
@@ -40,8 +41,10 @@ pub(super) struct Busy {
 
 /// Acquires `kind` for `owner` (the calling thread's owner id, or one of an acquisition of its
 /// own), waiting at most `wait` (`None`: as long as it takes; `ZERO`: one attempt, no
-/// queueing). `Ok(None)`: not acquired in time. An owner that holds it already re-enters at
-/// once (or learns its hold was lost).
+/// queueing), or until `cancel` (or the client's [`cancel_all_waits`](crate::Client::cancel_all_waits))
+/// ends the wait: [`Error::Cancelled`], holding nothing and out of the queue. `Ok(None)`:
+/// not acquired in time. An owner that holds it already re-enters at once (or learns its
+/// hold was lost).
 ///
 /// An attempt that finds the object busy also queues the thread in Redis, so that the
 /// release which frees it hands it straight to the oldest waiter anywhere in the fleet: the
@@ -55,10 +58,21 @@ pub(crate) fn acquire(
     owner: Arc<str>,
     wait: Option<Duration>,
     terms: Terms,
+    cancel: Option<&Cancel>,
 ) -> Result<Option<Acquired>> {
     let started = Instant::now();
+    let watched = Watched::new(&core.cancel, cancel);
+    if watched.is_cancelled() {
+        return Err(cancelled(kind.keys()));
+    }
     let mut outcome = Outcome::AtOnce;
-    let acquired = acquire_counted(core, kind, owner, wait, terms, &mut outcome)?;
+    let acquired = acquire_counted(core, kind, owner, wait, terms, &watched, &mut outcome)
+        .inspect_err(|e| {
+            if e.is_cancelled() {
+                core.counters
+                    .acquisition(Outcome::Cancelled, started.elapsed());
+            }
+        })?;
     let outcome = if acquired.is_some() {
         outcome
     } else {
@@ -75,6 +89,7 @@ fn acquire_counted(
     owner: Arc<str>,
     wait: Option<Duration>,
     terms: Terms,
+    watched: &Watched,
     outcome: &mut Outcome,
 ) -> Result<Option<Acquired>> {
     let keys = kind.keys();
@@ -86,7 +101,10 @@ fn acquire_counted(
     let queues = wait != Some(Duration::ZERO) && existing.is_none();
     if queues {
         // A thread that waits may wait for another client's turn, too.
-        local::let_others_go_first(core, keys, deadline);
+        local::let_others_go_first(core, keys, deadline, watched);
+        if watched.is_cancelled() {
+            return Err(cancelled(keys));
+        }
     }
     let expecting = queues.then(|| core.subscriber.expect(keys, &owner));
     let waiting = Wait {
@@ -95,6 +113,7 @@ fn acquire_counted(
         owner,
         terms,
         deadline,
+        watched,
     };
 
     let mut first = if queues {
@@ -152,6 +171,8 @@ struct Wait<'a> {
     terms: Terms,
     /// `None`: as long as it takes.
     deadline: Option<Instant>,
+    /// What ends the wait before its deadline.
+    watched: &'a Watched,
 }
 
 impl Wait<'_> {
@@ -177,6 +198,7 @@ impl Wait<'_> {
         }
         let _waiting =
             local::takes_turns(core, keys).then(|| core.holds.turns.waiting(keys.lock()));
+        let _on_cancel = self.watched.on_cancel(waiter.cancel_bell());
 
         // A sleep ends at a hand-over, a wake-up, the object's TTL (its holder may have died
         // without a message), the time to renew our place in the queue, or our deadline.
@@ -217,7 +239,12 @@ impl Wait<'_> {
                 return self.give_up(&self.queueing(Some(*busy)));
             }
             if !confirm {
-                local::let_others_go_first(core, keys, self.deadline);
+                local::let_others_go_first(core, keys, self.deadline, self.watched);
+            }
+            // A hand-over taken up above wins over a cancel: it is held, and returned.
+            if !confirm && self.watched.is_cancelled() {
+                drop(waiter);
+                return self.cancel(busy);
             }
             let sent = self.queueing(Some(*busy));
             let reply =
@@ -268,6 +295,23 @@ impl Wait<'_> {
         }
     }
 
+    /// The wait was cancelled: leave the queue and, should the object have been handed to us
+    /// meanwhile, hand it on (a release that grants it to the next waiter), so a cancel never
+    /// strands it.
+    fn cancel(&self, busy: &Busy) -> Result<Option<Acquired>> {
+        let keys = self.kind.keys();
+        if let Some(acquired) = self.give_up(&self.queueing(Some(*busy)))?
+            && let Err(e) = release(self.core, self.kind, &acquired.hold)
+        {
+            log::warn!(
+                "lock {:?}, handed over to a wait that was cancelled: handing it on \
+                     failed ({e}); it frees itself when its lease runs out",
+                keys.name()
+            );
+        }
+        Err(cancelled(keys))
+    }
+
     /// The wait is over: leave the queue, unless the object was handed to us meanwhile.
     fn give_up(&self, queueing: &Queueing) -> Result<Option<Acquired>> {
         let (core, keys, terms) = (self.core, self.kind.keys(), self.terms);
@@ -284,6 +328,13 @@ impl Wait<'_> {
             hold.extend(sent, terms.lease_set(), terms.renew_every());
             Acquired { hold }
         }))
+    }
+}
+
+/// The error of a wait for `keys`'s object that was cancelled.
+pub(super) fn cancelled(keys: &LockKeys) -> Error {
+    Error::Cancelled {
+        name: keys.name().to_string(),
     }
 }
 

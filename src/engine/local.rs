@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use redis::RedisResult;
 
 use super::hold::Hold;
+use crate::cancel::Watched;
 use crate::core::Core;
 use crate::keys::{Family, Layout, LockKeys};
 use crate::scripts::redisson::{self, Transfer};
@@ -80,14 +81,19 @@ pub(crate) fn takes_turns(core: &Core, keys: &LockKeys) -> bool {
 }
 
 /// Sleeps while this client leaves lock `keys` to the others (a turn of theirs is open), but
-/// not past `deadline`: the caller attempts next.
-pub(crate) fn let_others_go_first(core: &Core, keys: &LockKeys, deadline: Option<Instant>) {
+/// not past `deadline`, nor past a cancel of the wait: the caller attempts (or leaves) next.
+pub(crate) fn let_others_go_first(
+    core: &Core,
+    keys: &LockKeys,
+    deadline: Option<Instant>,
+    watched: &Watched,
+) {
     if !takes_turns(core, keys) {
         return;
     }
     if let Some(until) = core.holds.turns.open_until(keys.lock()) {
         let until = deadline.map_or(until, |d| d.min(until));
-        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+        watched.sleep(until.saturating_duration_since(Instant::now()));
     }
 }
 

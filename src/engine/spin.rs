@@ -5,12 +5,12 @@
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use super::Kind;
-use super::acquire::{Acquired, attempt};
+use super::acquire::{Acquired, attempt, cancelled};
 use super::lease::{Terms, deadline_after, validate_duration};
+use crate::cancel::{Cancel, Watched};
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::scripts::Queueing;
@@ -69,10 +69,15 @@ pub(crate) fn spin(
     wait: Option<Duration>,
     terms: Terms,
     backoff: Backoff,
+    cancel: Option<&Cancel>,
 ) -> Result<Option<Acquired>> {
     let started = Instant::now();
     let deadline = deadline_after(wait);
     let keys = kind.keys();
+    let watched = Watched::new(&core.cancel, cancel);
+    if watched.is_cancelled() {
+        return Err(cancelled(keys));
+    }
     let existing = core.holds.get(keys.lock(), &owner);
     let mut jitter = Jitter::new();
     let mut step = backoff.min;
@@ -107,7 +112,12 @@ pub(crate) fn spin(
         let sleep = (half + jitter.up_to(step - half))
             .min(busy.ttl.max(Duration::from_millis(1)))
             .min(left.unwrap_or(Duration::MAX));
-        thread::sleep(sleep);
+        if watched.sleep(sleep) {
+            // Nothing to leave: a spinning waiter takes no place in the queue.
+            core.counters
+                .acquisition(Outcome::Cancelled, started.elapsed());
+            return Err(cancelled(keys));
+        }
         step = (step * 2).min(backoff.max);
     }
 }

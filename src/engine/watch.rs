@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, RedisResult};
 
+use super::acquire::cancelled;
 use super::lease::deadline_after;
+use crate::cancel::{Cancel, Watched};
 use crate::core::Core;
 use crate::error::Result;
 use crate::keys::LockKeys;
@@ -34,13 +36,21 @@ pub(crate) struct Look {
 /// A message that says the condition came to hold at a server time after the last look
 /// (a latch's `open <µs>`) ends the wait without another look: it came to hold while the
 /// caller waited.
+///
+/// `cancel` (and the client's [`cancel_all_waits`](crate::Client::cancel_all_waits)) ends the
+/// wait with [`Error::Cancelled`](crate::Error::Cancelled), at once if it already has.
 pub(crate) fn watch(
     core: &Core,
     keys: &Arc<LockKeys>,
     owner: Arc<str>,
     wait: Option<Duration>,
+    cancel: Option<&Cancel>,
     mut check: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<Look>,
 ) -> Result<bool> {
+    let watched = Watched::new(&core.cancel, cancel);
+    if watched.is_cancelled() {
+        return Err(cancelled(keys));
+    }
     let deadline = deadline_after(wait);
     // When the last look was taken (server µs), if it said.
     let mut looked_at = None;
@@ -60,6 +70,7 @@ pub(crate) fn watch(
         return Ok(false);
     }
     let waiter = core.subscriber.join(expecting);
+    let _on_cancel = watched.on_cancel(waiter.cancel_bell());
     loop {
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         if left == Some(Duration::ZERO) {
@@ -68,6 +79,9 @@ pub(crate) fn watch(
         }
         let wake =
             waiter.wait(left.map_or(core.watchdog_timeout, |l| l.min(core.watchdog_timeout)));
+        if wake == Wake::Cancelled {
+            return Err(cancelled(keys));
+        }
         if let Wake::Opened { at_us } = wake
             && looked_at.is_some_and(|seen| at_us > seen)
         {

@@ -60,6 +60,8 @@ const MAX_COUNT: u64 = i64::MAX as u64;
 pub struct CountDownLatch {
     runtime: Arc<Runtime>,
     keys: Arc<LockKeys>,
+    /// Ends this handle's waits (`cancel_on`).
+    cancel: Option<crate::Cancel>,
 }
 
 impl std::fmt::Debug for CountDownLatch {
@@ -76,6 +78,18 @@ impl CountDownLatch {
         CountDownLatch {
             runtime,
             keys: Arc::new(keys),
+            cancel: None,
+        }
+    }
+
+    /// The same handle, whose waits end with
+    /// [`Error::Cancelled`](crate::Error::Cancelled) once `cancel` is cancelled (at once if it
+    /// already is): the count is left as it is. See
+    /// [`Cancel`](crate::Cancel).
+    pub fn cancel_on(&self, cancel: &crate::Cancel) -> CountDownLatch {
+        CountDownLatch {
+            cancel: Some(cancel.clone()),
+            ..self.clone()
         }
     }
 
@@ -128,13 +142,21 @@ impl CountDownLatch {
         validate_duration("timeout", timeout, Duration::ZERO)?;
         let core = &self.runtime.core;
         let keys = &self.keys;
-        engine::watch(core, keys, core.thread_owner(), Some(timeout), |con| {
-            let (count, at_us) = latch::count_at(con, keys)?;
-            Ok(Look {
-                holds: count == 0,
-                at_us: Some(at_us),
-            })
-        })
+        let cancel = self.cancel.as_ref();
+        engine::watch(
+            core,
+            keys,
+            core.thread_owner(),
+            Some(timeout),
+            cancel,
+            |con| {
+                let (count, at_us) = latch::count_at(con, keys)?;
+                Ok(Look {
+                    holds: count == 0,
+                    at_us: Some(at_us),
+                })
+            },
+        )
     }
 
     fn check_name(&self) -> Result<()> {

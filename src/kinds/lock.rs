@@ -10,6 +10,7 @@ use redis::{ConnectionLike, RedisResult};
 
 use super::fair::FairWait;
 use super::held::Held;
+use crate::cancel::Cancel;
 use crate::core::{Core, Runtime};
 use crate::engine::{self, Acquired, Hold, Kind, Terms, validate_duration, validate_lease};
 use crate::error::{Error, Result};
@@ -78,6 +79,8 @@ pub struct Lock {
     /// Keeps the client's threads alive while the handle lives.
     runtime: Arc<Runtime>,
     keys: Arc<LockKeys>,
+    /// Ends this handle's waits ([`Lock::cancel_on`]).
+    cancel: Option<Cancel>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -91,14 +94,46 @@ impl std::fmt::Debug for Lock {
 impl Lock {
     pub(crate) fn new(runtime: Arc<Runtime>, name: &str) -> Lock {
         let keys = Arc::new(runtime.core.keys(Family::Lock, name));
-        Lock { runtime, keys }
+        Lock {
+            runtime,
+            keys,
+            cancel: None,
+        }
     }
 
     /// Redisson's fair lock called `name` (Java's `getFairLock`): see
     /// [`Client::fair_lock`](crate::Client::fair_lock).
     pub(crate) fn fair(runtime: Arc<Runtime>, name: &str) -> Lock {
         let keys = Arc::new(LockKeys::redisson_fair(name));
-        Lock { runtime, keys }
+        Lock {
+            runtime,
+            keys,
+            cancel: None,
+        }
+    }
+
+    /// The same handle, whose waits end with
+    /// [`Error::Cancelled`](crate::Error::Cancelled) once `cancel` is cancelled (at once if it
+    /// already is): the waiter leaves the queue in Redis and holds nothing. See [`Cancel`].
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let shutdown = redlatch::Cancel::new();
+    /// let lock = client.lock("orders").cancel_on(&shutdown);
+    /// // Another thread calls `shutdown.cancel()`: this returns Err(Cancelled) at once.
+    /// match lock.lock() {
+    ///     Ok(_guard) => { /* work */ }
+    ///     Err(e) if e.is_cancelled() => return Ok(()),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn cancel_on(&self, cancel: &Cancel) -> Lock {
+        Lock {
+            cancel: Some(cancel.clone()),
+            ..self.clone()
+        }
     }
 
     /// The lock's name, as given to [`Client::lock`](crate::Client::lock).
@@ -245,6 +280,11 @@ impl Lock {
         engine::check_name(self.core(), self.keys.name())
     }
 
+    /// What ends this handle's waits, besides the client's `cancel_all_waits`.
+    pub(crate) fn cancelled_by(&self) -> Option<&Cancel> {
+        self.cancel.as_ref()
+    }
+
     /// The lease terms of an acquisition asking for `lease`.
     pub(crate) fn terms(&self, lease: Option<Duration>) -> Terms {
         Terms {
@@ -289,9 +329,9 @@ impl Lock {
         let terms = self.terms(lease);
         if self.keys.fair {
             let fair = FairWait::new(self.name(), &owner, wait);
-            return engine::acquire(self.core(), &fair, owner, wait, terms);
+            return engine::acquire(self.core(), &fair, owner, wait, terms, self.cancelled_by());
         }
-        engine::acquire(self.core(), self, owner, wait, terms)
+        engine::acquire(self.core(), self, owner, wait, terms, self.cancelled_by())
     }
 
     /// The guard of a hold the engine registered (and counted the guard of).

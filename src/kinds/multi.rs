@@ -56,6 +56,15 @@ impl Client {
 }
 
 impl MultiLock {
+    /// The same handle, whose waits end with
+    /// [`Error::Cancelled`](crate::Error::Cancelled) once `cancel` is cancelled (at once if it
+    /// already is): the member waited for is left in Redis and holds nothing. See [`Cancel`].
+    pub fn cancel_on(&self, cancel: &crate::Cancel) -> MultiLock {
+        MultiLock {
+            locks: self.locks.iter().map(|l| l.cancel_on(cancel)).collect(),
+        }
+    }
+
     /// The members' names, in the order they are taken.
     pub fn names(&self) -> Vec<&str> {
         self.locks.iter().map(Lock::name).collect()
@@ -85,6 +94,12 @@ impl MultiLock {
     ) -> Result<Option<MultiLockGuard>> {
         check_composite(&self.locks, lease, "multi-lock")?;
         let first = &self.locks[0];
+        // A cancelled handle takes nothing, even members that are free.
+        if first.cancelled_by().is_some_and(|c| c.is_cancelled()) {
+            return Err(Error::Cancelled {
+                name: self.names().join(", "),
+            });
+        }
         let core = first.core();
         let deadline = deadline_after(wait);
         let terms = first.terms(lease);

@@ -72,6 +72,8 @@ use crate::scripts;
 pub struct ReadWriteLock {
     runtime: Arc<Runtime>,
     keys: Arc<LockKeys>,
+    /// Ends this handle's waits (`cancel_on`).
+    cancel: Option<crate::Cancel>,
 }
 
 impl std::fmt::Debug for ReadWriteLock {
@@ -88,6 +90,18 @@ impl ReadWriteLock {
         ReadWriteLock {
             runtime,
             keys: Arc::new(keys),
+            cancel: None,
+        }
+    }
+
+    /// The same handle, whose waits end with
+    /// [`Error::Cancelled`](crate::Error::Cancelled) once `cancel` is cancelled (at once if it
+    /// already is): the waiter leaves the queue in Redis and holds nothing. See
+    /// [`Cancel`](crate::Cancel).
+    pub fn cancel_on(&self, cancel: &crate::Cancel) -> ReadWriteLock {
+        ReadWriteLock {
+            cancel: Some(cancel.clone()),
+            ..self.clone()
         }
     }
 
@@ -285,7 +299,7 @@ impl ReadWriteLock {
         let writing = core.holds.get(self.keys.lock(), &writer).is_some();
         let owner = self.keys.rw_owner(&thread, true);
         let share = Share::new(core, self.keys.clone(), Wants::Read { writer, writing });
-        let held = share.acquire(&self.runtime, owner, wait, lease)?;
+        let held = share.acquire(&self.runtime, owner, wait, lease, self.cancel.as_ref())?;
         Ok(held.map(|held| ReadGuard {
             held,
             _not_send: PhantomData,
@@ -311,7 +325,7 @@ impl ReadWriteLock {
             });
         }
         let share = Share::new(core, self.keys.clone(), Wants::Write);
-        let held = share.acquire(&self.runtime, owner, wait, lease)?;
+        let held = share.acquire(&self.runtime, owner, wait, lease, self.cancel.as_ref())?;
         Ok(held.map(|held| WriteGuard {
             held,
             _not_send: PhantomData,

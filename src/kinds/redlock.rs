@@ -85,6 +85,18 @@ pub struct Redlock {
 }
 
 impl Redlock {
+    /// The same handle, whose waits end with
+    /// [`Error::Cancelled`](crate::Error::Cancelled) once `cancel` is cancelled (at once if it
+    /// already is): what was taken on other masters is released. See [`Cancel`].
+    /// [`Client::cancel_all_waits`](crate::Client::cancel_all_waits) of one master's client
+    /// ends a wait on that master, which ends the Redlock's wait too.
+    pub fn cancel_on(&self, cancel: &crate::Cancel) -> Redlock {
+        Redlock {
+            locks: self.locks.iter().map(|l| l.cancel_on(cancel)).collect(),
+            majority: self.majority,
+        }
+    }
+
     /// Waits as long as it takes, then holds the lock on a majority (at least) of the masters
     /// with the watchdog.
     pub fn lock(&self) -> Result<RedlockGuard> {
@@ -130,6 +142,8 @@ impl Redlock {
                 match lock.try_lock(Duration::ZERO, lease) {
                     Ok(Some(guard)) => held[i] = Some(guard),
                     Ok(None) => busy.push(i),
+                    // Dropping `held` releases what we took.
+                    Err(e) if e.is_cancelled() => return Err(e),
                     Err(e) => failures.push(e),
                 }
             }
@@ -176,6 +190,7 @@ impl Redlock {
             match self.locks[next].acquire(remaining, lease) {
                 Ok(Some(guard)) => held[next] = Some(guard),
                 Ok(None) => return Ok(None),
+                Err(e) if e.is_cancelled() => return Err(e),
                 Err(_) => {} // that master failed meanwhile: the next round counts it
             }
         }

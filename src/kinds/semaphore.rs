@@ -74,6 +74,8 @@ use crate::words::Count;
 pub struct Semaphore {
     runtime: Arc<Runtime>,
     keys: Arc<LockKeys>,
+    /// Ends this handle's waits (`cancel_on`).
+    cancel: Option<crate::Cancel>,
 }
 
 impl std::fmt::Debug for Semaphore {
@@ -90,6 +92,18 @@ impl Semaphore {
         Semaphore {
             runtime,
             keys: Arc::new(keys),
+            cancel: None,
+        }
+    }
+
+    /// The same handle, whose waits end with
+    /// [`Error::Cancelled`](crate::Error::Cancelled) once `cancel` is cancelled (at once if it
+    /// already is): the waiter leaves the queue in Redis and holds nothing. See
+    /// [`Cancel`](crate::Cancel).
+    pub fn cancel_on(&self, cancel: &crate::Cancel) -> Semaphore {
+        Semaphore {
+            cancel: Some(cancel.clone()),
+            ..self.clone()
         }
     }
 
@@ -266,7 +280,7 @@ impl Semaphore {
             Layout::Redisson => redisson::semaphore::owner(n),
         };
         let share = Share::new(core, self.keys.clone(), Wants::Permits(n));
-        let held = share.acquire(&self.runtime, owner, wait, lease)?;
+        let held = share.acquire(&self.runtime, owner, wait, lease, self.cancel.as_ref())?;
         Ok(held.map(|held| Permits { held, count: n }))
     }
 }

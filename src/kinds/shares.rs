@@ -11,6 +11,7 @@ use std::time::Duration;
 use redis::{ConnectionLike, RedisResult};
 
 use super::held::Held;
+use crate::cancel::Cancel;
 use crate::core::{Core, Runtime};
 use crate::engine::{self, Kind, Terms};
 use crate::error::Result;
@@ -60,13 +61,15 @@ impl Share {
         }
     }
 
-    /// Acquires through the engine for `owner`; `wait: None` waits forever.
+    /// Acquires through the engine for `owner`; `wait: None` waits forever, `cancel` ends the
+    /// wait.
     pub fn acquire(
         self,
         runtime: &Arc<Runtime>,
         owner: Arc<str>,
         wait: Option<Duration>,
         lease: Option<Duration>,
+        cancel: Option<&Cancel>,
     ) -> Result<Option<Held<Share>>> {
         let core = &runtime.core;
         let terms = Terms {
@@ -77,7 +80,7 @@ impl Share {
             Wants::Permits(_) => "permits of semaphore",
             Wants::Read { .. } | Wants::Write => "read-write lock",
         };
-        let acquired = engine::acquire(core, &self, owner, wait, terms)?;
+        let acquired = engine::acquire(core, &self, owner, wait, terms, cancel)?;
         Ok(acquired.map(|acquired| Held::new(self, runtime, acquired, what)))
     }
 }

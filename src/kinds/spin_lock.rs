@@ -64,6 +64,16 @@ impl SpinLock {
         }
     }
 
+    /// The same handle, whose waits end with
+    /// [`Error::Cancelled`](crate::Error::Cancelled) once `cancel` is cancelled (at once if it
+    /// already is): the waiter leaves the queue in Redis and holds nothing. See [`Cancel`].
+    pub fn cancel_on(&self, cancel: &crate::Cancel) -> SpinLock {
+        SpinLock {
+            lock: self.lock.cancel_on(cancel),
+            backoff: self.backoff,
+        }
+    }
+
     /// The same handle, sleeping from `min` between attempts, doubling up to `max`. Checked
     /// when the lock is acquired: `min` of at least 1 ms, `max` not below `min` nor above an
     /// hour, else [`Error::InvalidArgument`](crate::Error::InvalidArgument).
@@ -133,7 +143,9 @@ impl SpinLock {
         let lock = &self.lock;
         let core = lock.core();
         let terms = lock.terms(lease);
-        let acquired = engine::spin(core, lock, core.thread_owner(), wait, terms, backoff)?;
+        let owner = core.thread_owner();
+        let cancel = lock.cancelled_by();
+        let acquired = engine::spin(core, lock, owner, wait, terms, backoff, cancel)?;
         Ok(acquired.map(|acquired| lock.guard(acquired)))
     }
 }

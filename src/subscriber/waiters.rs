@@ -174,6 +174,9 @@ struct SlotState {
     opened_at: Option<u64>,
     /// Wake no later than this to try again: the lock's lease changed hands and ends then.
     wake_by: Option<Instant>,
+    /// The wait was cancelled ([`Waiter::cancel_bell`]): it leaves, unless a hand-over is
+    /// there or coming.
+    cancelled: bool,
 }
 
 impl Slot {
@@ -265,6 +268,8 @@ pub(crate) enum Wake {
     Opened { at_us: u64 },
     /// The time asked for passed.
     Timeout,
+    /// The wait was cancelled ([`Waiter::cancel_bell`]).
+    Cancelled,
 }
 
 impl Subscriber {
@@ -423,6 +428,10 @@ impl Waiter<'_> {
                     let _ = self.slot.wake.wait_for(&mut state, INCOMING_LOOK);
                     continue;
                 }
+                if state.cancelled {
+                    state.attempting = true;
+                    break Wake::Cancelled;
+                }
                 if std::mem::replace(&mut state.permit, false) {
                     state.attempting = true;
                     break match state.opened_at.take() {
@@ -459,6 +468,18 @@ impl Waiter<'_> {
     /// layout has no hand-over of its own.
     pub fn take_local_hand_overs(&self, lease: Duration) {
         *self.slot.local_lease.lock() = Some(lease);
+    }
+
+    /// What ends this waiter's sleep for good when its wait is cancelled: [`Waiter::wait`]
+    /// then returns [`Wake::Cancelled`], unless the lock is handed over (or being handed
+    /// over in this client) to it, which wins. Rings in process; safe from any thread.
+    pub fn cancel_bell(&self) -> Arc<dyn Fn() + Send + Sync> {
+        let slot = self.slot.clone();
+        Arc::new(move || {
+            let mut state = slot.state.lock();
+            state.cancelled = true;
+            slot.wake.notify_one();
+        })
     }
 
     /// The waiter got the lock: nothing to pass on when it leaves.

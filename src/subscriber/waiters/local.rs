@@ -88,8 +88,10 @@ impl Subscriber {
         let (slot, lease) = state.queue.iter().find_map(|slot| {
             let lease = (*slot.local_lease.lock())?;
             let mut slot_state = slot.state.lock();
-            let free =
-                slot_state.handed.is_none() && !slot_state.incoming && !slot_state.attempting;
+            let free = slot_state.handed.is_none()
+                && !slot_state.incoming
+                && !slot_state.attempting
+                && !slot_state.cancelled;
             slot_state.incoming |= free;
             free.then(|| (slot.clone(), lease))
         })?;
