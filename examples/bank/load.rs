@@ -62,13 +62,13 @@ impl Summary {
 }
 
 /// A keep-alive HTTP/1.1 connection to the bank.
-struct Http {
+pub struct Http {
     reader: BufReader<TcpStream>,
     writer: TcpStream,
 }
 
 impl Http {
-    fn connect(addr: &str) -> std::io::Result<Http> {
+    pub fn connect(addr: &str) -> std::io::Result<Http> {
         let stream = TcpStream::connect(addr)?;
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(Duration::from_secs(30)))?;
@@ -79,7 +79,7 @@ impl Http {
     }
 
     /// The status code and body of `method path`.
-    fn call(&mut self, method: &str, path: &str) -> std::io::Result<(u16, String)> {
+    pub fn call(&mut self, method: &str, path: &str) -> std::io::Result<(u16, String)> {
         write!(
             self.writer,
             "{method} {path} HTTP/1.1\r\nHost: bank\r\n\r\n"

@@ -107,14 +107,19 @@ fn main() -> ExitCode {
     };
     if !loaded {
         return match serving.join() {
-            Ok(Ok(())) => ExitCode::SUCCESS,
+            Ok(Ok(_)) => ExitCode::SUCCESS,
             _ => ExitCode::FAILURE,
         };
     }
     println!("load: {clients} clients for {seconds} s");
     let summary = load::run(&addr, &names, clients, Duration::from_secs(seconds));
     stop.store(true, Ordering::Relaxed);
-    let _ = serving.join();
+    if let Ok(Ok(served)) = serving.join() {
+        println!(
+            "shutdown: {:?}, {} waits for locks called off",
+            served.shutdown, served.called_off
+        );
+    }
     match summary {
         Ok(summary) => {
             summary.print();

@@ -6,19 +6,24 @@
 //!   balances, and writes both in one script on the store that accepts the write only if each
 //!   account's token is at least the last one it accepted. 200 done, 422 insufficient funds,
 //!   409 refused by a fence (a holder that lost its lock: nothing written), 503 the locks
-//!   were not free within 5 s, 400 a bad request.
+//!   were not free within 5 s (or the server is shutting down), 400 a bad request.
 //! - `GET /balance?account=A`, `GET /total`.
 //!
 //! One OS thread per connection, each request on its own thread, as the crate's users write
 //! servers; one `redlatch::Client` shared by all of them.
+//!
+//! Shutting down ([`serve`] once `stop` is set) is clean under load: no new connection is
+//! taken, every request waiting for a lock is called off through one `redlatch::Cancel` (it
+//! answers 503 at once, out of the queue in Redis, holding nothing), the requests under way
+//! finish, idle connections are closed, and `serve` returns once every thread is gone.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The store's write: every account's balance, if each token is at least the last one that
 /// account accepted. KEYS: balance and fence of each account, in pairs; ARGV: token and new
@@ -79,8 +84,28 @@ impl Bank {
     }
 }
 
-/// Serves `listener` until `stop` is set: one thread per connection.
-pub fn serve(listener: TcpListener, bank: Bank, stop: Arc<AtomicBool>) -> redlatch::Result<()> {
+/// How a [`serve`] ended: how long the shutdown took, from `stop` seen to the last thread
+/// gone, and how many requests waiting for locks it called off.
+#[derive(Debug, Default)]
+pub struct Served {
+    pub shutdown: Duration,
+    pub called_off: u64,
+}
+
+/// What the connection threads share: the locks' client, the store, the settings, and what
+/// a shutdown needs.
+struct Shared {
+    client: redlatch::Client,
+    store: redis::Client,
+    bank: Bank,
+    /// Every wait for an account's locks watches it: cancelled when the server stops.
+    shutdown: redlatch::Cancel,
+    called_off: AtomicU64,
+}
+
+/// Serves `listener` until `stop` is set: one thread per connection. Then shuts down cleanly
+/// (see the module docs) and returns when every connection thread has ended.
+pub fn serve(listener: TcpListener, bank: Bank, stop: Arc<AtomicBool>) -> redlatch::Result<Served> {
     // The name goes on every connection: `redlatch --prefix bank inspect acct-0` then says
     // which process holds an account.
     let name = format!("bank@pid-{}", std::process::id());
@@ -94,15 +119,28 @@ pub fn serve(listener: TcpListener, bank: Bank, stop: Arc<AtomicBool>) -> redlat
         _ => builder.key_prefix("bank").build()?,
     };
     let store = redis::Client::open(bank.store_url.as_str()).map_err(redlatch::Error::Redis)?;
-    let bank = Arc::new(bank);
+    let shared = Arc::new(Shared {
+        client,
+        store,
+        bank,
+        shutdown: redlatch::Cancel::new(),
+        called_off: AtomicU64::new(0),
+    });
     listener
         .set_nonblocking(true)
         .map_err(redlatch::Error::Thread)?;
+    // Each connection's thread, and a handle on its socket to close it when we stop.
+    let mut connections: Vec<(thread::JoinHandle<()>, TcpStream)> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
-                let (client, store, bank) = (client.clone(), store.clone(), bank.clone());
-                thread::spawn(move || handle(stream, &client, &store, &bank));
+                let Ok(closer) = stream.try_clone() else {
+                    continue;
+                };
+                let shared = shared.clone();
+                let thread = thread::spawn(move || handle(stream, &shared));
+                connections.push((thread, closer));
+                connections.retain(|(thread, _)| !thread.is_finished());
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 thread::sleep(Duration::from_millis(2))
@@ -110,11 +148,24 @@ pub fn serve(listener: TcpListener, bank: Bank, stop: Arc<AtomicBool>) -> redlat
             Err(e) => eprintln!("bank: accept failed: {e}"),
         }
     }
-    Ok(())
+    let stopping = Instant::now();
+    drop(listener);
+    // Requests waiting for locks answer 503 now; those under way finish their transfer.
+    shared.shutdown.cancel();
+    for (thread, closer) in connections {
+        // No next request on this connection: its thread ends after the current one.
+        let _ = closer.shutdown(Shutdown::Read);
+        let _ = thread.join();
+    }
+    Ok(Served {
+        shutdown: stopping.elapsed(),
+        called_off: shared.called_off.load(Ordering::Relaxed),
+    })
 }
 
 /// One connection: requests one after another (keep-alive), each answered before the next.
-fn handle(stream: TcpStream, client: &redlatch::Client, store: &redis::Client, bank: &Bank) {
+fn handle(stream: TcpStream, shared: &Shared) {
+    let (client, store, bank) = (&shared.client, &shared.store, &shared.bank);
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_nodelay(true);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
@@ -140,7 +191,7 @@ fn handle(stream: TcpStream, client: &redlatch::Client, store: &redis::Client, b
                 break;
             }
         }
-        let (status, body) = answer(&request_line, client, &mut con, bank);
+        let (status, body) = answer(&request_line, client, &mut con, bank, shared);
         let reply = format!(
             "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
@@ -157,6 +208,7 @@ fn answer(
     client: &redlatch::Client,
     con: &mut redis::Connection,
     bank: &Bank,
+    shared: &Shared,
 ) -> (&'static str, String) {
     let mut words = request_line.split_whitespace();
     let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
@@ -178,8 +230,12 @@ fn answer(
                     "two different accounts and a positive amount\n".into(),
                 );
             }
-            match transfer(client, con, bank, from, to, amount) {
+            match transfer(client, con, bank, &shared.shutdown, from, to, amount) {
                 Ok(outcome) => outcome,
+                Err(Transfer::Locks(e)) if e.is_cancelled() => {
+                    shared.called_off.fetch_add(1, Ordering::Relaxed);
+                    ("503 Service Unavailable", "shutting down\n".into())
+                }
                 Err(e) => ("500 Internal Server Error", format!("{e}\n")),
             }
         }
@@ -211,20 +267,46 @@ fn balance(con: &mut redis::Connection, account: &str) -> redis::RedisResult<i64
         .query(con)
 }
 
-/// Moves `amount` from `from` to `to` under both accounts' locks.
+/// Why a transfer failed: the locks (a cancelled wait among them), or the store.
+#[derive(Debug)]
+enum Transfer {
+    Locks(redlatch::Error),
+    Store(redis::RedisError),
+}
+
+impl std::fmt::Display for Transfer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Transfer::Locks(e) => write!(f, "locks: {e}"),
+            Transfer::Store(e) => write!(f, "store: {e}"),
+        }
+    }
+}
+
+impl From<redis::RedisError> for Transfer {
+    fn from(e: redis::RedisError) -> Self {
+        Transfer::Store(e)
+    }
+}
+
+/// Moves `amount` from `from` to `to` under both accounts' locks, unless `shutdown` calls the
+/// wait for them off.
 fn transfer(
     client: &redlatch::Client,
     con: &mut redis::Connection,
     bank: &Bank,
+    shutdown: &redlatch::Cancel,
     from: &str,
     to: &str,
     amount: i64,
-) -> Result<(&'static str, String), Box<dyn std::error::Error>> {
+) -> Result<(&'static str, String), Transfer> {
     let names = [from, to];
     let guard = match bank.guard {
         Guard::Locks => match client
             .multi_lock(&names)
-            .try_lock(Duration::from_secs(5), None)?
+            .cancel_on(shutdown)
+            .try_lock(Duration::from_secs(5), None)
+            .map_err(Transfer::Locks)?
         {
             Some(guard) => Some(guard),
             None => {
