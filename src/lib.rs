@@ -44,6 +44,13 @@
 //! Every kind is a thin policy over one acquisition engine: the same queue in Redis, the
 //! same hand-over by message, the same watchdog and the same lost signal.
 //!
+//! # Shutting down cleanly
+//! Every waiting call can be called off: a handle made with `cancel_on(&cancel)` (every kind
+//! has it, see [`Cancel`]) ends its waits with [`Error::Cancelled`] once the [`Cancel`] is
+//! cancelled, and [`Client::cancel_all_waits`] ends every wait of the client under way. A
+//! cancelled waiter leaves the queue in Redis and holds nothing, so on SIGTERM a server gets
+//! its waiting threads back at once, and the next waiter in the fleet is served.
+//!
 //! # What a lock on Redis cannot promise
 //! Redis replication is asynchronous: a failover can lose a lock that was acquired just
 //! before it. A holder paused (GC, SIGSTOP, VM freeze) past its lease can resume believing it
