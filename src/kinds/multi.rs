@@ -58,7 +58,7 @@ impl Client {
 impl MultiLock {
     /// The same handle, whose waits end with
     /// [`Error::Cancelled`](crate::Error::Cancelled) once `cancel` is cancelled (at once if it
-    /// already is): the member waited for is left in Redis and holds nothing. See [`Cancel`].
+    /// already is): the member waited for is left in Redis and nothing is held. See [`Cancel`](crate::Cancel).
     pub fn cancel_on(&self, cancel: &crate::Cancel) -> MultiLock {
         MultiLock {
             locks: self.locks.iter().map(|l| l.cancel_on(cancel)).collect(),

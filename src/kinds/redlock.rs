@@ -87,7 +87,7 @@ pub struct Redlock {
 impl Redlock {
     /// The same handle, whose waits end with
     /// [`Error::Cancelled`](crate::Error::Cancelled) once `cancel` is cancelled (at once if it
-    /// already is): what was taken on other masters is released. See [`Cancel`].
+    /// already is): what was taken on other masters is released. See [`Cancel`](crate::Cancel).
     /// [`Client::cancel_all_waits`](crate::Client::cancel_all_waits) of one master's client
     /// ends a wait on that master, which ends the Redlock's wait too.
     pub fn cancel_on(&self, cancel: &crate::Cancel) -> Redlock {

@@ -66,7 +66,7 @@ impl SpinLock {
 
     /// The same handle, whose waits end with
     /// [`Error::Cancelled`](crate::Error::Cancelled) once `cancel` is cancelled (at once if it
-    /// already is): the waiter leaves the queue in Redis and holds nothing. See [`Cancel`].
+    /// already is): the waiter leaves the queue in Redis and holds nothing. See [`Cancel`](crate::Cancel).
     pub fn cancel_on(&self, cancel: &crate::Cancel) -> SpinLock {
         SpinLock {
             lock: self.lock.cancel_on(cancel),
