@@ -14,6 +14,7 @@ use crossbeam_channel::Sender;
 
 use crate::backend::Backend;
 use crate::cancel::Cancel;
+use crate::client::NameMapper;
 use crate::engine::hold::Holds;
 use crate::engine::leftover::Leftovers;
 use crate::keys::{Family, Layout, LockKeys};
@@ -48,6 +49,12 @@ pub(crate) struct Core {
     /// Watched by every wait of the client: [`Client::cancel_all_waits`](crate::Client::cancel_all_waits)
     /// ends the waits under way.
     pub cancel: Cancel,
+    /// Holds per renewal script call.
+    pub watchdog_batch_size: usize,
+    /// How long a Redisson fair lock's waiter without a deadline keeps its place.
+    pub fair_wait_timeout: Duration,
+    /// The user's map from names to stored names, if any.
+    pub name_mapper: Option<NameMapper>,
 }
 
 /// `WAIT <count> <timeout>` after each acquisition: see
@@ -64,11 +71,21 @@ impl Core {
         format!("{}:{}", self.id, thread_number()).into()
     }
 
-    /// The keys of the object of `family` called `name`, in this client's layout.
+    /// The keys of the object of `family` called `name` (mapped as the client's name mapper
+    /// says), in this client's layout.
     pub fn keys(&self, family: Family, name: &str) -> LockKeys {
+        let name = self.stored_name(name);
         match self.layout {
-            Layout::Redlatch => LockKeys::of(family, &self.prefix, name),
-            Layout::Redisson => LockKeys::redisson(family, name),
+            Layout::Redlatch => LockKeys::of(family, &self.prefix, &name),
+            Layout::Redisson => LockKeys::redisson(family, &name),
+        }
+    }
+
+    /// The name an object called `name` is stored under: the name mapper's, if any.
+    pub fn stored_name<'a>(&self, name: &'a str) -> std::borrow::Cow<'a, str> {
+        match &self.name_mapper {
+            Some(NameMapper(map)) => map(name).into(),
+            None => name.into(),
         }
     }
 

@@ -36,6 +36,13 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// The renewal period is a third of the watchdog timeout and must stay a usable sleep.
 const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
+/// Holds renewed per script call by default (see [`ClientBuilder::watchdog_batch_size`]).
+const DEFAULT_WATCHDOG_BATCH_SIZE: usize = 500;
+/// The largest batch: a script call's keys and arguments grow with it, and one call blocks
+/// the server while it runs (5,000 renewals take about 5 ms).
+const MAX_WATCHDOG_BATCH_SIZE: usize = 5000;
+/// Redisson's `fairLockWaitTimeout` default.
+const DEFAULT_FAIR_WAIT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
 /// Settings for a [`Client`]; from [`Client::builder`].
 ///
@@ -64,6 +71,9 @@ pub struct ClientBuilder {
     replicas: Option<Replicas>,
     misused_master_credentials: bool,
     on_lost: Option<LossHook>,
+    watchdog_batch_size: usize,
+    fair_wait_timeout: Duration,
+    name_mapper: Option<NameMapper>,
     #[cfg(feature = "tls")]
     tls_certificates: Option<TlsCertificates>,
 }
@@ -89,6 +99,9 @@ impl ClientBuilder {
             replicas: None,
             misused_master_credentials: false,
             on_lost: None,
+            watchdog_batch_size: DEFAULT_WATCHDOG_BATCH_SIZE,
+            fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
+            name_mapper: None,
             #[cfg(feature = "tls")]
             tls_certificates: None,
         }
@@ -166,6 +179,71 @@ impl ClientBuilder {
     /// every third of that; a holder that dies frees the lock after at most this long.
     pub fn watchdog_timeout(mut self, d: Duration) -> Self {
         self.watchdog_timeout = d;
+        self
+    }
+
+    /// How many holds the renewal thread renews in one script call (default 500, as
+    /// Redisson's `lockWatchdogBatchSize` is 100): fewer round trips with more, a shorter
+    /// stall of the server per call with fewer. Between 1 and 5,000, else
+    /// [`Error::InvalidArgument`] at [`build`](ClientBuilder::build). On a Cluster a call
+    /// also holds one slot's holds only.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::builder("redis://127.0.0.1/")
+    ///     .watchdog_batch_size(100)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn watchdog_batch_size(mut self, n: usize) -> Self {
+        self.watchdog_batch_size = n;
+        self
+    }
+
+    /// How long a waiter of a [`Layout::Redisson`] fair lock
+    /// ([`Client::fair_lock`](crate::Client::fair_lock)) that waits without a deadline
+    /// (`lock()`) keeps its place after the waiter before it (default 5 minutes: Redisson's
+    /// `fairLockWaitTimeout`, which Java services sharing the lock should match). A waiter
+    /// that stops renewing its place (a process that died in the queue) is passed over after
+    /// this long. Our own layout's queue needs no such setting: a place there is renewed by
+    /// its waiter every watchdog timeout. At least 1 ms, else
+    /// [`Error::InvalidArgument`] at [`build`](ClientBuilder::build).
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    /// let client = redlatch::Client::builder("redis://127.0.0.1/")
+    ///     .layout(redlatch::Layout::Redisson)
+    ///     .fair_wait_timeout(Duration::from_secs(60))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair_wait_timeout(mut self, d: Duration) -> Self {
+        self.fair_wait_timeout = d;
+        self
+    }
+
+    /// Maps every object's name to the name it is stored under, in both layouts, as Java's
+    /// `NameMapper` does: `client.lock("orders")` with `|n| format!("billing:{n}")` is the
+    /// lock `billing:orders`, the one a Redisson client configured with that mapper calls
+    /// `getLock("orders")`. In [`Layout::Redisson`], which has no key prefix, it is how
+    /// services share one Redis without sharing names. Applied once, when a handle is made;
+    /// the handle's `name()`, its errors and the operator's view show the stored name. The
+    /// mapped name follows the rules of any name (not empty, at most
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes), checked when the handle is used. It must
+    /// be a pure function: the same name must map to the same stored name in every process.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::builder("redis://127.0.0.1/")
+    ///     .layout(redlatch::Layout::Redisson)
+    ///     .name_mapper(|name| format!("billing:{name}"))
+    ///     .build()?;
+    /// let _guard = client.lock("orders").lock()?; // the hash `billing:orders`
+    /// # Ok(()) }
+    /// ```
+    pub fn name_mapper(mut self, f: impl Fn(&str) -> String + Send + Sync + 'static) -> Self {
+        self.name_mapper = Some(NameMapper(Arc::new(f)));
         self
     }
 
@@ -309,6 +387,17 @@ impl ClientBuilder {
         if self.settings.pool_size == 0 {
             return Err(Error::invalid("pool_size must be at least 1"));
         }
+        if !(1..=MAX_WATCHDOG_BATCH_SIZE).contains(&self.watchdog_batch_size) {
+            return Err(Error::invalid(format!(
+                "watchdog_batch_size of {} is out of range: from 1 to {}",
+                self.watchdog_batch_size, MAX_WATCHDOG_BATCH_SIZE
+            )));
+        }
+        validate_duration(
+            "fair_wait_timeout",
+            self.fair_wait_timeout,
+            Duration::from_millis(1),
+        )?;
         for (what, d) in [
             ("connect_timeout", self.settings.link.connect_timeout),
             ("response_timeout", self.settings.link.response_timeout),
@@ -385,6 +474,9 @@ impl ClientBuilder {
             to_renewal: Arc::new(ToRenewal::new(notices, epoch)),
             counters,
             cancel: Default::default(),
+            watchdog_batch_size: self.watchdog_batch_size,
+            fair_wait_timeout: self.fair_wait_timeout,
+            name_mapper: self.name_mapper,
         });
 
         let (stop_renewal, renewal_stopped) = crossbeam_channel::bounded(0);
@@ -446,4 +538,15 @@ fn check_name(name: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// A user's function from a name to the name it is stored under
+/// ([`ClientBuilder::name_mapper`]).
+#[derive(Clone)]
+pub(crate) struct NameMapper(pub Arc<dyn Fn(&str) -> String + Send + Sync>);
+
+impl std::fmt::Debug for NameMapper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NameMapper(..)")
+    }
 }

@@ -17,6 +17,7 @@ use crate::stats::Stats;
 mod builder;
 
 pub use builder::ClientBuilder;
+pub(crate) use builder::NameMapper;
 
 /// A connection to one Redis deployment, from which locks are made.
 ///

@@ -10,9 +10,6 @@ use crate::core::Core;
 use crate::keys::Family;
 use crate::scripts::{self, Renewal};
 
-/// Holds per renewal script call.
-pub(crate) const BATCH: usize = 500;
-
 /// What [`renew`] did, per hold in the order given: when the call that renewed it was sent
 /// and whether it is still ours; `None` where it was not renewed (see `failure`).
 pub(crate) struct Renewed {
@@ -21,7 +18,7 @@ pub(crate) struct Renewed {
     pub failure: Option<RedisError>,
 }
 
-/// Renews `holds` with `lease`: one script call per [`BATCH`] holds of one family (on a
+/// Renews `holds` with `lease`: one script call per `core.watchdog_batch_size` holds of one family (on a
 /// Cluster, where a script may not cross slots, per slot too), and the calls of each server together: all of them
 /// on one server, those of each master on a Cluster. Of each such group the first call goes
 /// alone and the rest follow in one pipeline, so at most two round trips per server; a
@@ -47,7 +44,7 @@ pub(crate) fn renew(
         .flat_map(|group| by_family(group, holds))
         .flat_map(|group| {
             group
-                .chunks(BATCH)
+                .chunks(core.watchdog_batch_size)
                 .map(<[usize]>::to_vec)
                 .collect::<Vec<_>>()
         })

@@ -20,13 +20,18 @@ use crate::words::Words;
 /// The longest backoff step a user may ask for.
 const MAX_CAP: Duration = Duration::from_secs(3600);
 
-/// How long a spinning waiter sleeps between attempts: from `min`, doubling up to `max`,
-/// each sleep drawn at random between half and all of the current step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How long a spinning waiter sleeps between attempts: from `min`, growing by `multiplier`
+/// up to `max` (`1.0`, or `min == max`: constant), each sleep drawn at random between half
+/// and all of the current step.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Backoff {
     pub min: Duration,
     pub max: Duration,
+    pub multiplier: f64,
 }
+
+/// The largest growth per attempt a user may ask for.
+const MAX_MULTIPLIER: f64 = 100.0;
 
 impl Backoff {
     /// 2 ms, doubling to 128 ms: a few attempts in the first tens of milliseconds (most
@@ -34,11 +39,18 @@ impl Backoff {
     pub const DEFAULT: Backoff = Backoff {
         min: Duration::from_millis(2),
         max: Duration::from_millis(128),
+        multiplier: 2.0,
     };
 
-    /// Checks a backoff a user gave: at least 1 ms to start, a cap not below it, and no
-    /// cap beyond an hour.
+    /// Checks a backoff a user gave: at least 1 ms to start, a cap not below it, no cap
+    /// beyond an hour, and a multiplier from 1 to 100.
     pub fn validate(self) -> Result<Backoff> {
+        if !(1.0..=MAX_MULTIPLIER).contains(&self.multiplier) {
+            return Err(Error::invalid(format!(
+                "backoff multiplier of {} is out of range: from 1 to {MAX_MULTIPLIER}",
+                self.multiplier
+            )));
+        }
         validate_duration("backoff cap", self.max, Duration::from_millis(1))?;
         if self.min.is_zero() || self.min > self.max {
             return Err(Error::invalid(format!(
@@ -118,7 +130,7 @@ pub(crate) fn spin(
                 .acquisition(Outcome::Cancelled, started.elapsed());
             return Err(cancelled(keys));
         }
-        step = (step * 2).min(backoff.max);
+        step = step.mul_f64(backoff.multiplier).min(backoff.max);
     }
 }
 
@@ -172,8 +184,19 @@ mod tests {
             let backoff = Backoff {
                 min: bad.0,
                 max: bad.1,
+                multiplier: 2.0,
             };
             assert!(matches!(backoff.validate(), Err(Error::InvalidArgument(_))));
+        }
+        for multiplier in [0.5, 0.0, -2.0, 101.0, f64::NAN, f64::INFINITY] {
+            let backoff = Backoff {
+                multiplier,
+                ..Backoff::DEFAULT
+            };
+            assert!(
+                matches!(backoff.validate(), Err(Error::InvalidArgument(_))),
+                "{multiplier}"
+            );
         }
     }
 }

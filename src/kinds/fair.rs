@@ -17,28 +17,26 @@ use crate::engine::Kind;
 use crate::keys::LockKeys;
 use crate::scripts::{self, Acquire, Freeing, Queueing, Release, Releasing, redisson};
 
-/// How long a queued waiter without a deadline of its own stays valid past its predecessor:
-/// Redisson's `fairLockWaitTimeout` default, 5 minutes, which Java's `lock()` uses.
-const UNBOUNDED_SLOT: Duration = Duration::from_secs(300);
-
 /// The longest slot: a year.
 const LONGEST_SLOT: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// One acquisition of a fair lock: its waiter's keys, and its slot.
 pub(crate) struct FairWait {
     keys: Arc<LockKeys>,
-    /// Java's `wait` for the deadlines: the caller's wait, or [`UNBOUNDED_SLOT`].
+    /// Java's `wait` for the deadlines: the caller's wait, or the client's
+    /// `fair_wait_timeout` (Redisson's `fairLockWaitTimeout`, which Java's `lock()` uses).
     slot: Duration,
 }
 
 impl FairWait {
-    /// For `owner` waiting at most `wait` (`None`: as long as it takes) for fair lock `name`.
-    pub fn new(name: &str, owner: &str, wait: Option<Duration>) -> FairWait {
+    /// For `owner` waiting at most `wait` (`None`: as long as it takes, keeping its place for
+    /// `unbounded` past its predecessor's) for fair lock `name`.
+    pub fn new(name: &str, owner: &str, wait: Option<Duration>, unbounded: Duration) -> FairWait {
         FairWait {
             keys: Arc::new(LockKeys::redisson_fair_waiter(name, owner)),
             // As Java's tryLock(wait) does (a zero wait never queues, so its slot is unused);
             // capped at a year, so that deadlines stay exact in Lua's numbers.
-            slot: wait.map_or(UNBOUNDED_SLOT, |w| w.min(LONGEST_SLOT)),
+            slot: wait.map_or(unbounded, |w| w).min(LONGEST_SLOT),
         }
     }
 }

@@ -104,7 +104,7 @@ impl Lock {
     /// Redisson's fair lock called `name` (Java's `getFairLock`): see
     /// [`Client::fair_lock`](crate::Client::fair_lock).
     pub(crate) fn fair(runtime: Arc<Runtime>, name: &str) -> Lock {
-        let keys = Arc::new(LockKeys::redisson_fair(name));
+        let keys = Arc::new(LockKeys::redisson_fair(&runtime.core.stored_name(name)));
         Lock {
             runtime,
             keys,
@@ -328,7 +328,8 @@ impl Lock {
         validate_lease(lease)?;
         let terms = self.terms(lease);
         if self.keys.fair {
-            let fair = FairWait::new(self.name(), &owner, wait);
+            let unbounded = self.core().fair_wait_timeout;
+            let fair = FairWait::new(self.name(), &owner, wait, unbounded);
             return engine::acquire(self.core(), &fair, owner, wait, terms, self.cancelled_by());
         }
         engine::acquire(self.core(), self, owner, wait, terms, self.cancelled_by())

@@ -77,9 +77,56 @@ impl SpinLock {
     /// The same handle, sleeping from `min` between attempts, doubling up to `max`. Checked
     /// when the lock is acquired: `min` of at least 1 ms, `max` not below `min` nor above an
     /// hour, else [`Error::InvalidArgument`](crate::Error::InvalidArgument).
-    pub fn with_backoff(mut self, min: Duration, max: Duration) -> SpinLock {
-        self.backoff = Backoff { min, max };
+    pub fn with_backoff(self, min: Duration, max: Duration) -> SpinLock {
+        self.with_exponential_backoff(min, max, 2.0)
+    }
+
+    /// The same handle, sleeping from `min` between attempts, growing by `multiplier` each
+    /// time up to `max` (Java's `ExponentialBackOff` with its `initialDelay`, `maxDelay`
+    /// and `multiplier`). Each sleep is drawn between half and all of the step, so that
+    /// waiters that started together drift apart. Checked when the lock is acquired: as
+    /// [`with_backoff`](SpinLock::with_backoff), and a `multiplier` from 1 to 100.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let lock = client.spin_lock("cron:nightly").with_exponential_backoff(
+    ///     Duration::from_millis(5),
+    ///     Duration::from_secs(1),
+    ///     3.0,
+    /// );
+    /// let _guard = lock.lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_exponential_backoff(
+        mut self,
+        min: Duration,
+        max: Duration,
+        multiplier: f64,
+    ) -> SpinLock {
+        self.backoff = Backoff {
+            min,
+            max,
+            multiplier,
+        };
         self
+    }
+
+    /// The same handle, sleeping about `delay` between attempts (Java's `ConstantBackOff`):
+    /// each sleep drawn between half and all of it. At least 1 ms and at most an hour,
+    /// checked when the lock is acquired.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let lock = client.spin_lock("cron:nightly").with_constant_backoff(Duration::from_millis(50));
+    /// let _guard = lock.lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_constant_backoff(self, delay: Duration) -> SpinLock {
+        self.with_exponential_backoff(delay, delay, 1.0)
     }
 
     /// The lock's name, as given to [`Client::spin_lock`](crate::Client::spin_lock).
