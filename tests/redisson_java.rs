@@ -1069,3 +1069,49 @@ fn semaphore_administration_agrees_with_redisson() {
     assert_eq!(semaphore.add_permits(-3).unwrap(), 0);
     agree(0, 0, 0);
 }
+
+/// A name mapper on both sides (Java's `NameMapper`, ours `name_mapper`) meets on the same
+/// keys: Java's `getLock("orders")` and ours `lock("orders")` are the hash `billing:orders`,
+/// exclude each other and wake each other; a client without the mapper sees that name.
+#[test]
+fn a_name_mapper_meets_javas_name_mapper() {
+    let server = support::RedisServer::start();
+    let java =
+        JavaService::start_mapped(support::java::Deployment::Single(&server.url()), "billing:");
+    let ours = Client::builder(&server.url())
+        .layout(Layout::Redisson)
+        .name_mapper(|n| format!("billing:{n}"))
+        .build()
+        .unwrap();
+    let name = unique("orders");
+    let stored = format!("billing:{name}");
+    let mut admin = server.admin();
+    assert!(java.try_lock("lock", &name, 1, Duration::ZERO, NO_LEASE));
+    let exists: bool = redis::cmd("EXISTS").arg(&stored).query(&mut admin).unwrap();
+    assert!(exists, "Java's mapped hash {stored}");
+    let lock = ours.lock(&name);
+    assert!(lock.is_locked().unwrap());
+    let waiter = {
+        let lock = lock.clone();
+        on_thread(move || {
+            lock.try_lock(LONG, None)
+                .map(|g| g.map(|g| g.name().to_string()))
+        })
+    };
+    assert!(eventually(Duration::from_secs(10), || ours
+        .stats()
+        .waiting_threads
+        == 1));
+    let released = Instant::now();
+    java.unlock("lock", &name, 1).unwrap();
+    let (woken, got) = waiter.join().unwrap();
+    assert_eq!(got.unwrap().as_deref(), Some(stored.as_str()));
+    assert_woken("our mapped waiter", released, woken);
+    // And the other way: ours held, Java's mapped lock sees it.
+    let guard = lock.lock().unwrap();
+    assert_eq!(java.value(1, "islocked", &[&"lock", &name]), "true");
+    assert!(!java.try_lock("lock", &name, 1, Duration::ZERO, NO_LEASE));
+    drop(guard);
+    assert!(java.try_lock("lock", &name, 1, Duration::ZERO, NO_LEASE));
+    java.unlock("lock", &name, 1).unwrap();
+}

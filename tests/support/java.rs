@@ -127,6 +127,19 @@ impl JavaService {
     /// With `lockWatchdogTimeout` set to `watchdog` (a lease of that length, renewed every
     /// third of it).
     pub fn start_with(deployment: Deployment, watchdog: Option<Duration>) -> JavaService {
+        JavaService::start_configured(deployment, watchdog, None)
+    }
+
+    /// With a `NameMapper` that stores every name `n` as `<name_prefix>n`.
+    pub fn start_mapped(deployment: Deployment, name_prefix: &str) -> JavaService {
+        JavaService::start_configured(deployment, None, Some(name_prefix))
+    }
+
+    fn start_configured(
+        deployment: Deployment,
+        watchdog: Option<Duration>,
+        name_prefix: Option<&str>,
+    ) -> JavaService {
         let classpath = classpath(&version());
         let log = std::env::temp_dir().join(format!(
             "redlatch-java-{}-{}.log",
@@ -156,6 +169,9 @@ impl JavaService {
             cmd.args(["--watchdog-ms", &watchdog.as_millis().to_string()]);
         }
         cmd.args(["--name", CLIENT_NAME]);
+        if let Some(prefix) = name_prefix {
+            cmd.args(["--name-prefix", prefix]);
+        }
         let log_file = std::fs::File::create(&log).unwrap();
         let mut child = cmd
             .stdin(Stdio::piped())

@@ -24,12 +24,13 @@ import org.redisson.config.ReadMode;
 /**
  * A Java service on the real Redisson, driven line by line over stdin/stdout.
  *
- * <p>Start: {@code JavaService <mode> <addresses> [--watchdog-ms N] [--name CLIENT_NAME]} where
+ * <p>Start: {@code JavaService <mode> <addresses> [--watchdog-ms N] [--name CLIENT_NAME] [--name-prefix P]} where
  * mode is {@code single} (one or more comma-separated {@code redis://} URLs: one RedissonClient
  * each; the first serves every call, all of them a Redlock), {@code sentinel MASTER urls} or
  * {@code cluster urls}. It prints {@code ready <redisson version> <java version> <client id>}
  * (the id is the {@code <uuid>} of Redisson's owner fields {@code <uuid>:<thread id>}).
- * Every setting is Redisson's default but the watchdog (when given), the client name (so that
+ * Every setting is Redisson's default but the watchdog and the name mapper (when given: every
+ * name {@code n} stored as {@code <prefix>n}), the client name (so that
  * {@code CLIENT LIST} tells its connections), and, under Sentinel and on a Cluster, reads from
  * the master ({@code ReadMode.MASTER}; the default reads from replicas, so {@code isLocked}
  * right after a lock could read a replica that has not seen it yet: true of Redisson, but a
@@ -63,11 +64,13 @@ public final class JavaService {
         }
         long watchdogMs = 30_000;
         String clientName = "redlatch-java";
+        String namePrefix = null;
         List<String> rest = new ArrayList<>();
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
                 case "--watchdog-ms": watchdogMs = Long.parseLong(args[++i]); break;
                 case "--name": clientName = args[++i]; break;
+                case "--name-prefix": namePrefix = args[++i]; break;
                 default: rest.add(args[i]);
             }
         }
@@ -77,13 +80,13 @@ public final class JavaService {
             case "single":
                 for (String url : rest.get(1).split(",")) {
                     Config config = base(watchdogMs);
-                    config.useSingleServer().setAddress(url).setClientName(clientName);
+                    mapNames(config.useSingleServer().setAddress(url).setClientName(clientName), namePrefix);
                     clients.add(Redisson.create(config));
                 }
                 break;
             case "sentinel": {
                 Config config = base(watchdogMs);
-                config.useSentinelServers()
+                mapNames(config.useSentinelServers(), namePrefix)
                         .setMasterName(rest.get(1))
                         .addSentinelAddress(rest.get(2).split(","))
                         .setCheckSentinelsList(false)
@@ -94,7 +97,7 @@ public final class JavaService {
             }
             case "cluster": {
                 Config config = base(watchdogMs);
-                config.useClusterServers()
+                mapNames(config.useClusterServers(), namePrefix)
                         .addNodeAddress(rest.get(1).split(","))
                         .setReadMode(ReadMode.MASTER)
                         .setClientName(clientName);
@@ -113,6 +116,25 @@ public final class JavaService {
                 + clients.get(0).getId());
         out.flush();
         new JavaService(clients, out).serve();
+    }
+
+    /** A NameMapper that stores every name under {@code prefix} (none when null). */
+    @SuppressWarnings("deprecation") // Config.setNameMapper is 4.x only; this works on 3.x too
+    private static <T extends org.redisson.config.BaseConfig<T>> T mapNames(T server, String prefix) {
+        if (prefix == null) {
+            return server;
+        }
+        return server.setNameMapper(new org.redisson.config.NameMapper() {
+            @Override
+            public String map(String name) {
+                return prefix + name;
+            }
+
+            @Override
+            public String unmap(String name) {
+                return name.startsWith(prefix) ? name.substring(prefix.length()) : name;
+            }
+        });
     }
 
     private static Config base(long watchdogMs) {
