@@ -124,36 +124,37 @@ impl Cancel {
 
 /// What one wait watches: its client's cancel (as of the round the wait began in) and its
 /// handle's, if it has one.
-pub(crate) struct Watched {
-    client: Cancel,
+/// Borrowed, so that a wait costs no reference count on the client's shared cancel.
+pub(crate) struct Watched<'a> {
+    client: &'a Cancel,
     round: u64,
-    own: Option<Cancel>,
+    own: Option<&'a Cancel>,
 }
 
-impl Watched {
+impl<'a> Watched<'a> {
     /// A wait that begins now, of a client whose cancel is `client`, by a handle cancelled by
     /// `own`.
-    pub fn new(client: &Cancel, own: Option<&Cancel>) -> Watched {
+    pub fn new(client: &'a Cancel, own: Option<&'a Cancel>) -> Watched<'a> {
         Watched {
-            client: client.clone(),
+            client,
             round: client.inner.round.load(Ordering::SeqCst),
-            own: own.cloned(),
+            own,
         }
     }
 
     /// Whether the wait is over: its handle's cancel was cancelled, or its client ended the
     /// waits under way since it began.
     pub fn is_cancelled(&self) -> bool {
-        self.own.as_ref().is_some_and(Cancel::is_cancelled)
+        self.own.is_some_and(Cancel::is_cancelled)
             || self.client.inner.round.load(Ordering::SeqCst) != self.round
     }
 
     /// Calls `wake` when the wait is cancelled, until the result is dropped; at once if it is
     /// cancelled already (registered first, so that a cancel in between still rings).
-    pub fn on_cancel(&self, wake: Arc<dyn Fn() + Send + Sync>) -> OnCancel<'_> {
+    pub fn on_cancel(&self, wake: Arc<dyn Fn() + Send + Sync>) -> OnCancel<'_, 'a> {
         let ids = [
             Some(self.client.register(wake.clone())),
-            self.own.as_ref().map(|own| own.register(wake.clone())),
+            self.own.map(|own| own.register(wake.clone())),
         ];
         if self.is_cancelled() {
             wake();
@@ -178,17 +179,17 @@ impl Watched {
 }
 
 /// A registration made by [`Watched::on_cancel`]; dropping it unregisters.
-pub(crate) struct OnCancel<'a> {
-    watched: &'a Watched,
+pub(crate) struct OnCancel<'w, 'a> {
+    watched: &'w Watched<'a>,
     ids: [Option<u64>; 2],
 }
 
-impl Drop for OnCancel<'_> {
+impl Drop for OnCancel<'_, '_> {
     fn drop(&mut self) {
         if let Some(id) = self.ids[0] {
             self.watched.client.unregister(id);
         }
-        if let (Some(id), Some(own)) = (self.ids[1], &self.watched.own) {
+        if let (Some(id), Some(own)) = (self.ids[1], self.watched.own) {
             own.unregister(id);
         }
     }
@@ -237,8 +238,8 @@ mod tests {
 
     #[test]
     fn a_sleep_ends_at_the_cancel() {
-        let own = Cancel::new();
-        let watched = Watched::new(&Cancel::new(), Some(&own));
+        let (client, own) = (Cancel::new(), Cancel::new());
+        let watched = Watched::new(&client, Some(&own));
         let canceller = {
             let own = own.clone();
             std::thread::spawn(move || {
@@ -250,6 +251,6 @@ mod tests {
         assert!(watched.sleep(Duration::from_secs(10)));
         assert!(started.elapsed() < Duration::from_secs(5));
         canceller.join().unwrap();
-        assert!(!Watched::new(&Cancel::new(), None).sleep(Duration::from_millis(1)));
+        assert!(!Watched::new(&client, None).sleep(Duration::from_millis(1)));
     }
 }

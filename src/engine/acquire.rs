@@ -172,7 +172,7 @@ struct Wait<'a> {
     /// `None`: as long as it takes.
     deadline: Option<Instant>,
     /// What ends the wait before its deadline.
-    watched: &'a Watched,
+    watched: &'a Watched<'a>,
 }
 
 impl Wait<'_> {
