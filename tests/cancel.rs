@@ -333,3 +333,103 @@ fn a_cancel_racing_a_hand_over_holds_or_hands_on_and_never_strands_the_lock() {
         );
     }
 }
+
+/// The same race for a semaphore's permits and a read-write lock's write: a grant that meets
+/// a cancel is either taken or given back, and the next asker gets it at once.
+#[test]
+fn a_cancel_racing_a_grant_of_permits_or_a_write_never_strands_it() {
+    let server = RedisServer::start();
+    const ROUNDS: usize = 12;
+    for layout in LAYOUTS {
+        let (a, b, checker) = (
+            client(&server, layout),
+            client(&server, layout),
+            client(&server, layout),
+        );
+        let mut outcomes = [0usize; 2];
+        for round in 0..ROUNDS {
+            let name = unique("cancel-grant");
+            let semaphore = round % 2 == 0;
+            // The holder's hold, released on its own thread as the cancel comes.
+            let held: Box<dyn FnOnce() + Send> = if semaphore {
+                a.semaphore(&name).set_permits(1).unwrap();
+                let permits = a.semaphore(&name).acquire(1).unwrap();
+                Box::new(move || permits.release().unwrap())
+            } else {
+                let (tx, rx) = std::sync::mpsc::channel::<()>();
+                let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+                let rw = a.read_write_lock(&name);
+                // A write guard is not Send: hold it on a thread of its own.
+                let holder = thread::spawn(move || {
+                    let write = rw.write().unwrap();
+                    ready_tx.send(()).unwrap();
+                    rx.recv().unwrap();
+                    drop(write);
+                });
+                ready_rx.recv().unwrap();
+                Box::new(move || {
+                    tx.send(()).unwrap();
+                    holder.join().unwrap();
+                })
+            };
+            let cancel = Cancel::new();
+            let waiter = {
+                let (semaphore_handle, rw) = (
+                    b.semaphore(&name).cancel_on(&cancel),
+                    b.read_write_lock(&name).cancel_on(&cancel),
+                );
+                thread::spawn(move || {
+                    if semaphore {
+                        semaphore_handle.acquire(1).map(drop)
+                    } else {
+                        rw.write().map(drop)
+                    }
+                })
+            };
+            await_waiting(&b, 1);
+            let start = Arc::new(Barrier::new(2));
+            let releaser = {
+                let start = start.clone();
+                thread::spawn(move || {
+                    start.wait();
+                    held();
+                })
+            };
+            start.wait();
+            thread::sleep(Duration::from_micros((round as u64 % 6) * 50));
+            cancel.cancel();
+            releaser.join().unwrap();
+            match waiter.join().unwrap() {
+                Ok(()) => outcomes[0] += 1,
+                Err(Error::Cancelled { .. }) => outcomes[1] += 1,
+                Err(e) => panic!("{layout:?} round {round}: {e}"),
+            }
+            let asked = Instant::now();
+            let next = if semaphore {
+                checker
+                    .semaphore(&name)
+                    .try_acquire(1, Duration::from_secs(10), None)
+                    .map(|p| p.is_some())
+            } else {
+                checker
+                    .read_write_lock(&name)
+                    .try_write(Duration::from_secs(10), None)
+                    .map(|w| w.is_some())
+            };
+            let took = asked.elapsed();
+            let what = if semaphore { "the permit" } else { "the write" };
+            assert!(
+                matches!(next, Ok(true)),
+                "{layout:?} round {round}: {what} was stranded ({next:?} after {took:?})"
+            );
+            assert!(
+                took < Duration::from_secs(2),
+                "{layout:?} round {round}: {what} came after {took:?}"
+            );
+        }
+        println!(
+            "{layout:?}: of {ROUNDS} races, the waiter took the grant {} times and was cancelled {} times",
+            outcomes[0], outcomes[1]
+        );
+    }
+}
