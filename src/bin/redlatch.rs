@@ -234,7 +234,15 @@ fn run(cli: Cli) -> redlatch::Result<ExitCode> {
                         );
                         return Ok(ExitCode::FAILURE);
                     }
-                    detected.found.iter().map(|o| o.kind).collect()
+                    // An object in use hides the leftovers (a fencing counter) of other
+                    // kinds by the same name.
+                    let any_active = detected.found.iter().any(|o| o.active);
+                    detected
+                        .found
+                        .iter()
+                        .filter(|o| o.active || !any_active)
+                        .map(|o| o.kind)
+                        .collect()
                 }
             };
             for (i, kind) in kinds.into_iter().enumerate() {

@@ -61,12 +61,19 @@ impl Client {
     pub fn detect(&self, name: &str) -> Result<Detected> {
         let core = self.core();
         engine::check_name(core, name)?;
-        // Every key of the name hashes to one slot: one server has them all.
-        let slot = core.keys(ObjectKind::Lock.family(), name).slot();
-        let mut link = core.backend.link_for_slot(slot).map_err(Error::Redis)?;
-        match core.layout {
-            Layout::Redisson => redisson::detect(&mut link, name, core.backend.sharded_pubsub()),
-            Layout::Redlatch => ours(&mut link, core, name),
+        let sharded = core.backend.sharded_pubsub();
+        let read = |con: &mut dyn ConnectionLike| match core.layout {
+            Layout::Redisson => redisson::detect(con, name, sharded),
+            Layout::Redlatch => ours(con, core, name),
+        };
+        if core.backend.is_cluster() {
+            // PUBSUB (Redisson's layout) names no key to route by: ask the master of the
+            // name's slot, which has every key and shard channel of the name.
+            let slot = core.keys(ObjectKind::Lock.family(), name).slot();
+            let mut link = core.backend.link_for_slot(slot).map_err(Error::Redis)?;
+            read(&mut link)
+        } else {
+            core.backend.run(read)
         }
         .map_err(Error::Redis)
     }

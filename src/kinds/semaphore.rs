@@ -223,7 +223,8 @@ impl Semaphore {
     /// renewal, when their lease runs out, or when they release (at once for this client's,
     /// through [`on_lock_lost`](crate::ClientBuilder::on_lock_lost) with
     /// [`LossCause::ForceUnlocked`](crate::LossCause::ForceUnlocked)); other clients' holders
-    /// learn it the same way, but with another cause, as if their lease had been lost.
+    /// learn it at their watchdog's next look as
+    /// [`LossCause::Taken`](crate::LossCause::Taken), as if their lease had run out.
     ///
     /// ```no_run
     /// # fn main() -> redlatch::Result<()> {
