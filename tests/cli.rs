@@ -726,3 +726,52 @@ fn list_on_a_shared_server_shows_objects_not_leftovers_or_other_data() {
         "the counters, not our fences: {told}"
     );
 }
+
+/// A Java service waiting for a permit of a Redisson semaphore (the emulated Redisson 4.7.0
+/// client, `support::jvm`) wakes on the CLI's force-unlock at once, not at the holder's lease
+/// end: the script publishes the new count as Java's own release does.
+#[test]
+fn a_redisson_semaphore_force_unlock_wakes_a_java_waiter() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let ours = client_in(&url, "redisson", Duration::from_secs(30));
+    let name = unique("cli-java-sem");
+    let sem = ours.semaphore(&name);
+    sem.set_permits(1).unwrap();
+    let _held = sem.acquire(1).unwrap();
+    let java = support::jvm::Jvm::new(&url);
+    let waiting = {
+        let (java, name) = (java.clone(), name.clone());
+        thread::spawn(move || {
+            // Its wait would end at the 20 s deadline, before the holder's 30 s lease.
+            let id = java.permit_try_acquire(&name, Duration::from_secs(20), 60_000);
+            (id.is_some(), Instant::now())
+        })
+    };
+    let subscribed = support::eventually(Duration::from_secs(5), || {
+        support::pubsub_channels(&mut server.admin(), "redisson_sc:*")
+            .iter()
+            .any(|c| c.contains(&name))
+    });
+    assert!(subscribed, "Java's waiter subscribed");
+    thread::sleep(Duration::from_millis(200));
+    let forced = Instant::now();
+    let said = ok(&[
+        "--url",
+        &url,
+        "--layout",
+        "redisson",
+        "force-unlock",
+        &name,
+        "--yes",
+    ]);
+    assert!(said.starts_with("semaphore"), "{said}");
+    let (got, at) = join_all(vec![waiting], Duration::from_secs(30), "Java's waiter").remove(0);
+    assert!(got, "Java got the permit");
+    assert!(at > forced, "Java waited for the force-unlock");
+    assert!(
+        at - forced < Duration::from_secs(3),
+        "Java woken {:?} after the force-unlock",
+        at - forced
+    );
+}
