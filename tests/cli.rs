@@ -775,3 +775,48 @@ fn a_redisson_semaphore_force_unlock_wakes_a_java_waiter() {
         at - forced
     );
 }
+
+#[test]
+fn watch_finds_the_kind_too() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::open(&url).unwrap();
+    let name = unique("cli-watch-sem");
+    let sem = client.semaphore(&name);
+    sem.set_permits(1).unwrap();
+    let held = sem.acquire(1).unwrap();
+    let waiter = {
+        let sem = client.semaphore(&name);
+        thread::spawn(move || {
+            sem.try_acquire(1, Duration::from_secs(10), None)
+                .unwrap()
+                .is_some()
+        })
+    };
+    assert!(support::eventually(Duration::from_secs(5), || {
+        ok(&["--url", &url, "inspect", &name]).contains("1. ")
+    }));
+    let (mut watching, lines) = spawn_watch(&["--url", &url, "watch", &name, "--seconds", "3"]);
+    let channel = format!("redlatch:{{{name}}}:semaphore:unlocked");
+    // Its channel, and the pattern of the grant channels per client.
+    assert!(support::eventually(Duration::from_secs(5), || {
+        let patterns: u64 = redis::cmd("PUBSUB")
+            .arg("NUMPAT")
+            .query(&mut server.admin())
+            .unwrap();
+        support::pubsub_channels(&mut server.admin(), &channel).len() == 1 && patterns == 1
+    }));
+    held.release().unwrap();
+    assert!(join_all(vec![waiter], Duration::from_secs(15), "waiter").remove(0));
+    let lines = join_all(vec![lines], Duration::from_secs(10), "watch").remove(0);
+    assert!(watching.wait().unwrap().success(), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.contains("handed over with token")),
+        "the semaphore's channel, found without --kind: {lines:?}"
+    );
+    // Several kinds in use by one name: which one is asked.
+    let _lock = client.lock(&name).lock().unwrap();
+    let _permit = sem.acquire(1).unwrap();
+    let said = fails(&["--url", &url, "watch", &name, "--seconds", "1"]);
+    assert!(said.contains("--kind"), "{said}");
+}

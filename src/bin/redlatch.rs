@@ -109,8 +109,10 @@ enum Command {
     /// Prints every message on an object's channel (hand-overs, releases), with the time.
     Watch {
         name: String,
-        #[arg(long, default_value = "lock", value_parser = kind)]
-        kind: ObjectKind,
+        /// lock, rwlock, semaphore or latch (default: found from what is in Redis; a lock
+        /// when nothing by that name is there yet).
+        #[arg(long, value_parser = kind)]
+        kind: Option<ObjectKind>,
         /// Stop after this many seconds (default: until interrupted).
         #[arg(long)]
         seconds: Option<u64>,
@@ -302,6 +304,16 @@ fn run(cli: Cli) -> redlatch::Result<ExitCode> {
             kind,
             seconds,
         } => {
+            let kind = match kind {
+                Some(kind) => kind,
+                None => match watched_kind(&client, &name)? {
+                    Ok(kind) => kind,
+                    Err(said) => {
+                        eprintln!("{said}");
+                        return Ok(ExitCode::FAILURE);
+                    }
+                },
+            };
             let duration = seconds.map(Duration::from_secs);
             eprintln!("watching {} {name:?}", kind.as_str());
             let mut clients = Clients::read(&client);
@@ -356,6 +368,37 @@ fn held_kind(
             "{name:?} is a latch, which has no holder to free: it opens when counted down to 0"
         ))),
         [] => Err(Unheld::Refused(not_found(client, prefix, name, &detected))),
+    })
+}
+
+/// The kind of the object called `name` to watch: the one found (the one in use, when
+/// several kinds share the name), a lock when nothing is there yet (watching before the
+/// first acquisition is fine); an error to print when Redis cannot tell which.
+fn watched_kind(client: &Client, name: &str) -> redlatch::Result<Result<ObjectKind, String>> {
+    let detected = client.detect(name)?;
+    let active: Vec<ObjectKind> = detected
+        .found
+        .iter()
+        .filter(|o| o.active)
+        .map(|o| o.kind)
+        .collect();
+    let candidates = if active.is_empty() {
+        detected.found.iter().map(|o| o.kind).collect()
+    } else {
+        active
+    };
+    Ok(match candidates.as_slice() {
+        [kind] => Ok(*kind),
+        [] if detected.is_nothing() => {
+            eprintln!("nothing named {name:?} yet: watching its lock (--kind for another kind)");
+            Ok(ObjectKind::Lock)
+        }
+        [] => Err(not_found(client, None, name, &detected)),
+        several => Err(format!(
+            "{} objects are called {name:?}: {}; say which with --kind",
+            several.len(),
+            kind_names(several)
+        )),
     })
 }
 
