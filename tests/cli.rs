@@ -820,3 +820,62 @@ fn watch_finds_the_kind_too() {
     let said = fails(&["--url", &url, "watch", &name, "--seconds", "1"]);
     assert!(said.contains("--kind"), "{said}");
 }
+
+#[test]
+fn on_a_cluster_the_kind_is_found_and_a_semaphore_freed_in_both_layouts() {
+    let c = Cluster::start();
+    let seeds = c.seed_urls().join(",");
+    let seed_list: Vec<String> = c.seed_urls();
+    for layout in ["redlatch", "redisson"] {
+        let build = || {
+            let seeds: Vec<&str> = seed_list.iter().map(String::as_str).collect();
+            Client::cluster_builder(&seeds)
+                .layout(match layout {
+                    "redisson" => redlatch::Layout::Redisson,
+                    _ => redlatch::Layout::Redlatch,
+                })
+                .build()
+                .unwrap()
+        };
+        let (holder, other) = (build(), build());
+        let name = unique("cli-c-sem");
+        let sem = holder.semaphore(&name);
+        sem.set_permits(1).unwrap();
+        let _held = sem.acquire(1).unwrap();
+        let waiting = {
+            let sem = other.semaphore(&name);
+            thread::spawn(move || {
+                let got = sem.try_acquire(1, Duration::from_secs(10), None).unwrap();
+                got.is_some()
+            })
+        };
+        let cli = |args: &[&str]| {
+            let mut all = vec!["--cluster", "--url", &seeds, "--layout", layout];
+            all.extend_from_slice(args);
+            run(&all)
+        };
+        // The waiter is subscribed (Redisson's layout: how a held count is known for sure).
+        let found = support::eventually(Duration::from_secs(5), || {
+            let out = cli(&["inspect", &name]);
+            let report = String::from_utf8_lossy(&out.stdout).to_string();
+            out.status.success() && report.starts_with("semaphore")
+        });
+        assert!(found, "{layout}: inspect found the semaphore");
+        let out = cli(&["force-unlock", &name, "--yes"]);
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success() && said.starts_with("semaphore"),
+            "{layout}: {said} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            join_all(vec![waiting], Duration::from_secs(15), "waiter").remove(0),
+            "{layout}"
+        );
+        let out = cli(&["inspect", "nosuch"]);
+        assert!(
+            !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("nothing named"),
+            "{layout}"
+        );
+    }
+}
