@@ -1,13 +1,14 @@
--- shares_force_unlock.lua: free a read-write lock whoever holds it (every reader and the
--- writer), and admit its waiters at once. shares.lua comes first: see it for KEYS[1] (and
--- the keys made from it), ARGV[1..3] and the grant rule.
+-- shares_force_unlock.lua: free a read-write lock (every reader and the writer) or a
+-- semaphore (every holder's permits) whoever holds it, and admit its waiters at once.
+-- shares.lua comes first: see it for KEYS[1] (and the keys made from it), ARGV[1..3] ("rw"
+-- or "sem") and the grant rule. A semaphore's total (<KEYS[1]>:permits) stays as it is.
 --
 -- KEYS[2]  a request latch <KEYS[1]>:forced:<request id>
 -- KEYS[3]  the forced mark <KEYS[1]>:forced   the counter as it was (every live hold's token:
---                          a read takes the counter as it stands, a write moves it and no
---                          read can start beside it); lives as long as the latch or the
---                          freed leases, whichever is longer: tells the old holders' clients
---                          why their holds are gone
+--                          a read takes the counter as it stands, a write or an acquisition
+--                          of permits moves it, and no read can start beside a write);
+--                          lives as long as the latch or the freed leases, whichever is
+--                          longer: tells the old holders' clients why their holds are gone
 -- ARGV[4]  latch ttl       milliseconds
 --
 -- Reply: 1 = somebody held it and now nobody does, 0 = nobody held it (a hold whose lease

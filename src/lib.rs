@@ -78,7 +78,7 @@ mod words;
 pub use cancel::Cancel;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, MIN_REDIS_VERSION, Result};
-pub use inspect::{ConnectedClient, Holder, Listed, ObjectKind, Report, Waiter};
+pub use inspect::{ConnectedClient, Detected, Holder, Listed, Listing, ObjectKind, Report, Waiter};
 pub use keys::{Layout, MAX_NAME_LEN, MAX_PREFIX_LEN};
 pub use kinds::latch::CountDownLatch;
 pub use kinds::lock::{Lock, LockGuard, OwnedLockGuard};

@@ -417,3 +417,465 @@ fn force_unlock_frees_a_read_write_lock_in_both_layouts() {
         );
     }
 }
+
+/// A client of `url` in `layout` ("redlatch" or "redisson").
+fn client_in(url: &str, layout: &str, watchdog: Duration) -> Client {
+    Client::builder(url)
+        .layout(match layout {
+            "redisson" => redlatch::Layout::Redisson,
+            _ => redlatch::Layout::Redlatch,
+        })
+        .watchdog_timeout(watchdog)
+        .build()
+        .unwrap()
+}
+
+/// Stderr of a run that must fail (exit code not 0), never by a panic.
+fn fails(args: &[&str]) -> String {
+    let out = run(args);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(!out.status.success(), "{args:?} succeeded: {stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    stderr
+}
+
+#[test]
+fn force_unlock_frees_a_semaphore_found_by_its_name_in_both_layouts() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for layout in ["redlatch", "redisson"] {
+        let holder = client_in(&url, layout, Duration::from_millis(900));
+        let waiter_client = client_in(&url, layout, Duration::from_secs(30));
+        let name = unique("cli-sem-force");
+        let sem = holder.semaphore(&name);
+        sem.set_permits(2).unwrap();
+        let held = sem.acquire(2).unwrap();
+        let waiting = {
+            let sem = waiter_client.semaphore(&name);
+            thread::spawn(move || {
+                sem.try_acquire(1, Duration::from_secs(10), None)
+                    .unwrap()
+                    .is_some()
+            })
+        };
+        let args = |extra: &[&'static str]| {
+            let mut args = vec!["--url", &url, "--layout", layout, "force-unlock", &name];
+            args.extend_from_slice(extra);
+            args.into_iter().map(str::to_string).collect::<Vec<_>>()
+        };
+        let with = |extra: &[&'static str]| {
+            let owned = args(extra);
+            ok(&owned.iter().map(String::as_str).collect::<Vec<_>>())
+        };
+        // No --kind: the name is a semaphore, held, and it is freed.
+        let said = with(&["--yes"]);
+        assert!(
+            said.starts_with("semaphore") && said.contains("force-unlocked"),
+            "{layout}: {said}"
+        );
+        assert!(
+            join_all(vec![waiting], Duration::from_secs(15), "waiter").remove(0),
+            "{layout}: the waiter got a permit freed by force-unlock"
+        );
+        assert!(
+            support::eventually(Duration::from_secs(5), || held.is_lost()),
+            "{layout}: the holder learns the loss"
+        );
+        assert_eq!(sem.permits().unwrap(), 2, "{layout}: the total stays");
+        // --kind semaphore, with nothing held now (the waiter's permit went with its thread):
+        // says so, and succeeds.
+        drop(held);
+        let said = with(&["--kind", "semaphore", "--yes"]);
+        assert!(said.contains("was not locked"), "{layout}: {said}");
+    }
+}
+
+#[test]
+fn force_unlock_refuses_what_it_cannot_free_with_a_clear_message() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::open(&url).unwrap();
+    // A name that is a lock and a semaphore at once (our layout keeps kinds apart): which?
+    let both = unique("cli-both");
+    let _lock = client.lock(&both).lock().unwrap();
+    client.semaphore(&both).set_permits(1).unwrap();
+    let _permit = client.semaphore(&both).acquire(1).unwrap();
+    let said = fails(&["--url", &url, "force-unlock", &both, "--yes"]);
+    assert!(
+        said.contains("lock, semaphore") && said.contains("--kind"),
+        "{said}"
+    );
+    assert!(client.lock(&both).is_locked().unwrap());
+    // A latch has no holder.
+    let latch = unique("cli-latch-force");
+    client.count_down_latch(&latch).try_set_count(2).unwrap();
+    let said = fails(&["--url", &url, "force-unlock", &latch, "--yes"]);
+    assert!(
+        said.contains("latch") && said.contains("no holder"),
+        "{said}"
+    );
+    let said = fails(&[
+        "--url",
+        &url,
+        "force-unlock",
+        &latch,
+        "--kind",
+        "latch",
+        "--yes",
+    ]);
+    assert!(said.contains("no holder"), "{said}");
+    assert_eq!(client.count_down_latch(&latch).count().unwrap(), 2);
+    // Nothing by that name, in either layout.
+    for layout in ["redlatch", "redisson"] {
+        let said = fails(&[
+            "--url",
+            &url,
+            "--layout",
+            layout,
+            "force-unlock",
+            "nosuch",
+            "--yes",
+        ]);
+        assert!(said.contains("nothing named \"nosuch\""), "{said}");
+    }
+    let said = fails(&["--url", &url, "force-unlock", "", "--yes"]);
+    assert!(said.contains("invalid argument"), "{said}");
+    let said = fails(&["--url", &url, "force-unlock", "x", "--kind", "mutex"]);
+    assert!(said.contains("unknown kind"), "{said}");
+}
+
+#[test]
+fn inspect_finds_the_kind_from_what_is_in_redis_in_both_layouts() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for layout in ["redlatch", "redisson"] {
+        let client = client_in(&url, layout, Duration::from_secs(30));
+        let inspect = |name: &str| ok(&["--url", &url, "--layout", layout, "inspect", name]);
+        let rw = unique("cli-find-rw");
+        let _write = client.read_write_lock(&rw).write().unwrap();
+        let report = inspect(&rw);
+        assert!(
+            report.starts_with("rwlock") && report.contains("(writer)"),
+            "{layout}: {report}"
+        );
+        let sem = unique("cli-find-sem");
+        client.semaphore(&sem).set_permits(3).unwrap();
+        let _permits = client.semaphore(&sem).acquire(1).unwrap();
+        let report = inspect(&sem);
+        assert!(
+            report.starts_with("semaphore") && report.contains("total permits 3"),
+            "{layout}: {report}"
+        );
+        let lock = unique("cli-find-lock");
+        let _held = client.lock(&lock).lock().unwrap();
+        let report = inspect(&lock);
+        assert!(
+            report.starts_with("lock") && report.contains(client.id()),
+            "{layout}: {report}"
+        );
+        let json = ok(&["--url", &url, "--layout", layout, "inspect", &rw, "--json"]);
+        assert!(json.starts_with("{\"kind\":\"rwlock\""), "{layout}: {json}");
+        // Nothing by that name: said, and a failure.
+        let said = fails(&["--url", &url, "--layout", layout, "inspect", "nosuch"]);
+        assert!(
+            said.contains("nothing named \"nosuch\"")
+                && said.contains("lock, read-write lock, semaphore and latch"),
+            "{layout}: {said}"
+        );
+        // --kind still forces a kind.
+        let forced = ok(&[
+            "--url", &url, "--layout", layout, "inspect", "nosuch", "--kind", "latch",
+        ]);
+        assert!(forced.starts_with("latch"), "{layout}: {forced}");
+    }
+
+    // Redisson's layout: a count nobody waits on could be a latch or a semaphore; one a
+    // waiter listens to is known; an application's hash is nobody's lock.
+    let client = client_in(&url, "redisson", Duration::from_secs(30));
+    let latch = unique("cli-find-latch");
+    client.count_down_latch(&latch).try_set_count(2).unwrap();
+    let said = fails(&["--url", &url, "--layout", "redisson", "inspect", &latch]);
+    assert!(
+        said.contains("semaphore or latch") && said.contains("--kind"),
+        "{said}"
+    );
+    let waiting = {
+        let latch = client.count_down_latch(&latch);
+        thread::spawn(move || latch.wait(Duration::from_secs(10)).unwrap())
+    };
+    let seen = support::eventually(Duration::from_secs(5), || {
+        run(&["--url", &url, "--layout", "redisson", "inspect", &latch])
+            .status
+            .success()
+    });
+    assert!(seen, "a latch with a waiter is known as a latch");
+    let report = ok(&["--url", &url, "--layout", "redisson", "inspect", &latch]);
+    assert!(
+        report.starts_with("latch") && report.contains("count 2"),
+        "{report}"
+    );
+    client.count_down_latch(&latch).count_down().unwrap();
+    client.count_down_latch(&latch).count_down().unwrap();
+    assert!(join_all(vec![waiting], Duration::from_secs(15), "latch waiter").remove(0));
+    let mut admin = server.admin();
+    let _: () = redis::cmd("HSET")
+        .arg("cli-user:1")
+        .arg("email")
+        .arg("a@example.com")
+        .query(&mut admin)
+        .unwrap();
+    let said = fails(&[
+        "--url",
+        &url,
+        "--layout",
+        "redisson",
+        "inspect",
+        "cli-user:1",
+    ]);
+    assert!(said.contains("not a Redisson object"), "{said}");
+
+    // Our layout: a name that is two kinds shows both.
+    let ours = Client::open(&url).unwrap();
+    let both = unique("cli-find-both");
+    let _lock = ours.lock(&both).lock().unwrap();
+    ours.count_down_latch(&both).try_set_count(1).unwrap();
+    let report = ok(&["--url", &url, "inspect", &both]);
+    assert!(
+        report.starts_with("lock") && report.contains("\nlatch"),
+        "{report}"
+    );
+}
+
+#[test]
+fn list_on_a_shared_server_shows_objects_not_leftovers_or_other_data() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut admin = server.admin();
+    let ours = Client::open(&url).unwrap();
+    // 28 locks taken and released: each leaves its fencing counter for the retention.
+    let released: Vec<String> = (0..28).map(|i| unique(&format!("cli-gone{i}"))).collect();
+    for name in &released {
+        ours.lock(name).lock().unwrap().unlock().unwrap();
+    }
+    let held = unique("cli-held");
+    let _held = ours.lock(&held).lock().unwrap();
+    let out = run(&["--url", &url, "list", "cli-*"]);
+    assert!(out.status.success());
+    let (listed, told) = (
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    );
+    assert_eq!(listed.lines().count(), 1, "only the held lock:\n{listed}");
+    assert!(
+        listed.contains(&held) && listed.contains("in use"),
+        "{listed}"
+    );
+    assert!(told.contains("28 fencing counters kept"), "{told}");
+    let fences = ok(&["--url", &url, "list", "cli-*", "--fences"]);
+    assert_eq!(
+        fences.lines().filter(|l| l.contains(" fence ")).count(),
+        28,
+        "{fences}"
+    );
+    let json = ok(&["--url", &url, "list", "cli-*", "--json"]);
+    assert!(
+        json.starts_with("[{\"kind\":\"lock\"") && json.matches("\"kind\"").count() == 1,
+        "{json}"
+    );
+
+    // Redisson's layout on the same server: an application's counters and hashes, and our
+    // own layout's keys, are none of Redisson's objects.
+    for i in 0..5 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("counter:{i}"))
+            .arg(i)
+            .query(&mut admin)
+            .unwrap();
+    }
+    let _: () = redis::cmd("HSET")
+        .arg("session:9")
+        .arg("user")
+        .arg("7")
+        .query(&mut admin)
+        .unwrap();
+    let java = client_in(&url, "redisson", Duration::from_secs(30));
+    let lock = unique("cli-rl");
+    let _java_lock = java.lock(&lock).lock().unwrap();
+    let sem = unique("cli-rs");
+    java.semaphore(&sem).set_permits(2).unwrap();
+    let _permit = java.semaphore(&sem).acquire(1).unwrap();
+    let out = run(&["--url", &url, "--layout", "redisson", "list"]);
+    assert!(out.status.success());
+    let (listed, told) = (
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    );
+    let mut lines: Vec<&str> = listed.lines().collect();
+    lines.sort();
+    assert_eq!(lines.len(), 2, "{listed}");
+    assert!(
+        lines[0].starts_with("lock") && lines[0].ends_with(&lock),
+        "{listed}"
+    );
+    assert!(
+        lines[1].starts_with("semaphore") && lines[1].ends_with(&sem),
+        "{listed}"
+    );
+    assert!(
+        told.contains("5 keys holding a bare count not shown"),
+        "the counters, not our fences: {told}"
+    );
+}
+
+/// A Java service waiting for a permit of a Redisson semaphore (the emulated Redisson 4.7.0
+/// client, `support::jvm`) wakes on the CLI's force-unlock at once, not at the holder's lease
+/// end: the script publishes the new count as Java's own release does.
+#[test]
+fn a_redisson_semaphore_force_unlock_wakes_a_java_waiter() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let ours = client_in(&url, "redisson", Duration::from_secs(30));
+    let name = unique("cli-java-sem");
+    let sem = ours.semaphore(&name);
+    sem.set_permits(1).unwrap();
+    let _held = sem.acquire(1).unwrap();
+    let java = support::jvm::Jvm::new(&url);
+    let waiting = {
+        let (java, name) = (java.clone(), name.clone());
+        thread::spawn(move || {
+            // Its wait would end at the 20 s deadline, before the holder's 30 s lease.
+            let id = java.permit_try_acquire(&name, Duration::from_secs(20), 60_000);
+            (id.is_some(), Instant::now())
+        })
+    };
+    let subscribed = support::eventually(Duration::from_secs(5), || {
+        support::pubsub_channels(&mut server.admin(), "redisson_sc:*")
+            .iter()
+            .any(|c| c.contains(&name))
+    });
+    assert!(subscribed, "Java's waiter subscribed");
+    thread::sleep(Duration::from_millis(200));
+    let forced = Instant::now();
+    let said = ok(&[
+        "--url",
+        &url,
+        "--layout",
+        "redisson",
+        "force-unlock",
+        &name,
+        "--yes",
+    ]);
+    assert!(said.starts_with("semaphore"), "{said}");
+    let (got, at) = join_all(vec![waiting], Duration::from_secs(30), "Java's waiter").remove(0);
+    assert!(got, "Java got the permit");
+    assert!(at > forced, "Java waited for the force-unlock");
+    assert!(
+        at - forced < Duration::from_secs(3),
+        "Java woken {:?} after the force-unlock",
+        at - forced
+    );
+}
+
+#[test]
+fn watch_finds_the_kind_too() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = Client::open(&url).unwrap();
+    let name = unique("cli-watch-sem");
+    let sem = client.semaphore(&name);
+    sem.set_permits(1).unwrap();
+    let held = sem.acquire(1).unwrap();
+    let waiter = {
+        let sem = client.semaphore(&name);
+        thread::spawn(move || {
+            sem.try_acquire(1, Duration::from_secs(10), None)
+                .unwrap()
+                .is_some()
+        })
+    };
+    assert!(support::eventually(Duration::from_secs(5), || {
+        ok(&["--url", &url, "inspect", &name]).contains("1. ")
+    }));
+    let (mut watching, lines) = spawn_watch(&["--url", &url, "watch", &name, "--seconds", "3"]);
+    let channel = format!("redlatch:{{{name}}}:semaphore:unlocked");
+    // Its channel, and the pattern of the grant channels per client.
+    assert!(support::eventually(Duration::from_secs(5), || {
+        let patterns: u64 = redis::cmd("PUBSUB")
+            .arg("NUMPAT")
+            .query(&mut server.admin())
+            .unwrap();
+        support::pubsub_channels(&mut server.admin(), &channel).len() == 1 && patterns == 1
+    }));
+    held.release().unwrap();
+    assert!(join_all(vec![waiter], Duration::from_secs(15), "waiter").remove(0));
+    let lines = join_all(vec![lines], Duration::from_secs(10), "watch").remove(0);
+    assert!(watching.wait().unwrap().success(), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.contains("handed over with token")),
+        "the semaphore's channel, found without --kind: {lines:?}"
+    );
+    // Several kinds in use by one name: which one is asked.
+    let _lock = client.lock(&name).lock().unwrap();
+    let _permit = sem.acquire(1).unwrap();
+    let said = fails(&["--url", &url, "watch", &name, "--seconds", "1"]);
+    assert!(said.contains("--kind"), "{said}");
+}
+
+#[test]
+fn on_a_cluster_the_kind_is_found_and_a_semaphore_freed_in_both_layouts() {
+    let c = Cluster::start();
+    let seeds = c.seed_urls().join(",");
+    let seed_list: Vec<String> = c.seed_urls();
+    for layout in ["redlatch", "redisson"] {
+        let build = || {
+            let seeds: Vec<&str> = seed_list.iter().map(String::as_str).collect();
+            Client::cluster_builder(&seeds)
+                .layout(match layout {
+                    "redisson" => redlatch::Layout::Redisson,
+                    _ => redlatch::Layout::Redlatch,
+                })
+                .build()
+                .unwrap()
+        };
+        let (holder, other) = (build(), build());
+        let name = unique("cli-c-sem");
+        let sem = holder.semaphore(&name);
+        sem.set_permits(1).unwrap();
+        let _held = sem.acquire(1).unwrap();
+        let waiting = {
+            let sem = other.semaphore(&name);
+            thread::spawn(move || {
+                let got = sem.try_acquire(1, Duration::from_secs(10), None).unwrap();
+                got.is_some()
+            })
+        };
+        let cli = |args: &[&str]| {
+            let mut all = vec!["--cluster", "--url", &seeds, "--layout", layout];
+            all.extend_from_slice(args);
+            run(&all)
+        };
+        // The waiter is subscribed (Redisson's layout: how a held count is known for sure).
+        let found = support::eventually(Duration::from_secs(5), || {
+            let out = cli(&["inspect", &name]);
+            let report = String::from_utf8_lossy(&out.stdout).to_string();
+            out.status.success() && report.starts_with("semaphore")
+        });
+        assert!(found, "{layout}: inspect found the semaphore");
+        let out = cli(&["force-unlock", &name, "--yes"]);
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success() && said.starts_with("semaphore"),
+            "{layout}: {said} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            join_all(vec![waiting], Duration::from_secs(15), "waiter").remove(0),
+            "{layout}"
+        );
+        let out = cli(&["inspect", "nosuch"]);
+        assert!(
+            !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("nothing named"),
+            "{layout}"
+        );
+    }
+}

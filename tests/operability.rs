@@ -320,3 +320,83 @@ fn remaining_lease_is_known_without_a_round_trip() {
     assert_eq!(short.remaining_lease(), ZERO);
     assert!(matches!(short.check(), Err(Error::LockLost { .. })));
 }
+
+#[test]
+fn a_semaphore_force_unlock_gives_every_permit_back_and_wakes_the_waiters_in_both_layouts() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for layout in [redlatch::Layout::Redlatch, redlatch::Layout::Redisson] {
+        let (tx, rx) = unbounded();
+        let built = |tx: Option<crossbeam_channel::Sender<LostLock>>| {
+            let builder = Client::builder(&url)
+                .layout(layout)
+                .watchdog_timeout(Duration::from_millis(600));
+            match tx {
+                Some(tx) => builder.on_lock_lost(move |lost| {
+                    let _ = tx.send(lost.clone());
+                }),
+                None => builder,
+            }
+            .build()
+            .unwrap()
+        };
+        let (holder, waiter_client, operator) = (built(Some(tx)), built(None), built(None));
+        let name = unique("sem-forced");
+        let sem = holder.semaphore(&name);
+        sem.set_permits(3).unwrap();
+        let two = sem.acquire(2).unwrap();
+        let one = waiter_client.semaphore(&name).acquire(1).unwrap();
+        // Waits for 2 of the 3 while 3 are held: only a force-unlock lets it in in time.
+        let waiting = {
+            let sem = waiter_client.semaphore(&name);
+            thread::spawn(move || {
+                let started = Instant::now();
+                let got = sem.try_acquire(2, Duration::from_secs(10), None).unwrap();
+                (got.is_some(), started.elapsed())
+            })
+        };
+        thread::sleep(Duration::from_millis(300));
+        assert!(
+            operator.semaphore(&name).force_unlock().unwrap(),
+            "{layout:?}"
+        );
+        let (got, after) =
+            support::join_all(vec![waiting], Duration::from_secs(15), "waiter").remove(0);
+        assert!(
+            got && after < Duration::from_secs(5),
+            "{layout:?}: {after:?}"
+        );
+        assert_eq!(sem.permits().unwrap(), 3, "{layout:?}: the total stays");
+        // The holders' permits are gone: renewal finds it, within a watchdog period or two.
+        assert!(
+            eventually(Duration::from_secs(3), || two.is_lost() && one.is_lost()),
+            "{layout:?}"
+        );
+        // Not ForceUnlocked: the engine reads a force-unlock's mark for locks and read-write
+        // locks only, so another client's holder hears what a lost lease would say.
+        let lost = told(&rx, Duration::from_secs(1));
+        assert_eq!(
+            (lost.name.as_str(), lost.cause),
+            (name.as_str(), LossCause::Taken)
+        );
+        assert!(matches!(two.release(), Err(Error::LockLost { .. })));
+        drop(one);
+        // By the holder's own client: told at once, as ForceUnlocked.
+        let again = sem
+            .try_acquire(1, Duration::from_secs(5), None)
+            .unwrap()
+            .unwrap();
+        while rx.try_recv().is_ok() {}
+        assert!(sem.force_unlock().unwrap());
+        assert!(again.is_lost(), "{layout:?}");
+        assert_eq!(
+            told(&rx, Duration::from_millis(500)).cause,
+            LossCause::ForceUnlocked
+        );
+        // Nothing held: false, and nothing changes.
+        drop(again);
+        let free = sem.available().unwrap();
+        assert!(!sem.force_unlock().unwrap(), "{layout:?}");
+        assert_eq!(sem.available().unwrap(), free);
+    }
+}

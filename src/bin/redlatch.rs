@@ -1,11 +1,11 @@
 //! `redlatch`: look at redlatch's objects in Redis, and force-unlock one when you must.
 //!
 //! ```text
-//! redlatch list ['invoice:*']                 # the objects under the prefix (SCAN)
+//! redlatch list ['invoice:*'] [--fences]      # the objects under the prefix (SCAN)
 //! redlatch inspect invoice:42 [--json]        # holders, lease, fence, queue, subscribers
-//! redlatch inspect config --kind rwlock
-//! redlatch force-unlock invoice:42 [--yes]    # the holder's guard reports the loss
-//! redlatch force-unlock config --kind rwlock  # every reader and the writer
+//! redlatch inspect config --kind rwlock       # of that kind only (default: what is there)
+//! redlatch force-unlock invoice:42 [--yes]    # the holders' guards report the loss
+//! redlatch force-unlock uploads --kind semaphore  # every holder's permits
 //! redlatch watch invoice:42                   # hand-overs and releases as they happen
 //! ```
 //!
@@ -20,7 +20,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
-use redlatch::{Client, ObjectKind, Report};
+use redlatch::{Client, Detected, ObjectKind, Report};
 
 #[derive(Parser)]
 #[command(
@@ -72,29 +72,34 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// The objects whose name matches PATTERN (a Redis glob), found with SCAN.
+    /// The objects whose name matches PATTERN (a Redis glob), found with SCAN. Fencing
+    /// counters kept after their object went are counted on one line, not listed.
     List {
         #[arg(default_value = "*")]
         pattern: String,
+        /// Also name each fencing counter kept after its object went.
+        #[arg(long)]
+        fences: bool,
         /// As JSON.
         #[arg(long)]
         json: bool,
     },
-    /// Holders, lease, fencing counter, queue and subscribed waiters of one object.
+    /// Holders, lease, fencing counter, queue and subscribed waiters of one object; without
+    /// --kind, of every object by that name that Redis has (and fails when there is none).
     Inspect {
         name: String,
-        /// lock, rwlock, semaphore or latch.
-        #[arg(long, default_value = "lock", value_parser = kind)]
-        kind: ObjectKind,
-        /// As JSON.
+        /// lock, rwlock, semaphore or latch (default: found from what is in Redis).
+        #[arg(long, value_parser = kind)]
+        kind: Option<ObjectKind>,
+        /// As JSON (one object per line when several kinds share the name).
         #[arg(long)]
         json: bool,
     },
-    /// Frees a lock or read-write lock whoever holds it and wakes its waiters; asks first
-    /// unless --yes. Without --kind: the lock, or else the read-write lock, of that name.
+    /// Frees a lock, read-write lock or semaphore whoever holds it and wakes its waiters;
+    /// asks first unless --yes. Without --kind: the one object by that name that is held.
     ForceUnlock {
         name: String,
-        /// lock or rwlock (default: whichever is held).
+        /// lock, rwlock or semaphore (default: found from what is in Redis).
         #[arg(long, value_parser = kind)]
         kind: Option<ObjectKind>,
         /// Do not ask.
@@ -104,8 +109,10 @@ enum Command {
     /// Prints every message on an object's channel (hand-overs, releases), with the time.
     Watch {
         name: String,
-        #[arg(long, default_value = "lock", value_parser = kind)]
-        kind: ObjectKind,
+        /// lock, rwlock, semaphore or latch (default: found from what is in Redis; a lock
+        /// when nothing by that name is there yet).
+        #[arg(long, value_parser = kind)]
+        kind: Option<ObjectKind>,
         /// Stop after this many seconds (default: until interrupted).
         #[arg(long)]
         seconds: Option<u64>,
@@ -176,15 +183,28 @@ fn connect(cli: &Cli) -> redlatch::Result<Client> {
 
 fn run(cli: Cli) -> redlatch::Result<ExitCode> {
     let client = connect(&cli)?;
+    let cli_prefix = cli.prefix.clone();
     match cli.command {
-        Command::List { pattern, json } => {
-            let found = client.list(&pattern)?;
+        Command::List {
+            pattern,
+            fences,
+            json,
+        } => {
+            let listing = client.listing(&pattern)?;
+            let shown_fences = if fences {
+                &listing.kept_fences[..]
+            } else {
+                &[]
+            };
             if json {
-                let items: Vec<String> = found
+                let items: Vec<String> = listing
+                    .objects
                     .iter()
-                    .map(|o| {
+                    .map(|o| (o, false))
+                    .chain(shown_fences.iter().map(|o| (o, true)))
+                    .map(|(o, fence_only)| {
                         format!(
-                            "{{\"kind\":\"{}\",\"name\":{},\"active\":{}}}",
+                            "{{\"kind\":\"{}\",\"name\":{},\"active\":{},\"fence_only\":{fence_only}}}",
                             o.kind.as_str(),
                             json_string(&o.name),
                             o.active
@@ -193,62 +213,107 @@ fn run(cli: Cli) -> redlatch::Result<ExitCode> {
                     .collect();
                 println!("[{}]", items.join(","));
             } else {
-                for o in &found {
+                for o in &listing.objects {
                     let state = if o.active { "in use" } else { "idle" };
                     println!("{:<10} {:<7} {}", o.kind.as_str(), state, o.name);
                 }
+                for o in shown_fences {
+                    println!("{:<10} {:<7} {}", o.kind.as_str(), "fence", o.name);
+                }
+                // Not on stdout, which scripts read line by line as objects.
+                eprint!("{}", list_footer(&listing, fences));
             }
         }
         Command::Inspect { name, kind, json } => {
-            let report = client.inspect(kind, &name)?;
-            if json {
-                println!("{}", report_json(&report));
-            } else {
-                print!("{report}");
+            let kinds = match kind {
+                Some(kind) => vec![kind],
+                None => {
+                    let detected = client.detect(&name)?;
+                    if detected.found.is_empty() {
+                        eprintln!(
+                            "{}",
+                            not_found(&client, cli_prefix.as_deref(), &name, &detected)
+                        );
+                        return Ok(ExitCode::FAILURE);
+                    }
+                    // An object in use hides the leftovers (a fencing counter) of other
+                    // kinds by the same name.
+                    let any_active = detected.found.iter().any(|o| o.active);
+                    detected
+                        .found
+                        .iter()
+                        .filter(|o| o.active || !any_active)
+                        .map(|o| o.kind)
+                        .collect()
+                }
+            };
+            for (i, kind) in kinds.into_iter().enumerate() {
+                let report = client.inspect(kind, &name)?;
+                if json {
+                    println!("{}", report_json(&report));
+                } else {
+                    if i > 0 {
+                        println!();
+                    }
+                    print!("{report}");
+                }
             }
         }
         Command::ForceUnlock { name, kind, yes } => {
-            if matches!(
-                kind,
-                Some(ObjectKind::Semaphore | ObjectKind::CountDownLatch)
-            ) {
-                eprintln!("force-unlock frees a lock or an rwlock");
-                return Ok(ExitCode::FAILURE);
-            }
-            if !yes && !confirm(&name) {
+            let kind = match kind {
+                Some(ObjectKind::CountDownLatch) => {
+                    eprintln!(
+                        "a latch has no holder to free: it opens when counted down to 0 \
+                         (force-unlock frees a lock, rwlock or semaphore)"
+                    );
+                    return Ok(ExitCode::FAILURE);
+                }
+                Some(kind) => kind,
+                None => match held_kind(&client, cli_prefix.as_deref(), &name)? {
+                    Ok(kind) => kind,
+                    Err(Unheld::Nothing(said)) => {
+                        println!("{said}");
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                    Err(Unheld::Refused(said)) => {
+                        eprintln!("{said}");
+                        return Ok(ExitCode::FAILURE);
+                    }
+                },
+            };
+            let what = kind.as_str();
+            if !yes && !confirm(what, &name) {
                 eprintln!("not unlocked");
                 return Ok(ExitCode::FAILURE);
             }
-            // A lock first unless --kind says otherwise; not held (or, in Redisson's layout,
-            // a read-write lock's hash, which the lock refuses), the read-write lock.
-            let what = match kind {
-                Some(ObjectKind::ReadWriteLock) => None,
-                _ => match client.lock(&name).force_unlock() {
-                    Ok(true) => Some("lock"),
-                    Ok(false) if kind.is_some() => {
-                        println!("lock {name:?} was not locked");
-                        return Ok(ExitCode::SUCCESS);
-                    }
-                    Ok(false) => None,
-                    Err(redlatch::Error::WrongType { .. }) if kind.is_none() => None,
-                    Err(e) => return Err(e),
-                },
+            let freed = match kind {
+                ObjectKind::ReadWriteLock => client.read_write_lock(&name).force_unlock()?,
+                ObjectKind::Semaphore => client.semaphore(&name).force_unlock()?,
+                _ => client.lock(&name).force_unlock()?,
             };
-            let what = match what {
-                Some(what) => what,
-                None if client.read_write_lock(&name).force_unlock()? => "rwlock",
-                None => {
-                    println!("no lock or rwlock {name:?} was locked");
-                    return Ok(ExitCode::SUCCESS);
-                }
-            };
-            println!("{what} {name:?} force-unlocked: its holders lose it, its waiters were woken");
+            if freed {
+                println!(
+                    "{what} {name:?} force-unlocked: its holders lose it, its waiters were woken"
+                );
+            } else {
+                println!("{what} {name:?} was not locked");
+            }
         }
         Command::Watch {
             name,
             kind,
             seconds,
         } => {
+            let kind = match kind {
+                Some(kind) => kind,
+                None => match watched_kind(&client, &name)? {
+                    Ok(kind) => kind,
+                    Err(said) => {
+                        eprintln!("{said}");
+                        return Ok(ExitCode::FAILURE);
+                    }
+                },
+            };
             let duration = seconds.map(Duration::from_secs);
             eprintln!("watching {} {name:?}", kind.as_str());
             let mut clients = Clients::read(&client);
@@ -265,8 +330,138 @@ fn run(cli: Cli) -> redlatch::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn confirm(name: &str) -> bool {
-    eprint!("force-unlock lock {name:?}? Its holder loses it at once. [y/N] ");
+/// Why `force-unlock NAME` without --kind has nothing to free: nothing held (a success), or
+/// nothing it can tell or may free (a failure).
+enum Unheld {
+    Nothing(String),
+    Refused(String),
+}
+
+/// The kind of the one object called `name` that has holders now, found from what is in
+/// Redis; or why there is none.
+fn held_kind(
+    client: &Client,
+    prefix: Option<&str>,
+    name: &str,
+) -> redlatch::Result<Result<ObjectKind, Unheld>> {
+    let detected = client.detect(name)?;
+    let held: Vec<ObjectKind> = detected
+        .found
+        .iter()
+        .filter(|o| o.active && o.kind != ObjectKind::CountDownLatch)
+        .map(|o| o.kind)
+        .collect();
+    let holdable = |k: &ObjectKind| *k != ObjectKind::CountDownLatch;
+    Ok(match held.as_slice() {
+        [kind] => Ok(*kind),
+        [_, _, ..] => Err(Unheld::Refused(format!(
+            "{} objects are called {name:?} and held: {}; say which with --kind",
+            held.len(),
+            kind_names(&held)
+        ))),
+        [] if detected.found.iter().any(|o| holdable(&o.kind)) || !detected.could_be.is_empty() => {
+            Err(Unheld::Nothing(format!(
+                "no lock, rwlock or semaphore {name:?} was locked"
+            )))
+        }
+        [] if !detected.found.is_empty() => Err(Unheld::Refused(format!(
+            "{name:?} is a latch, which has no holder to free: it opens when counted down to 0"
+        ))),
+        [] => Err(Unheld::Refused(not_found(client, prefix, name, &detected))),
+    })
+}
+
+/// The kind of the object called `name` to watch: the one found (the one in use, when
+/// several kinds share the name), a lock when nothing is there yet (watching before the
+/// first acquisition is fine); an error to print when Redis cannot tell which.
+fn watched_kind(client: &Client, name: &str) -> redlatch::Result<Result<ObjectKind, String>> {
+    let detected = client.detect(name)?;
+    let active: Vec<ObjectKind> = detected
+        .found
+        .iter()
+        .filter(|o| o.active)
+        .map(|o| o.kind)
+        .collect();
+    let candidates = if active.is_empty() {
+        detected.found.iter().map(|o| o.kind).collect()
+    } else {
+        active
+    };
+    Ok(match candidates.as_slice() {
+        [kind] => Ok(*kind),
+        [] if detected.is_nothing() => {
+            eprintln!("nothing named {name:?} yet: watching its lock (--kind for another kind)");
+            Ok(ObjectKind::Lock)
+        }
+        [] => Err(not_found(client, None, name, &detected)),
+        several => Err(format!(
+            "{} objects are called {name:?}: {}; say which with --kind",
+            several.len(),
+            kind_names(several)
+        )),
+    })
+}
+
+/// Why nothing by `name` is shown: nothing there, a count Redis cannot tell, foreign data.
+fn not_found(client: &Client, prefix: Option<&str>, name: &str, detected: &Detected) -> String {
+    if let Some(found) = &detected.foreign {
+        return format!(
+            "key {name:?} holds a {found} that is not a {} object; nothing to show",
+            match client.layout() {
+                redlatch::Layout::Redisson => "Redisson",
+                _ => "redlatch",
+            }
+        );
+    }
+    if !detected.could_be.is_empty() {
+        return format!(
+            "{name:?} is a count with no permit out and nobody waiting: a {} (or an \
+             application's counter), which Redis cannot tell apart; say which with --kind",
+            kind_names(&detected.could_be).replace(", ", " or ")
+        );
+    }
+    let (under, hint) = match client.layout() {
+        redlatch::Layout::Redisson => (String::new(), ""),
+        _ => (
+            format!(" under prefix {:?}", prefix.unwrap_or("redlatch")),
+            "; for Java services' Redisson objects add --layout redisson",
+        ),
+    };
+    format!(
+        "nothing named {name:?} in Redis (looked for a lock, read-write lock, semaphore and \
+         latch{under}){hint}"
+    )
+}
+
+/// `kinds` as `lock, semaphore`.
+fn kind_names(kinds: &[ObjectKind]) -> String {
+    let names: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
+    names.join(", ")
+}
+
+/// The lines after `list`'s objects: what is not listed, and why.
+fn list_footer(listing: &redlatch::Listing, fences_shown: bool) -> String {
+    let mut footer = String::new();
+    let kept = listing.kept_fences.len();
+    if kept > 0 && !fences_shown {
+        footer.push_str(&format!(
+            "({kept} fencing counter{} kept from objects that went: not objects; --fences names them)\n",
+            if kept == 1 { "" } else { "s" }
+        ));
+    }
+    let counts = listing.unattributed_counts;
+    if counts > 0 {
+        footer.push_str(&format!(
+            "({counts} key{} holding a bare count not shown: a latch or semaphore nobody uses \
+             looks like any counter; inspect NAME --kind latch reads one)\n",
+            if counts == 1 { "" } else { "s" }
+        ));
+    }
+    footer
+}
+
+fn confirm(what: &str, name: &str) -> bool {
+    eprint!("force-unlock {what} {name:?}? Its holders lose it at once. [y/N] ");
     let _ = std::io::stderr().flush();
     let mut answer = String::new();
     let _ = std::io::stdin().lock().read_line(&mut answer);

@@ -9,9 +9,11 @@
 //! Unlike the kinds, this module talks to the servers directly (SCAN on every master, a
 //! subscription of its own): an operator's view is not a policy over the engine.
 //!
-//! This file has the public types, `list` and `inspect`; `report` reads and prints one
-//! object of our own layout, `redisson` one of Redisson's, `watch` follows a channel.
+//! This file has the public types, `list` and `inspect`; `detect` tells a name's kind,
+//! `report` reads and prints one object of our own layout, `redisson` one of Redisson's,
+//! `watch` follows a channel.
 
+mod detect;
 mod redisson;
 mod report;
 mod watch;
@@ -25,6 +27,8 @@ use crate::core::Core;
 use crate::engine;
 use crate::error::{Error, Result};
 use crate::keys::{Family, Layout, LockKeys};
+
+pub use detect::Detected;
 
 /// The kinds of object [`Client::inspect`] can look at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -92,9 +96,29 @@ pub struct Listed {
     pub kind: ObjectKind,
     /// Its name.
     pub name: String,
-    /// Whether it is in use now: held (a lock, a read-write lock, a semaphore) or counting
-    /// (a latch). An object not in use is listed by the keys it leaves (its fence, a total).
+    /// Whether it is in use now: held (a lock, a read-write lock, a semaphore), waited for,
+    /// or counting (a latch). A semaphore not in use is listed by its total; a fencing
+    /// counter alone is no object ([`Listing::kept_fences`]).
     pub active: bool,
+}
+
+/// What [`Client::listing`] found: the objects, and what is left of objects that went.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Listing {
+    /// The objects, sorted by kind and name.
+    pub objects: Vec<Listed>,
+    /// Fencing counters kept after their object went, with the kind and name they count for
+    /// (never active), sorted. A counter outlives its object on purpose, so that tokens keep
+    /// increasing across a re-creation: ours by the fence retention after the latest
+    /// lease (an hour by default), Redisson's `redisson_lock_token:{name}` for ever. They
+    /// are not objects: a shared server has many, and listing each as an idle lock buried
+    /// the objects in use.
+    pub kept_fences: Vec<Listed>,
+    /// [`Layout::Redisson`]: keys holding a bare count, with no permit out and nobody
+    /// waiting: a semaphore nobody uses, a latch, or an application's counter, which nothing
+    /// in Redis tells apart. Counted, not listed (`inspect NAME --kind latch` reads one).
+    pub unattributed_counts: u64,
 }
 
 /// What [`Client::inspect`] found for one object.
@@ -195,56 +219,57 @@ impl Client {
     /// The objects under this client's prefix whose name matches `pattern` (a Redis glob:
     /// `*` for all, `invoice:*`), found with SCAN, on a Cluster on every master; sorted. Never
     /// `KEYS`, so it is safe on a server in use, and costs one SCAN step per thousand keys.
+    /// [`listing`](Client::listing)'s objects: fencing counters kept after their object
+    /// went are not objects.
     pub fn list(&self, pattern: &str) -> Result<Vec<Listed>> {
+        Ok(self.listing(pattern)?.objects)
+    }
+
+    /// [`list`](Client::list), with what is left of objects that went: their fencing
+    /// counters, and in [`Layout::Redisson`] how many bare counts could be latches or
+    /// anyone's counters ([`Listing`]).
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let listing = client.listing("invoice:*")?;
+    /// for object in &listing.objects {
+    ///     println!("{} {}", object.kind.as_str(), object.name);
+    /// }
+    /// println!("{} fencing counters kept", listing.kept_fences.len());
+    /// # Ok(()) }
+    /// ```
+    pub fn listing(&self, pattern: &str) -> Result<Listing> {
         let core = self.core();
-        if core.layout == Layout::Redisson {
+        let mut listing = if core.layout == Layout::Redisson {
+            let sharded = core.backend.sharded_pubsub();
             let per_master = core
                 .backend
-                .on_every_master(|con| redisson::list(con, pattern))
+                .on_every_master(|con| redisson::list(con, pattern, sharded))
                 .map_err(Error::Redis)?;
-            let mut found: Vec<Listed> = per_master.into_iter().flatten().collect();
-            found.sort();
-            found.dedup();
-            return Ok(found);
-        }
-        let scan_for = format!("{}:{{{pattern}}}*", core.prefix);
-        let per_master = core
-            .backend
-            .on_every_master(|con| scan(con, &scan_for))
-            .map_err(Error::Redis)?;
-        let tag = format!("{}:{{", core.prefix);
-        let mut found: Vec<Listed> = Vec::new();
-        for key in per_master.into_iter().flatten() {
-            let Some(tagged) = key.strip_prefix(&tag) else {
-                continue;
-            };
-            for kind in ObjectKind::ALL {
-                let (active, rest) = match tagged.strip_suffix(":fence") {
-                    Some(rest) => (false, rest),
-                    None => match tagged.strip_suffix(":permits") {
-                        Some(rest) if kind == ObjectKind::Semaphore => (false, rest),
-                        _ => (true, tagged),
-                    },
-                };
-                if let Some(name) = rest.strip_suffix(kind.suffix()) {
-                    found.push(Listed {
-                        kind,
-                        name: name.to_string(),
-                        active,
-                    });
-                }
+            let mut all = Listing::default();
+            for one in per_master {
+                all.objects.extend(one.objects);
+                all.kept_fences.extend(one.kept_fences);
+                all.unattributed_counts += one.unattributed_counts;
             }
-        }
-        found.sort();
-        // One entry per object: active if any of its keys says so.
-        found.dedup_by(|later, earlier| {
-            let same = later.kind == earlier.kind && later.name == earlier.name;
-            if same {
-                earlier.active |= later.active;
-            }
-            same
-        });
-        Ok(found)
+            all
+        } else {
+            let scan_for = format!("{}:{{{pattern}}}*", core.prefix);
+            let per_master = core
+                .backend
+                .on_every_master(|con| scan(con, &scan_for))
+                .map_err(Error::Redis)?;
+            ours(
+                per_master.into_iter().flatten(),
+                &format!("{}:{{", core.prefix),
+            )
+        };
+        listing.objects.sort();
+        listing.objects.dedup();
+        listing.kept_fences.sort();
+        listing.kept_fences.dedup();
+        Ok(listing)
     }
 
     /// The redlatch clients with a connection open to Redis (on a Cluster, to any master),
@@ -329,6 +354,51 @@ fn lock_places(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResult<Vec
         .arg(-1)
         .arg("WITHSCORES")
         .query(con)
+}
+
+/// The objects of our layout among `keys` (each starting with `tag`, `<prefix>:{`): each kind
+/// by its own keys (ObjectKind::suffix); in use by its main key, idle by a semaphore's total,
+/// and a fencing counter alone is kept, not an object.
+fn ours(keys: impl Iterator<Item = String>, tag: &str) -> Listing {
+    // (kind, name) -> (main key seen, total seen, fence seen)
+    let mut seen: std::collections::BTreeMap<(ObjectKind, String), (bool, bool, bool)> =
+        std::collections::BTreeMap::new();
+    for key in keys {
+        let Some(tagged) = key.strip_prefix(tag) else {
+            continue;
+        };
+        for kind in ObjectKind::ALL {
+            let (rest, role) = match tagged.strip_suffix(":fence") {
+                Some(rest) => (rest, 2),
+                None => match tagged.strip_suffix(":permits") {
+                    Some(rest) if kind == ObjectKind::Semaphore => (rest, 1),
+                    _ => (tagged, 0),
+                },
+            };
+            if let Some(name) = rest.strip_suffix(kind.suffix()) {
+                let flags = seen.entry((kind, name.to_string())).or_default();
+                match role {
+                    0 => flags.0 = true,
+                    1 => flags.1 = true,
+                    _ => flags.2 = true,
+                }
+            }
+        }
+    }
+    let mut listing = Listing::default();
+    for ((kind, name), (main, total, _)) in seen {
+        let listed = Listed {
+            kind,
+            name,
+            active: main,
+        };
+        if main || total {
+            listing.objects.push(listed);
+        } else {
+            listing.kept_fences.push(listed);
+        }
+    }
+    listing
 }
 
 /// Every key matching `pattern` on one server, by SCAN.

@@ -3,9 +3,10 @@
 //! --layout redisson inspect orders` shows who holds a Java service's lock.
 //!
 //! Redisson keeps no prefix and no registry of its objects: a listed object is found by its
-//! name and recognised by its shape (a hash of owners, a hash with `mode`, a count with
-//! permits out). A count with no permits out could be a semaphore or a latch, which nothing
-//! in Redis tells apart; it is listed as a latch.
+//! name and recognised by its shape (a hash of owners with a lease, a hash with `mode`, a
+//! count with permits out or waiters listening). A count with no permit out and nobody
+//! waiting could be a semaphore, a latch or an application's counter, which nothing in Redis
+//! tells apart: it is not listed as an object, only counted.
 //!
 //! [`Client::list`]: crate::Client::list
 //! [`Client::inspect`]: crate::Client::inspect
@@ -15,8 +16,8 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
-use super::{Holder, Listed, ObjectKind, Report, Waiter};
-use crate::keys::{LockKeys, redisson_tagged};
+use super::{Detected, Holder, Listed, Listing, ObjectKind, Report, Waiter};
+use crate::keys::{Family, LockKeys, redisson_tagged};
 use crate::scripts;
 use crate::words::Words;
 
@@ -145,60 +146,191 @@ fn fair_queue(
     Ok(waiters)
 }
 
+/// What the key of a name holds, read as Redisson's objects are shaped.
+pub(super) enum Shape {
+    /// An object of that kind; whether it is held, waited for or counting.
+    Object(ObjectKind, bool),
+    /// A count with no permit out and nobody waiting: a semaphore nobody uses, a latch, or
+    /// anyone's counter; nothing in Redis tells which.
+    Count,
+    /// Data that is not Redisson's: its Redis type.
+    Foreign(String),
+    /// No key.
+    Absent,
+}
+
+/// Reads what `key` holds as Redisson would have written it (REDISSON-FORMAT.md 1): a hash
+/// with a lease whose fields are owners (`<id>:<thread>`) with hold counts is a lock, with a
+/// `mode` too a read-write lock; a decimal string is a semaphore when permits are out in
+/// `{key}:timeout` or a waiter listens on `redisson_sc:{key}`, a latch when one listens on
+/// its latch channel, and otherwise a [`Shape::Count`]. A hash of our own layout (it has a
+/// `<key>:fence` beside it) and anything else is [`Shape::Foreign`], so an application's
+/// hashes and counters on a shared server are not taken for locks and latches.
+pub(super) fn shape_of(
+    con: &mut dyn ConnectionLike,
+    key: &str,
+    sharded: bool,
+) -> RedisResult<Shape> {
+    let found: String = redis::cmd("TYPE").arg(key).query(con)?;
+    match found.as_str() {
+        "none" => Ok(Shape::Absent),
+        "hash" => {
+            let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(key).query(con)?;
+            let pttl: i64 = redis::cmd("PTTL").arg(key).query(con)?;
+            let ours: bool = redis::cmd("EXISTS")
+                .arg(format!("{key}:fence"))
+                .query(con)?;
+            Ok(match hash_kind(&fields) {
+                Some(kind) if pttl > 0 && !ours => Shape::Object(kind, true),
+                _ => Shape::Foreign(found),
+            })
+        }
+        "string" => {
+            let count: Option<String> = redis::cmd("GET").arg(key).query(con)?;
+            if count.and_then(|c| c.parse::<i64>().ok()).is_none() {
+                return Ok(Shape::Foreign(found));
+            }
+            let permits = LockKeys::redisson(Family::Semaphore, key);
+            let out: u64 = match redis::cmd("ZCARD").arg(permits.leases()).query(con) {
+                // Not a zset: no permits of Redisson's.
+                Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => 0,
+                out => out?,
+            };
+            if out > 0 || numsub(con, permits.channel(), sharded)? > 0 {
+                return Ok(Shape::Object(ObjectKind::Semaphore, true));
+            }
+            let latch = LockKeys::redisson(Family::Latch, key);
+            if numsub(con, latch.channel(), sharded)? > 0 {
+                return Ok(Shape::Object(ObjectKind::CountDownLatch, true));
+            }
+            Ok(Shape::Count)
+        }
+        _ => Ok(Shape::Foreign(found)),
+    }
+}
+
+/// The kind of a Redisson hash by its fields: owners (`<id>:<thread>`, a writer's with
+/// `:write`) with hold counts, and a read-write lock's `mode`; `None` for anything else.
+fn hash_kind(fields: &[(String, String)]) -> Option<ObjectKind> {
+    let owner = |field: &str| {
+        let field = field.strip_suffix(":write").unwrap_or(field);
+        field.rsplit_once(':').is_some_and(|(id, thread)| {
+            !id.is_empty() && !thread.is_empty() && thread.bytes().all(|b| b.is_ascii_digit())
+        })
+    };
+    let mut kind = ObjectKind::Lock;
+    for (field, value) in fields {
+        if field == "mode" && (value == "read" || value == "write") {
+            kind = ObjectKind::ReadWriteLock;
+        } else if !owner(field) || value.parse::<u64>().map_or(true, |n| n == 0) {
+            return None;
+        }
+    }
+    let writers = fields.iter().filter(|(f, _)| f.ends_with(":write")).count();
+    match kind {
+        ObjectKind::Lock if fields.is_empty() || writers > 0 => None,
+        kind => Some(kind),
+    }
+}
+
+/// Whether `key` is named as our own layout names its keys, `<prefix>:{<name>}` and a
+/// suffix of ours (keys.rs): what a count there is, is known, and not Redisson's.
+fn looks_ours(key: &str) -> bool {
+    const OURS: [&str; 8] = [
+        "rwlock",
+        "semaphore",
+        "latch",
+        "fence",
+        "permits",
+        "forced",
+        "released",
+        "granted",
+    ];
+    key.contains(":{")
+        && key.rsplit_once('}').is_some_and(|(_, rest)| {
+            rest.strip_prefix(':')
+                .is_some_and(|rest| OURS.contains(&rest.split(':').next().unwrap_or_default()))
+        })
+}
+
+/// How many clients listen on `channel` (on this server).
+fn numsub(con: &mut dyn ConnectionLike, channel: &str, sharded: bool) -> RedisResult<u64> {
+    let which = if sharded { "SHARDNUMSUB" } else { "NUMSUB" };
+    let (_, n): (String, u64) = redis::cmd("PUBSUB").arg(which).arg(channel).query(con)?;
+    Ok(n)
+}
+
+/// What `name` is in Redisson's layout ([`Client::detect`](crate::Client::detect)); `con`
+/// is the server that keeps it.
+pub(super) fn detect(
+    con: &mut dyn ConnectionLike,
+    name: &str,
+    sharded: bool,
+) -> RedisResult<Detected> {
+    let mut detected = Detected::default();
+    let listed = |kind, active| Listed {
+        kind,
+        name: name.to_string(),
+        active,
+    };
+    match shape_of(con, name, sharded)? {
+        Shape::Object(kind, active) => detected.found.push(listed(kind, active)),
+        Shape::Count => {
+            detected.could_be = vec![ObjectKind::Semaphore, ObjectKind::CountDownLatch];
+        }
+        Shape::Foreign(found) => detected.foreign = Some(found),
+        Shape::Absent => {
+            // Only the token counter left by a lock (or a write, or permits) that went.
+            let counter = redisson_tagged("redisson_lock_token", name);
+            let kept: bool = redis::cmd("EXISTS").arg(counter).query(con)?;
+            if kept {
+                detected.found.push(listed(ObjectKind::Lock, false));
+            }
+        }
+    }
+    Ok(detected)
+}
+
 /// Every object in Redisson's layout on one server whose name matches `pattern` (a Redis
-/// glob), recognised by its shape; locks no longer held by their fencing counters.
-pub(super) fn list(con: &mut dyn ConnectionLike, pattern: &str) -> RedisResult<Vec<Listed>> {
-    let mut found = Vec::new();
+/// glob), recognised by its shape ([`shape_of`]); the fencing counters of objects that went
+/// (Java never deletes them), and how many bare counts could not be told from anyone's.
+pub(super) fn list(
+    con: &mut dyn ConnectionLike,
+    pattern: &str,
+    sharded: bool,
+) -> RedisResult<Listing> {
+    let mut listing = Listing::default();
     for key in super::scan(con, pattern)? {
         if key.starts_with("redisson_") || key.contains(":rwlock_timeout:") {
             continue; // Redisson's own keys beside an object, not objects
         }
-        let kind: String = redis::cmd("TYPE").arg(&key).query(con)?;
-        let listed = match kind.as_str() {
-            "hash" => {
-                let rw: bool = redis::cmd("HEXISTS").arg(&key).arg("mode").query(con)?;
-                let kind = if rw {
-                    ObjectKind::ReadWriteLock
-                } else {
-                    ObjectKind::Lock
-                };
-                Some(kind)
-            }
-            "string" => {
-                let count: Option<String> = redis::cmd("GET").arg(&key).query(con)?;
-                let permits = LockKeys::redisson(crate::keys::Family::Semaphore, &key).leases();
-                let out: u64 = redis::cmd("ZCARD").arg(permits).query(con).unwrap_or(0);
-                match count.and_then(|c| c.parse::<i64>().ok()) {
-                    Some(_) if out > 0 => Some(ObjectKind::Semaphore),
-                    Some(_) => Some(ObjectKind::CountDownLatch),
-                    None => None,
-                }
-            }
-            _ => None,
-        };
-        if let Some(kind) = listed {
-            found.push(Listed {
+        match shape_of(con, &key, sharded)? {
+            Shape::Object(kind, active) => listing.objects.push(Listed {
                 kind,
                 name: key,
-                active: true,
-            });
+                active,
+            }),
+            // Our own layout's counters (fences, totals, latches) are none of Redisson's.
+            Shape::Count if !looks_ours(&key) => listing.unattributed_counts += 1,
+            Shape::Count => {}
+            Shape::Foreign(_) | Shape::Absent => {}
         }
     }
-    // Locks not held now, known by their fencing counters (names without braces only: the
-    // counter of `a{b}` is `redisson_lock_token:a{b}`, which no pattern of the name finds).
+    // Counters of names without braces only: the counter of `a{b}` is
+    // `redisson_lock_token:a{b}`, which no pattern of the name finds.
     let counters = redisson_tagged("redisson_lock_token", pattern);
     for counter in super::scan(con, &counters)? {
         if let Some(name) = counter
             .strip_prefix("redisson_lock_token:{")
             .and_then(|n| n.strip_suffix('}'))
-            && !found.iter().any(|l| l.name == name)
+            && !listing.objects.iter().any(|l| l.name == name)
         {
-            found.push(Listed {
+            listing.kept_fences.push(Listed {
                 kind: ObjectKind::Lock,
                 name: name.to_string(),
                 active: false,
             });
         }
     }
-    Ok(found)
+    Ok(listing)
 }

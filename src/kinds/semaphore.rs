@@ -223,6 +223,48 @@ impl Semaphore {
         self.count(scripts::Count::Acquired)
     }
 
+    /// Takes every holder's permits back, whoever holds them, in one script, and wakes the
+    /// waiters: `true` if any permit was held. The total stays as it is. For an operator
+    /// freeing permits a stuck holder keeps (`redlatch force-unlock NAME --kind semaphore`).
+    ///
+    /// In our layout the waiters that now fit are granted their permits in arrival order, as
+    /// after a release. In [`Layout::Redisson`] (where Java has no such call) every permit id
+    /// goes from `{name}:timeout` and its permit is added back to the count `name`, and the
+    /// new count is published on `redisson_sc:{name}`, as Java's release does, so Java's
+    /// waiters wake too.
+    ///
+    /// The holders are not interrupted: their [`Permits`] report the loss at their next
+    /// renewal, when their lease runs out, or when they release (at once for this client's,
+    /// through [`on_lock_lost`](crate::ClientBuilder::on_lock_lost) with
+    /// [`LossCause::ForceUnlocked`](crate::LossCause::ForceUnlocked)); other clients' holders
+    /// learn it at their watchdog's next look as
+    /// [`LossCause::Taken`](crate::LossCause::Taken), as if their lease had run out.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let uploads = client.semaphore("uploads");
+    /// if uploads.force_unlock()? {
+    ///     println!("{} permits free again", uploads.available()?);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn force_unlock(&self) -> Result<bool> {
+        self.check_name()?;
+        let core = &self.runtime.core;
+        let keys = &self.keys;
+        // Names this call, so that a retry after a lost reply answers the same rather than
+        // taking back permits acquired in the meantime.
+        let request = uuid::Uuid::new_v4().simple().to_string();
+        let was_held = engine::call(core, keys, |con, freeing| {
+            shares::force_unlock(con, keys, &request, freeing)
+        })?;
+        if was_held {
+            engine::forced(core, keys);
+        }
+        Ok(was_held)
+    }
+
     fn count(&self, which: scripts::Count) -> Result<u32> {
         self.check_name()?;
         let keys = &self.keys;

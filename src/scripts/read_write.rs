@@ -12,7 +12,8 @@ use crate::keys::{Layout, LockKeys};
 
 static INSPECT: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/shares_inspect.lua")));
-static FORCE_UNLOCK: LazyLock<Lua> =
+/// Also a semaphore's (`shares::force_unlock`): the script serves both kinds with shares.
+pub(super) static FORCE_UNLOCK: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(with_prelude!("shares.lua", "shares_force_unlock.lua")));
 static REDISSON_INSPECT: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/rw_inspect.lua")));

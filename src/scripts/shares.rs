@@ -288,3 +288,23 @@ pub(crate) fn count(
     };
     Ok(n.clamp(0, i64::from(u32::MAX)) as u32)
 }
+
+/// Frees semaphore `keys` whoever holds its permits and grants its waiters that now fit (in
+/// Redisson's layout, puts every permit back and publishes the new count); `true` if a
+/// permit was held. `request` names the call, so that a retry answers the same.
+pub(crate) fn force_unlock(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    request: &str,
+    freeing: Freeing,
+) -> RedisResult<bool> {
+    if keys.layout == Layout::Redisson {
+        return redisson::semaphore::force_unlock(con, keys, request, freeing);
+    }
+    let reply: i64 = prelude(&super::read_write::FORCE_UNLOCK, keys, freeing)
+        .key(keys.force_latch(request))
+        .key(keys.forced_mark())
+        .arg(millis(freeing.latch_ttl))
+        .invoke(con)?;
+    Ok(reply == 1)
+}

@@ -39,6 +39,7 @@ static AVAILABLE: LazyLock<Lua> = semaphore_script!("semaphore_available.lua");
 static TRY_SET_PERMITS: LazyLock<Lua> = semaphore_script!("semaphore_try_set.lua");
 static ADD_PERMITS: LazyLock<Lua> = semaphore_script!("semaphore_add.lua");
 static COUNTS: LazyLock<Lua> = semaphore_script!("semaphore_counts.lua");
+static FORCE_UNLOCK: LazyLock<Lua> = semaphore_script!("semaphore_force_unlock.lua");
 static RENEW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/semaphore_renew.lua")));
 
@@ -229,6 +230,24 @@ pub(crate) fn count(
             Count::Acquired => "acquired",
         })
         .invoke(con)
+}
+
+/// Puts every permit of semaphore `keys` back, whoever holds it, and publishes the new count
+/// (`redisson/semaphore_force_unlock.lua`): `true` if a permit was held under a live lease.
+/// `request` names the call, so that a retry answers the same.
+pub(crate) fn force_unlock(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    request: &str,
+    freeing: Freeing,
+) -> RedisResult<bool> {
+    let reply: i64 = invocation(&FORCE_UNLOCK, keys)
+        .key(keys.unlock_latch(request))
+        .arg(freeing.publish)
+        .arg(millis(freeing.latch_ttl))
+        .arg(epoch_ms())
+        .invoke(con)?;
+    Ok(reply == 1)
 }
 
 #[cfg(test)]
