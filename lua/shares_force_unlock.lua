@@ -4,9 +4,11 @@
 -- or "sem") and the grant rule. A semaphore's total (<KEYS[1]>:permits) stays as it is.
 --
 -- KEYS[2]  a request latch <KEYS[1]>:forced:<request id>
--- KEYS[3]  the forced mark <KEYS[1]>:forced   the counter as it was (every live hold's token:
---                          a read takes the counter as it stands, a write or an acquisition
---                          of permits moves it, and no read can start beside a write);
+-- KEYS[3]  the forced mark <KEYS[1]>:forced   for a read-write lock, the counter as it was
+--                          (every live hold's token: a read takes the counter as it stands,
+--                          a write moves it, and no read can start beside a write); for a
+--                          semaphore, whose holders each took a token of their own,
+--                          "<lowest live token> <counter>";
 --                          lives as long as the latch or the freed leases, whichever is
 --                          longer: tells the old holders' clients why their holds are gone
 -- ARGV[4]  latch ttl       milliseconds
@@ -29,8 +31,20 @@ purge()
 local result = 0
 if redis.call('exists', H) == 1 then
   local pttl = redis.call('pttl', H)
+  local freed = redis.call('get', fence) or '0'
+  if policy == 'sem' then
+    local lowest = freed
+    local fields = redis.call('hgetall', H)
+    for i = 2, #fields, 2 do
+      local token = string.match(fields[i], ' (%d+)$')
+      if token and tonumber(token) < tonumber(lowest) then
+        lowest = token
+      end
+    end
+    freed = lowest .. ' ' .. freed
+  end
   redis.call('del', H, leases)
-  redis.call('set', mark, redis.call('get', fence) or '0', 'px', math.max(latch_ttl, pttl))
+  redis.call('set', mark, freed, 'px', math.max(latch_ttl, pttl))
   result = 1
 end
 grant_waiters()

@@ -372,13 +372,14 @@ fn a_semaphore_force_unlock_gives_every_permit_back_and_wakes_the_waiters_in_bot
             eventually(Duration::from_secs(3), || two.is_lost() && one.is_lost()),
             "{layout:?}"
         );
-        // Not ForceUnlocked: the engine reads a force-unlock's mark for locks and read-write
-        // locks only, so another client's holder hears what a lost lease would say.
+        // Our layout marks a force-unlock, so another client's holder learns why; Redisson's
+        // keeps no such mark, and its holder hears what a lost lease would say.
         let lost = told(&rx, Duration::from_secs(1));
-        assert_eq!(
-            (lost.name.as_str(), lost.cause),
-            (name.as_str(), LossCause::Taken)
-        );
+        let cause = match layout {
+            redlatch::Layout::Redisson => LossCause::Taken,
+            _ => LossCause::ForceUnlocked,
+        };
+        assert_eq!((lost.name.as_str(), lost.cause), (name.as_str(), cause));
         assert!(matches!(two.release(), Err(Error::LockLost { .. })));
         drop(one);
         // By the holder's own client: told at once, as ForceUnlocked.

@@ -142,7 +142,10 @@ pub(crate) fn why_gone(
     token: u64,
     otherwise: LossCause,
 ) -> LossCause {
-    if !matches!(keys.family, Family::Lock | Family::ReadWrite) {
+    if !matches!(
+        keys.family,
+        Family::Lock | Family::ReadWrite | Family::Semaphore
+    ) {
         return otherwise;
     }
     match core

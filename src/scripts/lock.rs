@@ -372,5 +372,14 @@ pub(crate) fn was_forced(
         return Ok(false);
     }
     let freed: Option<String> = redis::cmd("GET").arg(keys.forced_mark()).query(con)?;
-    Ok(freed.is_some_and(|freed| freed == token.to_string()))
+    // "<token>" (a lock, a read-write lock: every hold freed had it) or "<lowest> <highest>"
+    // (a semaphore: each holder had a token of its own).
+    let mut bounds = freed
+        .iter()
+        .flat_map(|f| f.split(' ').map(str::parse::<u64>));
+    Ok(match (bounds.next(), bounds.next()) {
+        (Some(Ok(only)), None) => token == only,
+        (Some(Ok(low)), Some(Ok(high))) => (low..=high).contains(&token),
+        _ => false,
+    })
 }
