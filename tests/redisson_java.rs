@@ -690,6 +690,37 @@ fn semaphore_both_ways(f: &Fleet) {
     );
     kept.unwrap().release().unwrap();
     assert_eq!(semaphore.available().unwrap(), 2);
+    // Our force-unlock gives Java's permits back, and wakes Java's waiter.
+    let held: Vec<String> = (0..2)
+        .map(|_| {
+            f.java
+                .permits(1, "tryacquire", &name, &[&0, &NO_LEASE])
+                .unwrap()
+        })
+        .collect();
+    assert!(held.iter().all(|id| id != "null"));
+    let java = f
+        .java
+        .send(16, "psem.tryacquire", &[&name, &ms(LONG), &NO_LEASE]);
+    f.await_parked(&semaphore_channel(&name), 1);
+    let released = Instant::now();
+    assert!(semaphore.force_unlock().unwrap());
+    let id = java.value(LONG);
+    assert_ne!(id, "null", "Java's waiter got a permit");
+    assert_woken(
+        "Java's semaphore waiter, by our force-unlock",
+        released,
+        Instant::now(),
+    );
+    for old in &held {
+        let released = f.java.permits(1, "tryrelease", &name, &[old]);
+        assert_eq!(released, Ok("false".into()), "a force-freed permit");
+    }
+    assert_eq!(
+        f.java.permits(1, "tryrelease", &name, &[&id]),
+        Ok("true".into())
+    );
+    assert_eq!(semaphore.available().unwrap(), 2);
 }
 
 /// A cancelled wait leaves Redisson's fair queue, both ways: ours cancelled through its
