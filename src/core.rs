@@ -14,7 +14,6 @@ use crossbeam_channel::Sender;
 
 use crate::backend::Backend;
 use crate::cancel::Cancel;
-use crate::client::NameMapper;
 use crate::engine::hold::Holds;
 use crate::engine::leftover::Leftovers;
 use crate::keys::{Family, Layout, LockKeys};
@@ -55,6 +54,17 @@ pub(crate) struct Core {
     pub fair_wait_timeout: Duration,
     /// The user's map from names to stored names, if any.
     pub name_mapper: Option<NameMapper>,
+}
+
+/// A user's function from a name to the name it is stored under
+/// ([`ClientBuilder::name_mapper`](crate::ClientBuilder::name_mapper)).
+#[derive(Clone)]
+pub(crate) struct NameMapper(pub Arc<dyn Fn(&str) -> String + Send + Sync>);
+
+impl std::fmt::Debug for NameMapper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NameMapper(..)")
+    }
 }
 
 /// `WAIT <count> <timeout>` after each acquisition: see

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::backend::link::LinkSettings;
 use crate::backend::tls::TlsConfig;
 use crate::backend::{Backend, Deployment, Settings};
-use crate::core::{Core, Replicas, Runtime};
+use crate::core::{Core, NameMapper, Replicas, Runtime};
 use crate::engine::hold::Holds;
 use crate::engine::validate_duration;
 use crate::error::{Error, Result};
@@ -538,15 +538,4 @@ fn check_name(name: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// A user's function from a name to the name it is stored under
-/// ([`ClientBuilder::name_mapper`]).
-#[derive(Clone)]
-pub(crate) struct NameMapper(pub Arc<dyn Fn(&str) -> String + Send + Sync>);
-
-impl std::fmt::Debug for NameMapper {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("NameMapper(..)")
-    }
 }

@@ -17,7 +17,6 @@ use crate::stats::Stats;
 mod builder;
 
 pub use builder::ClientBuilder;
-pub(crate) use builder::NameMapper;
 
 /// A connection to one Redis deployment, from which locks are made.
 ///
