@@ -15,7 +15,8 @@
 //! bank's store, unless `REDIS_URL` is set (then both live there, under their own keys).
 //! With `--load` it runs the load generator against itself, prints what it saw and exits
 //! non-zero if money appeared or vanished, or a transfer it acknowledged is not in the
-//! balances.
+//! balances. Without it, Ctrl-C or SIGTERM shuts the server down cleanly: requests waiting
+//! for account locks are called off (503), those under way finish.
 
 use std::net::TcpListener;
 use std::process::ExitCode;
@@ -106,8 +107,16 @@ fn main() -> ExitCode {
         thread::spawn(move || server::serve(listener, bank, stop))
     };
     if !loaded {
+        // Ctrl-C or SIGTERM (a deploy) stops the server cleanly: see `server.rs`.
+        on_signal_stop(stop.clone());
         return match serving.join() {
-            Ok(Ok(_)) => ExitCode::SUCCESS,
+            Ok(Ok(served)) => {
+                println!(
+                    "bank: shut down in {:?}, {} waits for locks called off",
+                    served.shutdown, served.called_off
+                );
+                ExitCode::SUCCESS
+            }
             _ => ExitCode::FAILURE,
         };
     }
@@ -134,4 +143,26 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Sets `stop` once the process gets SIGINT or SIGTERM. The handler only sets a flag (all a
+/// signal handler may safely do); a thread of ours passes it on.
+fn on_signal_stop(stop: Arc<AtomicBool>) {
+    static SIGNALLED: AtomicBool = AtomicBool::new(false);
+    extern "C" fn handler(_: libc::c_int) {
+        SIGNALLED.store(true, Ordering::SeqCst);
+    }
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler is async-signal-safe: it only stores to an atomic.
+        unsafe {
+            libc::signal(signal, handler as *const () as libc::sighandler_t);
+        }
+    }
+    thread::spawn(move || {
+        while !SIGNALLED.load(Ordering::SeqCst) {
+            thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("bank: shutting down");
+        stop.store(true, Ordering::SeqCst);
+    });
 }
