@@ -469,3 +469,91 @@ fn a_wait_that_times_out_takes_nothing_and_reports_false() {
         assert_eq!(sem.available().unwrap(), 1);
     }
 }
+
+#[test]
+fn each_call_publishes_what_its_layout_says() {
+    let server = RedisServer::start();
+    for layout in LAYOUTS {
+        let c = client(&server, layout);
+        let name = unique("cs-messages");
+        let sem = c.counting_semaphore(&name);
+        let listener = redis::Client::open(server.url()).unwrap();
+        let mut con = listener.get_connection().unwrap();
+        let mut pubsub = con.as_pubsub();
+        pubsub.subscribe(channel(layout, &name)).unwrap();
+        pubsub
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut heard = |what: &str| -> Option<String> {
+            match pubsub.get_message() {
+                Ok(m) => Some(m.get_payload().unwrap()),
+                Err(e) if e.is_timeout() => None,
+                Err(e) => panic!("{layout:?} {what}: {e}"),
+            }
+        };
+        // (call, what ours publishes, what Redisson's layout publishes: Java's messages)
+        assert!(sem.try_set_permits(2).unwrap());
+        let expect = |ours: Option<&str>, java: Option<&str>| match layout {
+            Layout::Redisson => java.map(str::to_string),
+            _ => ours.map(str::to_string),
+        };
+        assert_eq!(heard("set"), expect(Some("free 2"), Some("2")));
+        assert!(!sem.try_set_permits(2).unwrap());
+        assert!(sem.try_acquire(2, Duration::ZERO).unwrap());
+        assert_eq!(heard("set again, acquire"), None);
+        sem.release(1).unwrap();
+        assert_eq!(heard("release"), expect(Some("free 1"), Some("1")));
+        sem.add_permits(-3).unwrap();
+        assert_eq!(heard("add -3"), expect(None, Some("-2")));
+        sem.add_permits(2).unwrap();
+        assert_eq!(heard("add 2"), expect(None, Some("0")));
+        sem.add_permits(3).unwrap();
+        assert_eq!(heard("add 3"), expect(Some("free 3"), Some("3")));
+        assert_eq!(sem.drain().unwrap(), 3);
+        assert_eq!(heard("drain"), None);
+    }
+}
+
+#[test]
+fn every_call_is_idempotent_under_a_lost_reply() {
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port);
+    for layout in LAYOUTS {
+        let c = Client::builder(&proxy.url())
+            .layout(layout)
+            .build()
+            .unwrap();
+        let name = unique("cs-lost-reply");
+        let sem = c.counting_semaphore(&name);
+        // Loads the scripts, so that the lost replies below are EVALSHA's.
+        let primer = c.counting_semaphore(&unique("cs-primer"));
+        primer.try_set_permits(1).unwrap();
+        primer.try_acquire(1, Duration::ZERO).unwrap();
+        primer.release(1).unwrap();
+        primer.add_permits(1).unwrap();
+        primer.drain().unwrap();
+        primer.available().unwrap();
+
+        let cuts = proxy.cuts();
+        let lose = || proxy.lose_reply_to(b"EVALSHA");
+        lose();
+        assert!(sem.try_set_permits(3).unwrap(), "{layout:?}: its own set");
+        lose();
+        assert!(sem.try_acquire(2, Duration::ZERO).unwrap());
+        assert_eq!(sem.available().unwrap(), 1, "{layout:?}: taken twice");
+        lose();
+        sem.release(1).unwrap();
+        assert_eq!(sem.available().unwrap(), 2, "{layout:?}: released twice");
+        lose();
+        sem.add_permits(2).unwrap();
+        assert_eq!(sem.available().unwrap(), 4, "{layout:?}: added twice");
+        lose();
+        assert_eq!(sem.drain().unwrap(), 4, "{layout:?}: its own drain");
+        assert_eq!(
+            proxy.cuts(),
+            cuts + 5,
+            "{layout:?}: every reply was lost once"
+        );
+        assert_eq!(sem.available().unwrap(), 0);
+    }
+}
