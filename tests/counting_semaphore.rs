@@ -557,3 +557,50 @@ fn every_call_is_idempotent_under_a_lost_reply() {
         assert_eq!(sem.available().unwrap(), 0);
     }
 }
+
+#[test]
+fn on_a_cluster_a_release_wakes_a_waiter_through_its_shard_in_both_layouts() {
+    let cluster = support::topology::Cluster::start();
+    let urls = cluster.seed_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    for layout in LAYOUTS {
+        let build = || {
+            Client::cluster_builder(&urls)
+                .layout(layout)
+                .connect_timeout(Duration::from_secs(1))
+                .response_timeout(Duration::from_secs(1))
+                .build()
+                .unwrap()
+        };
+        let (waiting, releasing) = (build(), build());
+        // Names spread over the slots, so over the masters.
+        for i in 0..4 {
+            let name = unique(&format!("cs-cluster-{i}"));
+            let waiter = {
+                let sem = waiting.counting_semaphore(&name);
+                thread::spawn(move || (sem.try_acquire(2, Duration::from_secs(20)), Instant::now()))
+            };
+            await_waiting(&waiting, 1);
+            thread::sleep(Duration::from_millis(200)); // its attempt after subscribing
+            let released = Instant::now();
+            releasing.counting_semaphore(&name).release(2).unwrap();
+            let (got, at) = join_all(vec![waiter], Duration::from_secs(30), "the waiter").remove(0);
+            assert!(got.unwrap(), "{layout:?} {name}");
+            let after = at - released;
+            assert!(
+                after < Duration::from_secs(1),
+                "{layout:?}: woken {after:?} after"
+            );
+            assert!(
+                !releasing
+                    .counting_semaphore(&name)
+                    .try_acquire(1, Duration::ZERO)
+                    .unwrap()
+            );
+            assert!(eventually(Duration::from_secs(5), || waiting
+                .stats()
+                .waiting_threads
+                == 0));
+        }
+    }
+}
