@@ -604,3 +604,25 @@ fn on_a_cluster_a_release_wakes_a_waiter_through_its_shard_in_both_layouts() {
         }
     }
 }
+
+#[test]
+fn acquire_waits_as_long_as_it_takes_and_returns_holding_the_permits() {
+    let server = RedisServer::start();
+    for layout in LAYOUTS {
+        let (waiting, releasing) = (client(&server, layout), client(&server, layout));
+        let name = unique("cs-acquire");
+        let waiter = {
+            let sem = waiting.counting_semaphore(&name);
+            thread::spawn(move || {
+                sem.acquire(2).unwrap();
+                Instant::now()
+            })
+        };
+        await_waiting(&waiting, 1);
+        let released = Instant::now();
+        releasing.counting_semaphore(&name).add_permits(3).unwrap();
+        let at = join_all(vec![waiter], Duration::from_secs(30), "the waiter").remove(0);
+        assert!(at - released < Duration::from_secs(1), "{layout:?}");
+        assert_eq!(releasing.counting_semaphore(&name).available().unwrap(), 1);
+    }
+}
