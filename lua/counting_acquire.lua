@@ -15,6 +15,8 @@
 -- instead of taking again. A refusal writes nothing, so its retry simply looks again.
 -- Waiters call it again after each message on the channel: it never queues, so the
 -- semaphore is not fair.
+-- At maxmemory (noeviction) a call that would change the count fails with OOM and writes
+-- nothing: its first write is the count's, where Redis checks memory (see release.lua).
 
 local count, marker = KEYS[1], KEYS[2]
 local permits = tonumber(ARGV[1])

@@ -17,6 +17,8 @@
 -- published.
 -- Idempotent: the reply is recorded in the marker, and a retry after a lost reply answers it
 -- instead of adding again.
+-- At maxmemory (noeviction) a call that would change the count fails with OOM and writes
+-- nothing: its first write is the count's, where Redis checks memory (see release.lua).
 
 local count, channel, marker = KEYS[1], KEYS[2], KEYS[3]
 local delta, ttl, publish = tonumber(ARGV[1]), ARGV[2], ARGV[3]

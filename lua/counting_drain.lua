@@ -10,6 +10,8 @@
 -- Errors: "WRONGTYPE lock" when the key holds something else; nothing is written then.
 -- Idempotent: the reply is recorded in the marker, and a retry after a lost reply answers it
 -- instead of finding 0.
+-- At maxmemory (noeviction) a call that would change the count fails with OOM and writes
+-- nothing: its first write is the count's, where Redis checks memory (see release.lua).
 
 local count, marker = KEYS[1], KEYS[2]
 local done = redis.call('get', marker)

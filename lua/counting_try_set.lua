@@ -12,6 +12,8 @@
 -- Errors: "WRONGTYPE lock" when the key holds something else; nothing is written then.
 -- Idempotent: the reply is recorded in the marker, and a retry after a lost reply answers 1
 -- instead of finding its own count and answering 0.
+-- At maxmemory (noeviction) a call that would change the count fails with OOM and writes
+-- nothing: its first write is the count's, where Redis checks memory (see release.lua).
 
 local count, channel, marker = KEYS[1], KEYS[2], KEYS[3]
 local done = redis.call('get', marker)

@@ -15,6 +15,8 @@
 -- when the new count would leave ±(2^53 - 1). Nothing is written then.
 -- Idempotent: the reply is recorded in the marker (which Java never reads), and a retry
 -- after a lost reply answers it instead of adding again.
+-- At maxmemory (noeviction) a call that would change the count fails with OOM and writes
+-- nothing: its first write is the count's, where Redis checks memory (see release.lua).
 
 local count, channel, marker = KEYS[1], KEYS[2], KEYS[3]
 local done = redis.call('get', marker)
