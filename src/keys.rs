@@ -33,6 +33,12 @@
 //! `p:{name}:latch:unlocked`, and `p:{name}:latch:req:<request id>` (the reply to one call,
 //! for a retry; lives as long as a release latch).
 //!
+//! A counting semaphore (Java's `RSemaphore`: permits with no owner and no lease) is
+//! `p:{name}:counting` (string: the permits free, below 0 after a negative
+//! `add_permits`), its channel `p:{name}:counting:unlocked` (`free <n>`: the new count, when
+//! it is above 0), and `p:{name}:counting:req:<request id>` (the reply to one call, for a
+//! retry; lives as long as a release latch).
+//!
 //! The lock's keys share the hash tag `{name}`, so each script touches one Cluster slot.
 //!
 //! Under [`Layout::Redisson`] the same roles take Redisson's names instead (DESIGN.md section
@@ -118,6 +124,7 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
 /// | [`Client::read_write_lock`](crate::Client::read_write_lock) | `getReadWriteLock(n)` | hash `n`: `mode` → `read`/`write`, each reader `<client id>:<thread>` → its reads, the writer `<client id>:<thread>:write` → its writes; per read hold `k` a key `{n}:<reader>:rwlock_timeout:<k>` with the hold's lease; channel `redisson_rwlock:{n}` (`0` after a read unlock frees it, `1` after a write unlock); writes take tokens from `redisson_lock_token:{n}` |
 /// | [`Client::semaphore`](crate::Client::semaphore) | `getPermitExpirableSemaphore(n)` | string `n`: the permits free; zset `{n}:timeout`: permit id (16 raw bytes) → lease end (epoch ms); channel `redisson_sc:{n}` (counts); tokens from `redisson_lock_token:{n}` |
 /// | [`Client::count_down_latch`](crate::Client::count_down_latch) | `getCountDownLatch(n)` | string `n`; channel `redisson_countdownlatch__channel__{n}` |
+/// | [`Client::counting_semaphore`](crate::Client::counting_semaphore) | `getSemaphore(n)` | string `n`: the permits free (may be below 0); channel `redisson_sc:{n}` (the new count), shared with `getPermitExpirableSemaphore(n)` |
 ///
 /// Where the two differ, Redisson's rules hold for what Redis holds: the plain lock is not
 /// fair (a release wakes one waiter per client, and they race; within a client a release
@@ -153,6 +160,9 @@ pub(crate) enum Family {
     Semaphore,
     /// `CountDownLatch`: `p:{name}:latch`.
     Latch,
+    /// `CountingSemaphore`: `p:{name}:counting`. In Redisson's layout the key and channel of
+    /// `Semaphore`'s (Java's `getSemaphore` and `getPermitExpirableSemaphore` share them).
+    Counting,
 }
 
 impl Family {
@@ -163,14 +173,16 @@ impl Family {
             Family::ReadWrite => ":rwlock",
             Family::Semaphore => ":semaphore",
             Family::Latch => ":latch",
+            Family::Counting => ":counting",
         }
     }
 
-    const ALL: [Family; 4] = [
+    const ALL: [Family; 5] = [
         Family::Lock,
         Family::ReadWrite,
         Family::Semaphore,
         Family::Latch,
+        Family::Counting,
     ];
 }
 
@@ -264,7 +276,7 @@ impl LockKeys {
                 }
             }
             Family::ReadWrite => redisson_tagged("redisson_rwlock", name),
-            Family::Semaphore => redisson_tagged("redisson_sc", name),
+            Family::Semaphore | Family::Counting => redisson_tagged("redisson_sc", name),
             // Always braces, even around a name with braces of its own: Redisson builds this
             // one by concatenation (REDISSON-FORMAT.md 2.1, exception 1).
             Family::Latch => format!("redisson_countdownlatch__channel__{{{name}}}"),
@@ -417,7 +429,8 @@ impl LockKeys {
     }
 
     /// The channel on which a release hands this object to waiters of client `client_id`:
-    /// `<channel>:<client id>`, for every family but a latch, which grants nothing.
+    /// `<channel>:<client id>`, for every family but a latch and a counting semaphore, which
+    /// grant nothing.
     ///
     /// Waiters of one client subscribe it with the object's channel, in one command. The
     /// release scripts name it from the owner ids they grant to (`<client id>:...`), and use
@@ -425,7 +438,8 @@ impl LockKeys {
     /// `shares.lua`); otherwise, and for grants no release made, the object's channel.
     /// Redisson's layout has no grants: a release wakes waiters, which attempt again.
     pub fn grant_channel(&self, client_id: &str) -> Option<String> {
-        (self.family != Family::Latch && self.layout == Layout::Redlatch)
+        let grants = !matches!(self.family, Family::Latch | Family::Counting);
+        (grants && self.layout == Layout::Redlatch)
             .then(|| format!("{}:{client_id}", self.channel()))
     }
 

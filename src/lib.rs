@@ -38,6 +38,8 @@
 //! - Independent masters, by majority: [`Redlock`].
 //! - Many readers or one writer: [`Client::read_write_lock`] ([`ReadWriteLock`]).
 //! - Leased permits: [`Client::semaphore`] ([`Semaphore`]).
+//! - Permits with no owner and no lease, released by anyone (Java's `RSemaphore`):
+//!   [`Client::counting_semaphore`] ([`CountingSemaphore`]).
 //! - The lock without pub/sub, waited for by backoff: [`Client::spin_lock`] ([`SpinLock`]).
 //! - Waiting for a count to reach zero: [`Client::count_down_latch`] ([`CountDownLatch`]).
 //!
@@ -80,6 +82,7 @@ pub use client::{Client, ClientBuilder};
 pub use error::{Error, MIN_REDIS_VERSION, Result};
 pub use inspect::{ConnectedClient, Detected, Holder, Listed, Listing, ObjectKind, Report, Waiter};
 pub use keys::{Layout, MAX_NAME_LEN, MAX_PREFIX_LEN};
+pub use kinds::counting::CountingSemaphore;
 pub use kinds::latch::CountDownLatch;
 pub use kinds::lock::{Lock, LockGuard, OwnedLockGuard};
 pub use kinds::multi::{MultiLock, MultiLockGuard};

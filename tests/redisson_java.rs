@@ -792,6 +792,71 @@ fn cancelled_waits_leave_the_fair_queue_both_ways(f: &Fleet) {
     // The place is left to time out: the name is this test's alone.
 }
 
+/// The counting semaphore (Java's `getSemaphore`): counts agree after each step of either
+/// side, and a release of either side wakes the other side's waiter at once.
+fn counting_semaphore_both_ways(f: &Fleet) {
+    let name = unique("csem");
+    let sem = f.ours.counting_semaphore(&name);
+    let java = |op: &str, args: &[&dyn std::fmt::Display]| f.java.counting(1, op, &name, args);
+    let agree = |available: i64, what: &str| {
+        assert_eq!(sem.available().unwrap(), available, "ours, after {what}");
+        assert_eq!(
+            java("available", &[]),
+            Ok(available.to_string()),
+            "Java's, after {what}"
+        );
+    };
+    assert_eq!(java("trysetpermits", &[&2]), Ok("true".into()));
+    assert!(!sem.try_set_permits(5).unwrap(), "Java set it first");
+    agree(2, "Java's trySetPermits");
+    assert_eq!(java("tryacquire", &[&1, &0]), Ok("true".into()));
+    agree(1, "Java's tryAcquire");
+    assert!(sem.try_acquire(1, Duration::ZERO).unwrap());
+    agree(0, "our try_acquire");
+    assert_eq!(java("tryacquire", &[&1, &0]), Ok("false".into()));
+    assert!(!sem.try_acquire(1, Duration::ZERO).unwrap());
+
+    // Java's release wakes our waiter.
+    let waiting = {
+        let sem = sem.clone();
+        on_thread(move || sem.try_acquire(2, LONG).unwrap())
+    };
+    f.await_ours_waiting(1);
+    let released = Instant::now();
+    assert_eq!(java("release", &[&2]), Ok(String::new()));
+    let (woken, got) = join_all(vec![waiting], LONG, "our waiter").remove(0);
+    assert!(got, "our waiter took Java's permits");
+    assert_woken("our counting-semaphore waiter", released, woken);
+    agree(0, "our wait");
+
+    // Ours wakes Java's.
+    let monitors = f.monitors();
+    let waiter = f.java.send(15, "sem.tryacquire", &[&name, &2, &ms(LONG)]);
+    f.await_java_parked(&monitors, &semaphore_channel(&name));
+    let released = Instant::now();
+    sem.release(2).unwrap();
+    assert_eq!(waiter.value(LONG), "true", "Java got our permits");
+    assert_woken("Java's counting-semaphore waiter", released, Instant::now());
+    agree(0, "Java's wait");
+
+    // add, below zero, drain: both sides read the same after each.
+    sem.add_permits(3).unwrap();
+    agree(3, "our add_permits");
+    assert_eq!(java("addpermits", &[&-5]), Ok(String::new()));
+    agree(-2, "Java's addPermits below zero");
+    sem.release(1).unwrap();
+    agree(-1, "our release");
+    // Java's drainPermits answers a count below zero as it is and sets 0; ours is Java's.
+    assert_eq!(sem.drain().unwrap(), -1);
+    agree(0, "our drain");
+    sem.add_permits(4).unwrap();
+    assert_eq!(java("drain", &[]), Ok("4".into()));
+    agree(0, "Java's drain");
+    sem.release(1).unwrap();
+    assert_eq!(sem.drain().unwrap(), 1);
+    agree(0, "our drain");
+}
+
 fn suite(f: &Fleet, watchdog: Duration) {
     eprintln!(
         "Redisson {} on Java {}",
@@ -812,6 +877,7 @@ fn suite(f: &Fleet, watchdog: Duration) {
     read_write_queries_and_force_unlock_both_ways(f, watchdog);
     semaphore_both_ways(f);
     cancelled_waits_leave_the_fair_queue_both_ways(f);
+    counting_semaphore_both_ways(f);
 }
 
 const WATCHDOG: Duration = Duration::from_secs(3);

@@ -7,6 +7,7 @@ use crate::backend::sentinel::SentinelSpec;
 use crate::core::{Core, Runtime};
 use crate::error::Result;
 use crate::keys::Layout;
+use crate::kinds::counting::CountingSemaphore;
 use crate::kinds::latch::CountDownLatch;
 use crate::kinds::lock::Lock;
 use crate::kinds::read_write::ReadWriteLock;
@@ -215,10 +216,30 @@ impl Client {
     /// checked when it is used.
     ///
     /// In [`Layout::Redisson`] it is Java's `getPermitExpirableSemaphore(name)` (Redisson's
-    /// plain `getSemaphore`, whose permits have no owner and no lease, is not supported; see
-    /// [`Semaphore`]).
+    /// plain `getSemaphore`, whose permits have no owner and no lease, is
+    /// [`counting_semaphore`](Client::counting_semaphore)).
     pub fn semaphore(&self, name: &str) -> Semaphore {
         Semaphore::new(self.runtime.clone(), name)
+    }
+
+    /// A handle on the counting semaphore called `name` (`p:{name}:counting`): permits with
+    /// no owner and no lease, released by anyone (Java's `RSemaphore`; see
+    /// [`CountingSemaphore`] for when to pick it over [`semaphore`](Client::semaphore)). No
+    /// I/O; the name is checked when it is used.
+    ///
+    /// In [`Layout::Redisson`] it is Java's `getSemaphore(name)`.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let slots = client.counting_semaphore("render-slots");
+    /// slots.try_set_permits(4)?;
+    /// slots.acquire(1)?;
+    /// slots.release(1)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn counting_semaphore(&self, name: &str) -> CountingSemaphore {
+        CountingSemaphore::new(self.runtime.clone(), name)
     }
 
     /// A handle on the count-down latch called `name` (`p:{name}:latch`). No I/O; the name

@@ -178,7 +178,7 @@ impl Hold {
             Family::ReadWrite if self.keys.reads(&self.owner) => HoldKind::Read,
             Family::ReadWrite => HoldKind::Write,
             Family::Semaphore => HoldKind::Permits,
-            Family::Lock | Family::Latch => HoldKind::Lock,
+            Family::Lock | Family::Latch | Family::Counting => HoldKind::Lock,
         }
     }
 

@@ -1,6 +1,6 @@
 //! Waiting for a condition on an object, woken by its channel: what a count-down latch's
-//! waiters do. No queue and no hand-over: every message on the channel wakes every watcher,
-//! which checks again.
+//! waiters and a counting semaphore's do. No queue and no hand-over: a message on the channel
+//! wakes watchers, which check again.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,8 +30,13 @@ pub(crate) struct Look {
 /// no subscription), then after every wake: a message on `keys`'s channel, the subscription
 /// confirmed or made anew, or at least every watchdog timeout, so a lost message costs at
 /// most that long, never a hang. The subscription is announced before the first check and
-/// confirmed before the second, so a change between the two is never missed. `check` must
-/// only read.
+/// confirmed before the second, so a change between the two is never missed.
+///
+/// `check` may also take what it looks for (a counting semaphore's attempt takes its
+/// permits when they are free): then it must be idempotent under retry (the call may run
+/// again after a lost reply), and what it took is the caller's once it says the condition
+/// holds. A `check` that takes must not answer `at_us`: an `Opened` wake ends the wait
+/// without it.
 ///
 /// A message that says the condition came to hold at a server time after the last look
 /// (a latch's `open <µs>`) ends the wait without another look: it came to hold while the

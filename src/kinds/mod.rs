@@ -4,6 +4,7 @@
 //! - [`lock`]: the reentrant, owner-checked, leased lock;
 //! - [`read_write`]: many readers or one writer;
 //! - [`semaphore`]: leased permits;
+//! - [`counting`]: permits with no owner and no lease (Java's `RSemaphore`);
 //! - [`spin_lock`]: the lock, waited for by backoff instead of pub/sub;
 //! - [`latch`]: a count-down latch;
 //! - [`multi`]: several locks taken all or none;
@@ -12,6 +13,7 @@
 //! - [`shares`]: what the read-write lock and the semaphore share;
 //! - [`held`]: the hold every guard wraps.
 
+pub(crate) mod counting;
 mod fair;
 mod held;
 pub(crate) mod latch;

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 /// What the scripts that free an object publish on its channel (`release.lua`,
-/// `force_unlock.lua`, `shares_*.lua`, `latch_count_down.lua`), parsed: the one place that
+/// `force_unlock.lua`, `shares_*.lua`, `latch_count_down.lua`, `counting_*.lua`), parsed: the one place that
 /// knows the messages' text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Message<'a> {
@@ -21,6 +21,10 @@ pub(crate) enum Message<'a> {
     /// through, and one whose last look at the count came before then needs no other
     /// (`open` alone, from an earlier version, says no time).
     Open { at_us: Option<u64> },
+    /// `free <n>`: a counting semaphore has `n` (above 0) permits free now
+    /// (`counting_add.lua`, `counting_try_set.lua`): every waiter should try, since a waiter
+    /// that wants more than `n` cannot pass its wake-up on to one that wants less.
+    Free { count: u64 },
 }
 
 /// The `(token, owner)` pairs of a [`Message::Grant`], checked when parsed.
@@ -51,6 +55,14 @@ impl<'a> Message<'a> {
             b"force" => return Some(Message::Force),
             b"open" => return Some(Message::Open { at_us: None }),
             _ => {}
+        }
+        if let Some(count) = payload.strip_prefix(b"free ") {
+            let count = std::str::from_utf8(count).ok()?;
+            let count = count
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| count.parse().ok())??;
+            return Some(Message::Free { count });
         }
         if let Some(at) = payload.strip_prefix(b"open ") {
             let at = std::str::from_utf8(at).ok()?;
@@ -105,6 +117,7 @@ impl<'a> Message<'a> {
             Message::Force => b"force".to_vec(),
             Message::Open { at_us: None } => b"open".to_vec(),
             Message::Open { at_us: Some(at) } => format!("open {at}").into_bytes(),
+            Message::Free { count } => format!("free {count}").into_bytes(),
             Message::Grant { .. } => panic!("use Message::grant"),
         }
     }
@@ -144,6 +157,14 @@ mod tests {
                 at_us: Some(1795548688566984)
             })
         );
+        assert_eq!(Message::parse(b"free 3"), Some(Message::Free { count: 3 }));
+        assert_eq!(
+            Message::parse(&Message::Free { count: 7 }.payload()),
+            Some(Message::Free { count: 7 })
+        );
+        for foreign in [&b"free "[..], b"free -1", b"free x", b"free 1 2", b"free"] {
+            assert_eq!(Message::parse(foreign), None, "{foreign:?}");
+        }
         for foreign in [
             &b"open "[..],
             b"open x",

@@ -43,6 +43,7 @@ fn splice(prelude: &str, file: &str, marker: &str) -> String {
 }
 
 mod call;
+pub(crate) mod counting;
 pub(crate) mod latch;
 mod lock;
 mod message;
@@ -278,8 +279,9 @@ pub(crate) fn give_back(
         Family::ReadWrite | Family::Semaphore => {
             shares::release(con, keys, owner, token, how, freeing)
         }
-        // A latch grants nothing, so nothing is handed to an owner that no longer waits.
-        Family::Latch => Ok(Release::NotOurs),
+        // A latch or a counting semaphore grants nothing, so nothing is handed to an owner
+        // that no longer waits.
+        Family::Latch | Family::Counting => Ok(Release::NotOurs),
     }
 }
 
@@ -346,9 +348,10 @@ fn renewal<'a>(
         Some((Layout::Redisson, Family::Lock)) => redisson::renewal(batch, lease),
         Some((Layout::Redisson, Family::ReadWrite)) => redisson::read_write::renewal(batch, lease),
         Some((Layout::Redisson, Family::Semaphore)) => redisson::semaphore::renewal(batch, lease),
-        // Nothing of a latch is held, so nothing of it is ever registered for renewal; were
+        // Nothing of a latch or a counting semaphore is held, so nothing of it is ever
+        // registered for renewal; were
         // it, the lock's script would find no hold of it and answer "not ours".
-        Some((_, Family::Latch)) => lock::renewal(batch, lease, fence_retention),
+        Some((_, Family::Latch | Family::Counting)) => lock::renewal(batch, lease, fence_retention),
     }
 }
 

@@ -367,6 +367,14 @@ impl JavaService {
         self.call(thread, &format!("psem.{op}"), &all)
     }
 
+    /// A `getSemaphore(name)` call `op` (`acquire`, `tryacquire`, `release`, `available`,
+    /// `trysetpermits`, `addpermits`, `drain`: `Ops.java`) on thread `thread`.
+    pub fn counting(&self, thread: u64, op: &str, name: &str, args: &[&dyn Display]) -> Reply {
+        let mut all: Vec<&dyn Display> = vec![&name];
+        all.extend_from_slice(args);
+        self.call(thread, &format!("sem.{op}"), &all)
+    }
+
     /// A `getCountDownLatch(name)` call `op` (`trysetcount`, `countdown`, `count`, `await`,
     /// `delete`).
     pub fn latch(&self, thread: u64, op: &str, name: &str, args: &[&dyn Display]) -> Reply {

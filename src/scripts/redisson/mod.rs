@@ -303,10 +303,9 @@ pub(crate) enum Wakes {
     /// Wake one waiter: it attempts again (a lock's "0", which Java's final unlock
     /// publishes; Java wakes one thread per client for it too).
     One,
-    /// Wake them all (a lock's "1": a write unlock or a force-unlock; a latch at zero).
+    /// Wake them all (a lock's "1": a write unlock or a force-unlock; a latch at zero; a
+    /// semaphore's count of permits free, when above 0).
     All,
-    /// Wake as many as `n`: a semaphore's count of permits now free.
-    Some(u32),
 }
 
 impl Wakes {
@@ -318,9 +317,12 @@ impl Wakes {
             (Family::Lock | Family::ReadWrite, 0) => Some(Wakes::One),
             (Family::Lock | Family::ReadWrite, 1) => Some(Wakes::All),
             (Family::Latch, 0) => Some(Wakes::All),
-            (Family::Semaphore, n) if n > 0 => {
-                Some(Wakes::Some(u32::try_from(n).unwrap_or(u32::MAX)))
-            }
+            // `redisson_sc:{n}` is one channel for Java's getSemaphore and
+            // getPermitExpirableSemaphore, so one entry may hold waiters of both kinds, each
+            // wanting its own number of permits: a waiter woken that wants more than `n`
+            // cannot pass its wake-up on to one that wants fewer, so every waiter tries
+            // (Java wakes min(waiters, n), and may leave a small request asleep).
+            (Family::Semaphore | Family::Counting, n) if n > 0 => Some(Wakes::All),
             _ => None,
         }
     }
@@ -342,9 +344,12 @@ mod tests {
             None,
             "a new count opens nothing"
         );
-        assert_eq!(Wakes::parse(Family::Semaphore, b"3"), Some(Wakes::Some(3)));
+        assert_eq!(Wakes::parse(Family::Semaphore, b"3"), Some(Wakes::All));
         assert_eq!(Wakes::parse(Family::Semaphore, b"0"), None);
         assert_eq!(Wakes::parse(Family::Semaphore, b"-2"), None);
+        assert_eq!(Wakes::parse(Family::Counting, b"2"), Some(Wakes::All));
+        assert_eq!(Wakes::parse(Family::Counting, b"0"), None);
+        assert_eq!(Wakes::parse(Family::Counting, b"-1"), None);
         for foreign in [&b"unlock"[..], b"grant 1 2 o:1", b"", b" 0", b"0x1"] {
             assert_eq!(Wakes::parse(Family::Lock, foreign), None, "{foreign:?}");
         }

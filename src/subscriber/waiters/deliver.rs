@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{Entry, EntryState, HandOver};
+use super::{Entry, HandOver};
 use crate::keys::{Layout, LockKeys};
 use crate::scripts::redisson::Wakes;
 use crate::scripts::{Grants, Message};
@@ -14,7 +14,7 @@ use crate::subscriber::{Errand, Shared};
 impl Shared {
     /// A message on a lock's channel. A hand-off wakes exactly the thread it names (if it is
     /// one of ours); a release that found only stale places queued wakes one waiter; a
-    /// force-unlock, or a latch that opened, all.
+    /// force-unlock, a latch that opened, or a counting semaphore's permits freed, all.
     pub(in crate::subscriber) fn deliver(&self, channel: &[u8], payload: &[u8]) {
         // Not UTF-8: not a channel of ours.
         let Ok(channel) = std::str::from_utf8(channel) else {
@@ -36,7 +36,9 @@ impl Shared {
                     Entry::wake_one(&state);
                 }
             }
-            Some(Message::Force | Message::Open { at_us: None }) => {
+            // A count of permits free wakes every waiter: each wants its own number, and one
+            // that wants more than is free cannot pass its wake-up on (`Message::Free`).
+            Some(Message::Force | Message::Open { at_us: None } | Message::Free { .. }) => {
                 if let Some(entry) = entry {
                     let mut state = entry.state.lock();
                     state.wakes += 1;
@@ -154,19 +156,6 @@ impl Shared {
 }
 
 impl Entry {
-    /// Wakes up to `n` waiters that have no permit yet, oldest first.
-    fn wake_some(state: &EntryState, n: u32) {
-        let mut left = n;
-        for slot in &state.queue {
-            if left == 0 {
-                return;
-            }
-            if slot.grant() {
-                left -= 1;
-            }
-        }
-    }
-
     /// A message on a channel of Redisson's layout: a wake-up, never a hand-over (see
     /// `scripts::redisson`).
     pub(super) fn deliver_redisson(entry: &Entry, payload: &[u8]) {
@@ -178,7 +167,6 @@ impl Entry {
         match wakes {
             Wakes::One => Entry::wake_one(&state),
             Wakes::All => Entry::wake_all(&state),
-            Wakes::Some(n) => Entry::wake_some(&state, n),
         }
     }
 }

@@ -39,7 +39,8 @@ import org.redisson.api.RedissonClient;
  *                                     available, permits, acquired, setpermits N,
  *                                     trysetpermits N, addpermits N, updatelease ID LEASE_MS
  * sem.* NAME ...                      getSemaphore(NAME): acquire N, tryacquire N WAIT_MS,
- *                                     release N, available, trysetpermits N, addpermits N
+ *                                     release N, available, trysetpermits N, addpermits N,
+ *                                     drain
  * latch.* NAME ...                    getCountDownLatch(NAME): trysetcount N, countdown, count,
  *                                     await TIMEOUT_MS, delete
  * loop ...                            see {@link Loop}
@@ -182,6 +183,7 @@ final class Ops {
             case "available": return String.valueOf(s.availablePermits());
             case "trysetpermits": return String.valueOf(s.trySetPermits(Integer.parseInt(a[1])));
             case "addpermits": s.addPermits(Integer.parseInt(a[1])); return null;
+            case "drain": return String.valueOf(s.drainPermits());
             default: throw new IllegalArgumentException("unknown op sem." + op);
         }
     }

@@ -1,0 +1,35 @@
+-- redisson/counting_release.lua: give permits back to a counting semaphore in Redisson's
+-- layout, as Java's RSemaphore.release does (REDISSON-FORMAT.md 8): INCRBY, then publish the
+-- new count, which wakes Java's waiters and ours.
+--
+-- KEYS[1]  the count    <name>                                      string: the permits free
+-- KEYS[2]  the channel  redisson_sc:{<name>}
+-- KEYS[3]  the marker   redisson_unlock_latch:{<name>}:<request id> this call's reply
+-- ARGV[1]  permits      at least 1
+-- ARGV[2]  ttl          ms the marker lives
+-- ARGV[3]  publish      PUBLISH or SPUBLISH
+--
+-- Reply: the new count, as a decimal string (a missing count was 0).
+-- Errors: "WRONGTYPE lock" when the key holds something that is not a count; "RANGE <count>"
+-- when the new count would pass 2^53 - 1, what Lua counts exactly. Nothing is written then.
+-- Idempotent: the reply is recorded in the marker (which Java never reads), and a retry
+-- after a lost reply answers it instead of releasing again.
+-- At maxmemory (noeviction) a call that would change the count fails with OOM and writes
+-- nothing: its first write is the count's, where Redis checks memory (see release.lua).
+
+local count, channel, marker = KEYS[1], KEYS[2], KEYS[3]
+local done = redis.call('get', marker)
+if done then
+  return done
+end
+local current = redis.pcall('get', count)
+if type(current) == 'table' or (current and not string.match(current, '^%-?%d+$')) then
+  return redis.error_reply('WRONGTYPE lock')
+end
+if tonumber(current or '0') + tonumber(ARGV[1]) > 9007199254740991 then
+  return redis.error_reply('RANGE ' .. (current or '0'))
+end
+local reply = string.format('%d', redis.call('incrby', count, ARGV[1]))
+redis.call(ARGV[3], channel, reply)
+redis.call('set', marker, reply, 'px', ARGV[2])
+return reply
