@@ -27,6 +27,8 @@ static RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/release.lua")));
 static RENEW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/renew.lua")));
+static EXTEND: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/extend.lua")));
 static FORCE_UNLOCK: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/force_unlock.lua")));
 static TRANSFER: LazyLock<Lua> =
@@ -272,6 +274,25 @@ pub(super) fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) -> Invocation<
             .arg(r.token);
     }
     invocation
+}
+
+/// Gives `owner`'s hold of lock `keys` (plain or fair), taken with `token`, a lease of
+/// `lease` from now: `true` if it is still ours (`redisson/extend.lua`).
+pub(in crate::scripts) fn extend(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    token: u64,
+    lease: Duration,
+) -> RedisResult<bool> {
+    let reply: i64 = EXTEND
+        .key(keys.lock())
+        .key(keys.fence())
+        .arg(millis(lease))
+        .arg(owner)
+        .arg(token)
+        .invoke(con)?;
+    Ok(reply == 1)
 }
 
 /// Deletes lock `keys` (plain or fair: one hash) whoever holds it and wakes every waiter of
