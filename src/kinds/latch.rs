@@ -140,23 +140,74 @@ impl CountDownLatch {
     pub fn wait(&self, timeout: Duration) -> Result<bool> {
         self.check_name()?;
         validate_duration("timeout", timeout, Duration::ZERO)?;
+        self.watch_zero(Some(timeout))
+    }
+
+    /// Waits as long as it takes for the count to reach zero (at once if it is 0): Java's
+    /// `await()`. It still looks again at least every watchdog timeout, so a lost message
+    /// costs at most that long, never a hang. Ends with
+    /// [`Error::Cancelled`](crate::Error::Cancelled) if the handle's
+    /// [`cancel_on`](CountDownLatch::cancel_on) fires (or the client's
+    /// [`cancel_all_waits`](crate::Client::cancel_all_waits)): the count is left as it is.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let stop = redlatch::Cancel::new();
+    /// let ready = client.count_down_latch("shards-loaded").cancel_on(&stop);
+    /// // ... another thread may call stop.cancel() at shutdown ...
+    /// match ready.await_zero() {
+    ///     Ok(()) => println!("all loaded"),
+    ///     Err(e) if e.is_cancelled() => println!("shutting down"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn await_zero(&self) -> Result<()> {
+        self.watch_zero(None).map(|_| ())
+    }
+
+    /// Deletes the latch, its count running or not: `true` if a count was running. Every
+    /// waiter of every client wakes and finds the latch open (an absent latch counts 0),
+    /// and a new round may start at once. Idempotent under a lost reply, as the other calls.
+    ///
+    /// In [`Layout::Redisson`](crate::Layout::Redisson) it is Java's `delete()`, but it
+    /// publishes `0` (Java's "zero count") where Java's publishes `1`: `1` only closes a
+    /// Java waiter's latch again, and Java's `await()` would wait on; `0` opens it, and the
+    /// waiter finds the key gone. Our waiters wake on Java's `1` as well.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let ready = client.count_down_latch("shards-loaded");
+    /// // The round is abandoned: let everybody waiting go on.
+    /// if ready.delete()? {
+    ///     println!("a count was running; its waiters are released");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn delete(&self) -> Result<bool> {
+        self.check_name()?;
+        let request = request_id();
+        let keys = &self.keys;
+        engine::call(&self.runtime.core, keys, |con, freeing| {
+            latch::delete(con, keys, &request, freeing)
+        })
+    }
+
+    /// Waits at most `wait` (`None`: as long as it takes) for the count to reach zero.
+    fn watch_zero(&self, wait: Option<Duration>) -> Result<bool> {
+        self.check_name()?;
         let core = &self.runtime.core;
         let keys = &self.keys;
         let cancel = self.cancel.as_ref();
-        engine::watch(
-            core,
-            keys,
-            core.thread_owner(),
-            Some(timeout),
-            cancel,
-            |con| {
-                let (count, at_us) = latch::count_at(con, keys)?;
-                Ok(Look {
-                    holds: count == 0,
-                    at_us: Some(at_us),
-                })
-            },
-        )
+        engine::watch(core, keys, core.thread_owner(), wait, cancel, |con| {
+            let (count, at_us) = latch::count_at(con, keys)?;
+            Ok(Look {
+                holds: count == 0,
+                at_us: Some(at_us),
+            })
+        })
     }
 
     fn check_name(&self) -> Result<()> {

@@ -324,7 +324,8 @@ pub(crate) enum Wakes {
     /// Wake one waiter: it attempts again (a lock's "0", which Java's final unlock
     /// publishes; Java wakes one thread per client for it too).
     One,
-    /// Wake them all (a lock's "1": a write unlock or a force-unlock; a latch at zero).
+    /// Wake them all (a lock's "1": a write unlock or a force-unlock; a latch's "0" at
+    /// zero, and its "1": a new count, or Java's delete).
     All,
     /// Wake as many as `n`: a semaphore's count of permits now free.
     Some(u32),
@@ -332,13 +333,15 @@ pub(crate) enum Wakes {
 
 impl Wakes {
     /// Whom `payload`, on a channel of an object of `family`, wakes; `None` for a payload
-    /// that wakes nobody (a latch's new count, anything not a number).
+    /// that wakes nobody (anything not a number, or no number the family publishes).
     pub fn parse(family: Family, payload: &[u8]) -> Option<Wakes> {
         let n: i64 = std::str::from_utf8(payload).ok()?.parse().ok()?;
         match (family, n) {
             (Family::Lock | Family::ReadWrite, 0) => Some(Wakes::One),
             (Family::Lock | Family::ReadWrite, 1) => Some(Wakes::All),
-            (Family::Latch, 0) => Some(Wakes::All),
+            // A new count ("1", also what Java's delete publishes) wakes our waiters to look
+            // again: after a delete they find the latch open. Java's close their latch.
+            (Family::Latch, 0 | 1) => Some(Wakes::All),
             (Family::Semaphore, n) if n > 0 => {
                 Some(Wakes::Some(u32::try_from(n).unwrap_or(u32::MAX)))
             }
@@ -360,9 +363,10 @@ mod tests {
         assert_eq!(Wakes::parse(Family::Latch, b"0"), Some(Wakes::All));
         assert_eq!(
             Wakes::parse(Family::Latch, b"1"),
-            None,
-            "a new count opens nothing"
+            Some(Wakes::All),
+            "a new count, or Java's delete: look again"
         );
+        assert_eq!(Wakes::parse(Family::Latch, b"2"), None);
         assert_eq!(Wakes::parse(Family::Semaphore, b"3"), Some(Wakes::Some(3)));
         assert_eq!(Wakes::parse(Family::Semaphore, b"0"), None);
         assert_eq!(Wakes::parse(Family::Semaphore, b"-2"), None);
