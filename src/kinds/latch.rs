@@ -26,21 +26,26 @@ const MAX_COUNT: u64 = i64::MAX as u64;
 /// - [`count_down`](CountDownLatch::count_down) at 0 changes nothing. The count-down that
 ///   reaches zero wakes every waiter of every client with one message; waiters are released
 ///   only at zero.
-/// - Both are idempotent under a lost reply: each call carries a request id, and a retry
+/// - [`delete`](CountDownLatch::delete) ends a round early: every waiter wakes and finds
+///   the latch open.
+/// - These are idempotent under a lost reply: each call carries a request id, and a retry
 ///   answers what the first run did instead of counting down twice.
-/// - Waiting costs no command while nothing happens; a waiter checks again at least every
-///   watchdog timeout, so a lost message costs at most that long, never a hang.
+/// - Waiting ([`wait`](CountDownLatch::wait) with a timeout,
+///   [`await_zero`](CountDownLatch::await_zero) without) costs no command while nothing
+///   happens; a waiter checks again at least every watchdog timeout, so a lost message costs
+///   at most that long, never a hang.
 /// - At zero the latch's key expires after a short retention (40 s with the default
 ///   timeouts), so nothing is left behind; that is safe because an absent latch counts 0,
 ///   which is what it said before it expired.
 ///
-/// Its count lives in Redis without a lease: a round whose counters die stays open until
-/// someone counts it down (or, for a fresh start, deletes `p:{name}:latch`).
+/// Its count lives in Redis without a lease: a round whose counters die keeps its waiters
+/// waiting until someone counts it down or [`delete`](CountDownLatch::delete)s it.
 ///
 /// # In [`Layout::Redisson`](crate::Layout::Redisson)
 /// It is Java's `getCountDownLatch(name)`: the string `name`, deleted at zero, and the
 /// channel `redisson_countdownlatch__channel__{name}` (braces always), on which the
-/// count-down that reaches zero publishes `0` and a new round `1`. A count-down's retry
+/// count-down that reaches zero publishes `0`, a new round `1`, and a delete `0` (see
+/// [`delete`](CountDownLatch::delete)). A count-down's retry
 /// answers the same through a marker under `redisson_unlock_latch:{name}:`, which Java never
 /// reads.
 ///
