@@ -860,3 +860,25 @@ fn extend_moves_a_permits_lease_end_as_javas_update_lease_time() {
     ));
     assert_eq!(end_left(&mut admin), None);
 }
+
+#[test]
+fn extend_sets_a_fair_locks_lease_too() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("fair-extend");
+    let lock = client.fair_lock(&name);
+    let guard = lock.lock_with_lease(Duration::from_millis(400)).unwrap();
+    guard.extend(Duration::from_secs(5)).unwrap();
+    let ttl = pttl_of(&mut admin, &name);
+    assert!((4000..=5000).contains(&ttl), "PTTL {ttl}");
+    thread::sleep(Duration::from_millis(700));
+    assert!(!guard.is_lost());
+    assert!(lock.is_held_by(guard.owner_id()).unwrap());
+    assert!(lock.force_unlock().unwrap());
+    assert!(matches!(
+        guard.extend(Duration::from_secs(5)),
+        Err(Error::LockLost { .. })
+    ));
+    assert_eq!(pttl_of(&mut admin, &name), -2);
+}
