@@ -308,6 +308,14 @@ fn counting_down_and_setting_are_idempotent_under_lost_replies() {
         2,
         "a retried count-down counted twice"
     );
+    // Loads the delete script first, so that the lost reply is EVALSHA's.
+    assert!(!a.count_down_latch(&unique("latch-never")).delete().unwrap());
+    proxy.lose_reply_to(b"EVALSHA");
+    assert!(
+        latch.delete().unwrap(),
+        "the retry must report its own delete"
+    );
+    assert_eq!(proxy.cuts(), 3);
 }
 
 /// The count-down that reaches zero tells the waiters when (its server time), and a waiter
@@ -343,4 +351,153 @@ fn waiters_return_on_the_opening_without_another_look() {
         1,
         "only the count-down ran"
     );
+}
+
+/// A client of `layout`, with a watchdog timeout of `watchdog`.
+fn client_of(server: &RedisServer, layout: redlatch::Layout, watchdog: Duration) -> Client {
+    Client::builder(&server.url())
+        .layout(layout)
+        .watchdog_timeout(watchdog)
+        .build()
+        .unwrap()
+}
+
+/// Latch `name`'s key and channel in `layout`.
+fn key_and_channel(layout: redlatch::Layout, name: &str) -> (String, String) {
+    match layout {
+        redlatch::Layout::Redisson => (
+            name.to_string(),
+            format!("redisson_countdownlatch__channel__{{{name}}}"),
+        ),
+        _ => (key(name), channel(name)),
+    }
+}
+
+/// Threads that each wait on latch `name` with `await_zero`; joins to when they returned.
+fn spawn_unbounded_waiters(
+    client: &Client,
+    name: &str,
+    n: usize,
+) -> Vec<thread::JoinHandle<(Instant, redlatch::Result<()>)>> {
+    (0..n)
+        .map(|_| {
+            let latch = client.count_down_latch(name);
+            thread::spawn(move || {
+                let done = latch.await_zero();
+                (Instant::now(), done)
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn delete_wakes_every_waiter_and_says_whether_a_count_ran_in_both_layouts() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    for layout in [redlatch::Layout::Redlatch, redlatch::Layout::Redisson] {
+        // A long watchdog timeout: only the message can wake the waiters in time.
+        let waiting = client_of(&server, layout, Duration::from_secs(60));
+        let deleting = client_of(&server, layout, Duration::from_secs(60));
+        let name = unique("latch-delete");
+        let (key, channel) = key_and_channel(layout, &name);
+        let latch = deleting.count_down_latch(&name);
+        assert!(!latch.delete().unwrap(), "{layout:?}: nothing ran");
+        assert!(latch.try_set_count(2).unwrap());
+        let waiters = spawn_unbounded_waiters(&waiting, &name, 3);
+        support::await_subscribed(&mut admin, &channel);
+        thread::sleep(Duration::from_millis(100));
+        assert!(waiters.iter().all(|w| !w.is_finished()));
+        let deleted = Instant::now();
+        assert!(latch.delete().unwrap(), "{layout:?}: a count ran");
+        for (at, done) in join_all(waiters, Duration::from_secs(5), "waiters") {
+            done.unwrap();
+            assert!(at - deleted < Duration::from_secs(2), "{layout:?}");
+        }
+        assert_eq!(support::pttl(&mut admin, &key), -2, "{layout:?}");
+        assert_eq!(latch.count().unwrap(), 0);
+        assert!(!latch.delete().unwrap(), "{layout:?}: already gone");
+        // A new round may start at once.
+        assert!(latch.try_set_count(1).unwrap());
+        assert_eq!(latch.count().unwrap(), 1);
+    }
+}
+
+#[test]
+fn deleting_a_latch_at_zero_says_no_count_ran_and_leaves_nothing() {
+    let server = RedisServer::start();
+    let latch = client(&server).count_down_latch(&unique("latch-delete-zero"));
+    assert!(latch.try_set_count(1).unwrap());
+    assert_eq!(latch.count_down().unwrap(), 0);
+    // At zero the key is kept a while (with a TTL); the delete takes it, and says no count
+    // was running.
+    assert!(!latch.delete().unwrap());
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(key(latch.name()))
+        .query(&mut server.admin())
+        .unwrap();
+    assert_eq!(exists, 0);
+}
+
+#[test]
+fn await_zero_returns_at_zero_looks_again_each_watchdog_timeout_and_can_be_cancelled() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    for layout in [redlatch::Layout::Redlatch, redlatch::Layout::Redisson] {
+        let waiting = client_of(&server, layout, Duration::from_secs(1));
+        let name = unique("latch-await");
+        let (key, channel) = key_and_channel(layout, &name);
+        let latch = waiting.count_down_latch(&name);
+        latch.await_zero().unwrap(); // never set: open
+        assert!(latch.try_set_count(1).unwrap());
+
+        // Zero without a message, as if it had been lost: found at the next look.
+        let waiters = spawn_unbounded_waiters(&waiting, &name, 2);
+        support::await_subscribed(&mut admin, &channel);
+        thread::sleep(Duration::from_millis(200));
+        let _: () = redis::cmd("DEL").arg(&key).query(&mut admin).unwrap();
+        let zeroed = Instant::now();
+        for (at, done) in join_all(waiters, Duration::from_secs(10), "waiters") {
+            done.unwrap();
+            assert!(at - zeroed < Duration::from_millis(1500), "{layout:?}");
+        }
+
+        // A cancel ends it, and leaves the count as it is.
+        assert!(latch.try_set_count(3).unwrap());
+        let cancel = redlatch::Cancel::new();
+        let waiter = {
+            let latch = latch.cancel_on(&cancel);
+            thread::spawn(move || latch.await_zero())
+        };
+        thread::sleep(Duration::from_millis(200));
+        assert!(!waiter.is_finished());
+        cancel.cancel();
+        let done = join_all(vec![waiter], Duration::from_secs(2), "cancelled waiter");
+        assert!(matches!(&done[0], Err(e) if e.is_cancelled()), "{layout:?}");
+        assert_eq!(latch.count().unwrap(), 3);
+    }
+}
+
+#[test]
+fn javas_delete_message_wakes_our_waiters_in_redissons_layout() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let waiting = client_of(&server, redlatch::Layout::Redisson, Duration::from_secs(60));
+    let name = unique("latch-java-delete");
+    let (key, channel) = key_and_channel(redlatch::Layout::Redisson, &name);
+    assert!(waiting.count_down_latch(&name).try_set_count(5).unwrap());
+    let waiters = spawn_unbounded_waiters(&waiting, &name, 2);
+    support::await_subscribed(&mut admin, &channel);
+    thread::sleep(Duration::from_millis(100));
+    // What Java's RCountDownLatch.delete does (REDISSON-FORMAT.md 10): DEL, then "1".
+    let _: () = redis::cmd("DEL").arg(&key).query(&mut admin).unwrap();
+    let _: () = redis::cmd("PUBLISH")
+        .arg(&channel)
+        .arg("1")
+        .query(&mut admin)
+        .unwrap();
+    let deleted = Instant::now();
+    for (at, done) in join_all(waiters, Duration::from_secs(5), "waiters") {
+        done.unwrap();
+        assert!(at - deleted < Duration::from_secs(2));
+    }
 }

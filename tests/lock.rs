@@ -1224,3 +1224,158 @@ fn a_renamed_leftover_goes_even_when_a_new_place_takes_its_old_name() {
         "only the new place"
     );
 }
+
+/// A client whose losses arrive on the returned channel.
+fn told_client(server: &RedisServer) -> (Client, std::sync::mpsc::Receiver<redlatch::LostLock>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let client = Client::builder(&server.url())
+        .on_lock_lost(move |lost| {
+            let _ = tx.lock().unwrap().send(lost.clone());
+        })
+        .build()
+        .unwrap();
+    (client, rx)
+}
+
+#[test]
+fn extend_sets_the_lease_from_now_and_the_hold_outlives_the_old_one() {
+    let server = RedisServer::start();
+    let (a, told) = told_client(&server);
+    let b = client(&server);
+    let name = unique("extend");
+    let key = format!("redlatch:{{{name}}}");
+    let mut admin = server.admin();
+    let guard = a
+        .lock(&name)
+        .lock_with_lease(Duration::from_millis(400))
+        .unwrap();
+    guard.extend(Duration::from_secs(5)).unwrap();
+    let ttl = pttl(&mut admin, &key);
+    assert!((4000..=5000).contains(&ttl), "PTTL {ttl}");
+    assert!(guard.remaining_lease() > Duration::from_secs(4));
+    // Well past the old lease: still ours, in Redis and here.
+    thread::sleep(Duration::from_millis(700));
+    assert!(!guard.is_lost());
+    assert!(
+        b.lock(&name)
+            .try_lock(Duration::ZERO, None)
+            .unwrap()
+            .is_none()
+    );
+    assert!(a.lock(&name).is_held_by_current_thread().unwrap());
+
+    // Set, not added: a shorter lease shortens it, and the expiry is announced at the new
+    // end without anybody asking is_lost().
+    guard.extend(Duration::from_millis(300)).unwrap();
+    let ttl = pttl(&mut admin, &key);
+    assert!((1..=300).contains(&ttl), "PTTL {ttl}");
+    assert!(guard.remaining_lease() <= Duration::from_millis(300));
+    let lost = told
+        .recv_timeout(Duration::from_secs(3))
+        .expect("the new end was announced");
+    assert_eq!(lost.cause, redlatch::LossCause::LeaseExpired);
+    assert!(guard.is_lost());
+    // Lost is lost: no extension revives it, even were the key there.
+    assert!(matches!(
+        guard.extend(Duration::from_secs(5)),
+        Err(Error::LockLost { .. })
+    ));
+    assert_eq!(pttl(&mut admin, &key), -2);
+}
+
+#[test]
+fn extend_after_a_force_unlock_is_lock_lost_and_recreates_nothing() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let b = client(&server);
+    let name = unique("extend-forced");
+    let guard = a
+        .lock(&name)
+        .lock_with_lease(Duration::from_secs(10))
+        .unwrap();
+    assert!(b.lock(&name).force_unlock().unwrap());
+    assert!(matches!(
+        guard.extend(Duration::from_secs(30)),
+        Err(Error::LockLost { .. })
+    ));
+    assert!(guard.is_lost());
+    assert!(!b.lock(&name).is_locked().unwrap());
+    assert_eq!(
+        pttl(&mut server.admin(), &format!("redlatch:{{{name}}}")),
+        -2
+    );
+
+    // Nor does it touch a newer hold of the same thread (another token).
+    let lock = a.lock(&name);
+    drop(guard);
+    let newer = lock.lock_with_lease(Duration::from_secs(10)).unwrap();
+    let owner = newer.owner_id().to_string();
+    assert!(lock.is_held_by(&owner).unwrap());
+    newer.extend(Duration::from_secs(20)).unwrap();
+    assert!(lock.remaining_ttl().unwrap().unwrap() > Duration::from_secs(15));
+}
+
+#[test]
+fn extend_refuses_a_watchdog_hold_and_leases_out_of_range() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let lock = client.lock(&unique("extend-refused"));
+    {
+        let watchdog = lock.lock().unwrap();
+        assert!(matches!(
+            watchdog.extend(Duration::from_secs(5)),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+    let leased = lock.lock_with_lease(Duration::from_secs(10)).unwrap();
+    for lease in [Duration::ZERO, Duration::from_micros(500), Duration::MAX] {
+        assert!(
+            matches!(leased.extend(lease), Err(Error::InvalidArgument(_))),
+            "{lease:?}"
+        );
+    }
+    // A re-entry without a lease puts the thread's hold under the watchdog.
+    let reentry = lock.lock().unwrap();
+    assert!(matches!(
+        leased.extend(Duration::from_secs(5)),
+        Err(Error::InvalidArgument(_))
+    ));
+    drop(reentry);
+    drop(leased);
+    assert!(!lock.is_locked().unwrap());
+}
+
+#[test]
+fn is_held_by_answers_for_any_owner_id() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let b = client(&server);
+    let name = unique("held-by");
+    let lock = b.lock(&name);
+    let a_here = a.current_thread_owner_id();
+    assert!(!lock.is_held_by(&a_here).unwrap());
+    let guard = a.lock(&name).lock().unwrap();
+    assert_eq!(guard.owner_id(), a_here);
+    // Another client's thread, asked from anywhere.
+    assert!(lock.is_held_by(&a_here).unwrap());
+    assert!(!lock.is_held_by(&b.current_thread_owner_id()).unwrap());
+    let from_elsewhere = {
+        let lock = lock.clone();
+        let a_here = a_here.clone();
+        thread::spawn(move || lock.is_held_by(&a_here).unwrap())
+    };
+    assert!(from_elsewhere.join().unwrap());
+    drop(guard);
+    assert!(!lock.is_held_by(&a_here).unwrap());
+
+    // An owned guard is its own owner.
+    let owned = a.lock(&name).lock_owned().unwrap();
+    assert!(lock.is_held_by(owned.owner_id()).unwrap());
+    assert!(!lock.is_held_by(&a_here).unwrap());
+    assert!(!a.lock(&name).is_held_by_current_thread().unwrap());
+    assert!(matches!(
+        lock.is_held_by(""),
+        Err(Error::InvalidArgument(_))
+    ));
+}

@@ -476,3 +476,47 @@ fn a_panicking_owned_holder_releases() {
     assert!(panicked.is_err());
     assert!(!lock.is_locked().unwrap());
 }
+
+#[test]
+fn an_owned_guard_is_extended_from_any_thread_and_never_revived() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("owned-extend");
+    let mut admin = server.admin();
+    let guard = a
+        .lock(&name)
+        .lock_owned_with_lease(Duration::from_millis(400))
+        .unwrap();
+    // Extended on another thread than the one that took it.
+    let guard = thread::spawn(move || {
+        guard.extend(Duration::from_secs(5)).unwrap();
+        guard
+    })
+    .join()
+    .unwrap();
+    let ttl = support::pttl(&mut admin, &lock_key(&name));
+    assert!((4000..=5000).contains(&ttl), "PTTL {ttl}");
+    thread::sleep(Duration::from_millis(700));
+    assert!(!guard.is_lost());
+    assert!(b.lock(&name).is_held_by(guard.owner_id()).unwrap());
+    assert!(
+        b.lock(&name)
+            .try_lock_owned(Duration::ZERO, None)
+            .unwrap()
+            .is_none()
+    );
+
+    assert!(b.lock(&name).force_unlock().unwrap());
+    assert!(matches!(
+        guard.extend(Duration::from_secs(5)),
+        Err(Error::LockLost { .. })
+    ));
+    assert_eq!(support::pttl(&mut admin, &lock_key(&name)), -2);
+    drop(guard);
+
+    let watched = a.lock(&name).lock_owned().unwrap();
+    assert!(matches!(
+        watched.extend(Duration::from_secs(5)),
+        Err(Error::InvalidArgument(_))
+    ));
+}

@@ -962,3 +962,82 @@ fn force_unlock_refuses_foreign_data_and_leaves_it() {
     assert!(!lock.force_unlock().unwrap());
     assert!(!plain.is_lost() && a.lock(&name).is_locked().unwrap());
 }
+
+/// How long `owner`'s lease has left by the leases zset `leases` and the server's clock, ms.
+fn lease_left(admin: &mut redis::Connection, leases: &str, owner: &str) -> i64 {
+    let score: Option<i64> = redis::cmd("ZSCORE")
+        .arg(leases)
+        .arg(owner)
+        .query(admin)
+        .unwrap();
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(admin).unwrap();
+    score.map_or(-2, |end| end - (secs * 1000 + micros / 1000))
+}
+
+#[test]
+fn extend_sets_a_write_or_reads_lease_from_now_and_never_revives_one() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("rw-extend");
+    let holders = format!("redlatch:{{{name}}}:rwlock");
+    let leases = format!("{holders}:leases");
+    let lock = a.read_write_lock(&name);
+    let write = lock
+        .try_write(ZERO, Some(Duration::from_millis(400)))
+        .unwrap()
+        .unwrap();
+    write.extend(Duration::from_secs(5)).unwrap();
+    let left = lease_left(&mut admin, &leases, write.owner_id());
+    assert!((4000..=5000).contains(&left), "{left}");
+    assert!(pttl(&mut admin, &holders) >= 4000);
+    assert!(write.remaining_lease() > Duration::from_secs(4));
+    thread::sleep(Duration::from_millis(700));
+    assert!(!write.is_lost());
+    let other = b.read_write_lock(&name);
+    assert!(
+        other.try_read(ZERO, None).unwrap().is_none(),
+        "still written"
+    );
+    // Set, not added: shorter too.
+    write.extend(Duration::from_millis(1500)).unwrap();
+    let left = lease_left(&mut admin, &leases, write.owner_id());
+    assert!((1..=1500).contains(&left), "{left}");
+    write.unlock().unwrap();
+
+    // A read, the same way.
+    let read = other
+        .try_read(ZERO, Some(Duration::from_millis(400)))
+        .unwrap()
+        .unwrap();
+    read.extend(Duration::from_secs(5)).unwrap();
+    let left = lease_left(&mut admin, &leases, read.owner_id());
+    assert!((4000..=5000).contains(&left), "{left}");
+    thread::sleep(Duration::from_millis(700));
+    assert!(!read.is_lost());
+    assert!(lock.try_write(ZERO, None).unwrap().is_none(), "still read");
+
+    // Gone is gone: after a force-unlock nothing is written back.
+    assert!(lock.force_unlock().unwrap());
+    assert!(matches!(
+        read.extend(Duration::from_secs(5)),
+        Err(Error::LockLost { .. })
+    ));
+    assert_eq!(pttl(&mut admin, &holders), -2);
+    assert_eq!(pttl(&mut admin, &leases), -2);
+    drop(read);
+
+    // The watchdog's holds are its own to renew.
+    let watched = lock.write().unwrap();
+    assert!(matches!(
+        watched.extend(Duration::from_secs(5)),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        lock.try_read(ZERO, Some(Duration::from_secs(5)))
+            .unwrap()
+            .unwrap()
+            .extend(ZERO),
+        Err(Error::InvalidArgument(_))
+    ));
+}

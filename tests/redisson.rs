@@ -699,3 +699,186 @@ fn racing_threads_never_lose_a_hold_handed_over_in_the_client() {
         lost.len()
     );
 }
+
+fn pttl_of(admin: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(admin).unwrap()
+}
+
+#[test]
+fn extend_sets_the_hashs_lease_only_while_our_field_is_there() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (client, other) = (redisson(&server), redisson(&server));
+    let name = unique("extend");
+    let lock = client.lock(&name);
+    let guard = lock.lock_with_lease(Duration::from_millis(400)).unwrap();
+    guard.extend(Duration::from_secs(5)).unwrap();
+    let ttl = pttl_of(&mut admin, &name);
+    assert!((4000..=5000).contains(&ttl), "PTTL {ttl}");
+    thread::sleep(Duration::from_millis(700));
+    assert!(!guard.is_lost());
+    assert!(other.lock(&name).is_held_by(guard.owner_id()).unwrap());
+    assert!(
+        !other
+            .lock(&name)
+            .is_held_by(&other.current_thread_owner_id())
+            .unwrap()
+    );
+    guard.extend(Duration::from_millis(1500)).unwrap();
+    let ttl = pttl_of(&mut admin, &name);
+    assert!((1..=1500).contains(&ttl), "set, not added: PTTL {ttl}");
+
+    // Force-unlocked, and a Java thread took it: its hash is not ours to extend.
+    assert!(other.lock(&name).force_unlock().unwrap());
+    java_holds(&mut admin, &name, "java-uuid:7");
+    assert!(matches!(
+        guard.extend(Duration::from_secs(60)),
+        Err(Error::LockLost { .. })
+    ));
+    assert!(pttl_of(&mut admin, &name) <= 30_000);
+    assert!(lock.is_held_by("java-uuid:7").unwrap());
+    java_unlocks(&mut admin, &name);
+    drop(guard);
+    assert!(matches!(
+        lock.is_held_by(""),
+        Err(Error::InvalidArgument(_))
+    ));
+
+    // Nothing is written back when the hash is gone.
+    let owned = lock.lock_owned_with_lease(Duration::from_secs(5)).unwrap();
+    assert!(lock.is_held_by(owned.owner_id()).unwrap());
+    assert!(!lock.is_held_by_current_thread().unwrap());
+    let _: () = redis::cmd("DEL").arg(&name).query(&mut admin).unwrap();
+    assert!(matches!(
+        owned.extend(Duration::from_secs(5)),
+        Err(Error::LockLost { .. })
+    ));
+    assert_eq!(pttl_of(&mut admin, &name), -2);
+}
+
+#[test]
+fn extend_sets_a_writes_hash_lease_and_a_reads_timeout_keys() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("rw-extend");
+    let lock = client.read_write_lock(&name);
+    let short = Some(Duration::from_millis(400));
+    let write = lock.try_write(Duration::ZERO, short).unwrap().unwrap();
+    let read = lock.try_read(Duration::ZERO, short).unwrap().unwrap();
+    let timeout = format!("{{{name}}}:{}:rwlock_timeout:1", read.owner_id());
+    write.extend(Duration::from_secs(5)).unwrap();
+    let ttl = pttl_of(&mut admin, &name);
+    assert!((4000..=5000).contains(&ttl), "PTTL {ttl}");
+    // A read of the writing thread: its timeout key, and the hash only extended (it carries
+    // the write too).
+    read.extend(Duration::from_secs(8)).unwrap();
+    let ttl = pttl_of(&mut admin, &timeout);
+    assert!((7000..=8000).contains(&ttl), "timeout key PTTL {ttl}");
+    assert!(pttl_of(&mut admin, &name) >= 7000);
+    // A write never sets the hash below what its thread's reads have left.
+    write.extend(Duration::from_secs(1)).unwrap();
+    assert!(pttl_of(&mut admin, &name) >= 7000);
+    thread::sleep(Duration::from_millis(700));
+    assert!(!write.is_lost() && !read.is_lost());
+    write.unlock().unwrap();
+    // Readers alone: the hash lives as long as the longest reader, as Java's read unlock
+    // computes it.
+    read.extend(Duration::from_secs(2)).unwrap();
+    let ttl = pttl_of(&mut admin, &name);
+    assert!((1..=2000).contains(&ttl), "PTTL {ttl}");
+
+    assert!(lock.force_unlock().unwrap());
+    assert!(matches!(
+        read.extend(Duration::from_secs(5)),
+        Err(Error::LockLost { .. })
+    ));
+    assert_eq!(pttl_of(&mut admin, &name), -2);
+    drop(read);
+    let watched = lock.write().unwrap();
+    assert!(matches!(
+        watched.extend(Duration::from_secs(5)),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+/// The 16 raw bytes of a permit id shown in hex.
+fn permit_id(hex: &str) -> Vec<u8> {
+    (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}
+
+fn epoch_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[test]
+fn extend_moves_a_permits_lease_end_as_javas_update_lease_time() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("psem-extend");
+    let held = format!("{{{name}}}:timeout");
+    let sem = client.semaphore(&name);
+    sem.set_permits(1).unwrap();
+    let permits = sem
+        .try_acquire(1, Duration::ZERO, Some(Duration::from_millis(400)))
+        .unwrap()
+        .unwrap();
+    let id = permit_id(permits.owner_id());
+    let end_left = |admin: &mut redis::Connection| -> Option<i64> {
+        let score: Option<i64> = redis::cmd("ZSCORE")
+            .arg(&held)
+            .arg(&id[..])
+            .query(admin)
+            .unwrap();
+        score.map(|end| end - epoch_ms())
+    };
+    permits.extend(Duration::from_secs(5)).unwrap();
+    let left = end_left(&mut admin).unwrap();
+    assert!((4000..=5000).contains(&left), "{left}");
+    thread::sleep(Duration::from_millis(700));
+    assert!(!permits.is_lost());
+    assert_eq!(sem.available().unwrap(), 0, "not reclaimed");
+    permits.extend(Duration::from_millis(1500)).unwrap();
+    let left = end_left(&mut admin).unwrap();
+    assert!((1..=1500).contains(&left), "set, not added: {left}");
+
+    // Reclaimed (as a Java client's reclaim does when the lease passed): never put back.
+    let _: () = redis::cmd("ZREM")
+        .arg(&held)
+        .arg(&id[..])
+        .query(&mut admin)
+        .unwrap();
+    assert!(matches!(
+        permits.extend(Duration::from_secs(5)),
+        Err(Error::LockLost { .. })
+    ));
+    assert_eq!(end_left(&mut admin), None);
+}
+
+#[test]
+fn extend_sets_a_fair_locks_lease_too() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("fair-extend");
+    let lock = client.fair_lock(&name);
+    let guard = lock.lock_with_lease(Duration::from_millis(400)).unwrap();
+    guard.extend(Duration::from_secs(5)).unwrap();
+    let ttl = pttl_of(&mut admin, &name);
+    assert!((4000..=5000).contains(&ttl), "PTTL {ttl}");
+    thread::sleep(Duration::from_millis(700));
+    assert!(!guard.is_lost());
+    assert!(lock.is_held_by(guard.owner_id()).unwrap());
+    assert!(lock.force_unlock().unwrap());
+    assert!(matches!(
+        guard.extend(Duration::from_secs(5)),
+        Err(Error::LockLost { .. })
+    ));
+    assert_eq!(pttl_of(&mut admin, &name), -2);
+}

@@ -1212,3 +1212,107 @@ fn a_name_mapper_meets_javas_name_mapper() {
     assert!(java.try_lock("lock", &name, 1, Duration::ZERO, NO_LEASE));
     java.unlock("lock", &name, 1).unwrap();
 }
+
+/// The calls of issue 34 beside Redisson's: a permit's lease moved by either side
+/// (`updateLeaseTime`, `Permits::extend`) holds for both; a latch deleted by either side wakes
+/// the other side's waiter (Java's `delete` publishes `1`, ours `0`); `is_held_by` reads
+/// Java's `isHeldByThread` field; a lock's lease set by `extend` keeps Java out.
+#[test]
+fn extend_delete_and_is_held_by_agree_with_redisson() {
+    let server = support::RedisServer::start();
+    let f = Fleet::new(
+        Client::builder(&server.url()).watchdog_timeout(WATCHDOG),
+        JavaService::single(&server.url()),
+        vec![server.port],
+    );
+    let short = Duration::from_millis(400);
+    let past_short = Duration::from_millis(700);
+
+    // Permits: Java's permit, its lease moved by Java, outlives its first lease for us too.
+    let name = unique("psem-extend");
+    let semaphore = f.ours.semaphore(&name);
+    semaphore.set_permits(2).unwrap();
+    let java = |op: &str, args: &[&dyn std::fmt::Display]| f.java.permits(1, op, &name, args);
+    let java_permit = java("tryacquire", &[&0, &ms(short)]).unwrap();
+    assert_ne!(java_permit, "null");
+    assert_eq!(
+        java("updatelease", &[&java_permit, &5_000]),
+        Ok("true".into())
+    );
+    // Ours, extended by us, outlives its first lease for Java.
+    let ours = semaphore
+        .try_acquire(1, Duration::ZERO, Some(short))
+        .unwrap()
+        .unwrap();
+    ours.extend(Duration::from_secs(5)).unwrap();
+    thread::sleep(past_short);
+    // Both sides reclaim ended leases when they count: neither permit came back.
+    assert_eq!(semaphore.available().unwrap(), 0);
+    assert_eq!(java("available", &[]), Ok("0".into()));
+    assert!(!ours.is_lost());
+    // Java moves ours too (the same score), and ours moves nothing of Java's.
+    assert_eq!(
+        java("updatelease", &[&ours.owner_id(), &5_000]),
+        Ok("true".into())
+    );
+    assert_eq!(java("tryrelease", &[&java_permit]), Ok("true".into()));
+    ours.release().unwrap();
+    assert_eq!(
+        java("updatelease", &[&java_permit, &5_000]),
+        Ok("false".into()),
+        "a released permit is not revived"
+    );
+    assert_eq!(semaphore.available().unwrap(), 2);
+
+    // The latch: Java's delete wakes our unbounded waiter...
+    let name = unique("latch-delete");
+    let latch = f.ours.count_down_latch(&name);
+    assert!(latch.try_set_count(2).unwrap());
+    let waiting = {
+        let latch = latch.clone();
+        on_thread(move || latch.await_zero())
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || f
+            .subscribers(&latch_channel(&name))
+            >= 1),
+        "our waiter did not subscribe"
+    );
+    thread::sleep(Duration::from_millis(200));
+    let deleted = Instant::now();
+    assert_eq!(f.java.latch(1, "delete", &name, &[]), Ok("true".into()));
+    let (woken, done) = join_all(vec![waiting], LONG, "our latch waiter").remove(0);
+    done.unwrap();
+    assert_woken("our latch waiter, after Java's delete", deleted, woken);
+    // ...and ours wakes Java's.
+    assert!(latch.try_set_count(3).unwrap());
+    let java_waiter = f.java.send(13, "latch.await", &[&name, &ms(LONG)]);
+    f.await_parked(&latch_channel(&name), 1);
+    let deleted = Instant::now();
+    assert!(latch.delete().unwrap());
+    assert_eq!(java_waiter.value(LONG), "true");
+    assert_woken(
+        "Java's latch waiter, after our delete",
+        deleted,
+        Instant::now(),
+    );
+    assert_eq!(f.java.latch(1, "count", &name, &[]), Ok("0".into()));
+
+    // A lock: is_held_by reads Java's holder field; our extended lease keeps Java out.
+    let name = unique("held-by");
+    let lock = f.ours.lock(&name);
+    assert!(f.java.try_lock("lock", &name, 5, Duration::ZERO, 60_000));
+    assert!(lock.is_held_by(&f.java.owner(5)).unwrap());
+    assert!(!lock.is_held_by(&f.ours.current_thread_owner_id()).unwrap());
+    f.java.unlock("lock", &name, 5).unwrap();
+    assert!(!lock.is_held_by(&f.java.owner(5)).unwrap());
+    let guard = lock.lock_with_lease(short).unwrap();
+    guard.extend(Duration::from_secs(5)).unwrap();
+    thread::sleep(past_short);
+    assert!(!f.java.try_lock("lock", &name, 5, Duration::ZERO, 60_000));
+    let left = f.java.remain_time_to_live("lock", &name);
+    assert!((3_000..=5_000).contains(&left), "Java reads {left} ms");
+    guard.unlock().unwrap();
+    assert!(f.java.try_lock("lock", &name, 5, Duration::ZERO, 60_000));
+    f.java.unlock("lock", &name, 5).unwrap();
+}

@@ -926,3 +926,63 @@ fn administration_refuses_bad_input_and_foreign_data() {
         .unwrap();
     assert!(!gone, "nothing written");
 }
+
+/// How long `owner`'s lease has left by the leases zset `leases` and the server's clock, ms.
+fn lease_left(admin: &mut redis::Connection, leases: &str, owner: &str) -> i64 {
+    let score: Option<i64> = redis::cmd("ZSCORE")
+        .arg(leases)
+        .arg(owner)
+        .query(admin)
+        .unwrap();
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(admin).unwrap();
+    score.map_or(-2, |end| end - (secs * 1000 + micros / 1000))
+}
+
+#[test]
+fn extend_sets_the_permits_lease_from_now_and_never_revives_them() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (a, b) = (client(&server), client(&server));
+    let name = unique("sem-extend");
+    let holders = format!("redlatch:{{{name}}}:semaphore");
+    let leases = format!("{holders}:leases");
+    let sem = a.semaphore(&name);
+    sem.set_permits(2).unwrap();
+    let permits = sem
+        .try_acquire(2, Duration::ZERO, Some(Duration::from_millis(400)))
+        .unwrap()
+        .unwrap();
+    // Extended from another thread: permits are Send.
+    let permits = thread::spawn(move || {
+        permits.extend(Duration::from_secs(5)).unwrap();
+        permits
+    })
+    .join()
+    .unwrap();
+    let left = lease_left(&mut admin, &leases, permits.owner_id());
+    assert!((4000..=5000).contains(&left), "{left}");
+    assert!(pttl(&mut admin, &holders) >= 4000);
+    thread::sleep(Duration::from_millis(700));
+    assert!(!permits.is_lost());
+    assert_eq!(b.semaphore(&name).available().unwrap(), 0);
+    // Set, not added: shorter too; then they run out and come back.
+    permits.extend(Duration::from_millis(300)).unwrap();
+    assert!(permits.remaining_lease() <= Duration::from_millis(300));
+    assert!(eventually(Duration::from_secs(3), || permits.is_lost()));
+    assert!(matches!(
+        permits.extend(Duration::from_secs(5)),
+        Err(Error::LockLost { .. })
+    ));
+    assert!(
+        lease_left(&mut admin, &leases, permits.owner_id()) < 0,
+        "not revived"
+    );
+    assert_eq!(b.semaphore(&name).available().unwrap(), 2);
+    drop(permits);
+
+    let watched = sem.acquire(1).unwrap();
+    assert!(matches!(
+        watched.extend(Duration::from_secs(5)),
+        Err(Error::InvalidArgument(_))
+    ));
+}

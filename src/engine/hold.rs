@@ -109,6 +109,16 @@ impl Hold {
         }
     }
 
+    /// A fixed lease was set anew by a call sent at `sent` (a guard's `extend`): the deadline
+    /// is *set*, as Redis's lease was, so it may come sooner than before. The renewal thread
+    /// learns the new end; an earlier end it was told of only wakes it to look again.
+    pub fn leased_anew(&self, sent: Instant, lease: Duration) {
+        self.lease_deadline
+            .store(self.micros(sent + lease), Ordering::Release);
+        self.set_lease(lease);
+        self.to_renewal.expires(self.lease_deadline());
+    }
+
     /// A renewal sent at `sent` succeeded.
     pub fn renewed(&self, sent: Instant, lease: Duration, renew_every: Duration) {
         self.lease_deadline

@@ -15,13 +15,15 @@
 //! - register every hold with the client's registry *before* its first guard exists, so the
 //!   renewal thread renews it from that moment ([`Holds`]);
 //! - lease deadlines and the lost signal ([`Hold::is_lost`]);
-//! - release ([`release`]) and renewal ([`renew()`]), grouped by slot or master on a Cluster.
+//! - release ([`release`]) and renewal ([`renew()`]), grouped by slot or master on a Cluster;
+//! - a fixed lease set anew by its holder ([`extend()`]).
 //!
 //! Kinds (`kinds/`) add only what their users see: typed handles and guards, and their rules
 //! (re-entry, composition). None of them reaches the transport, the subscriber or the
 //! renewal thread.
 
 mod acquire;
+mod extend;
 pub(crate) mod hold;
 mod lease;
 pub(crate) mod leftover;
@@ -43,6 +45,7 @@ use crate::keys::LockKeys;
 use crate::scripts::{self, Acquire, Freeing, Queueing, Release, Releasing};
 
 pub(crate) use acquire::{Acquired, acquire, acquisition, check_replicas, register};
+pub(crate) use extend::extend;
 pub(crate) use hold::Hold;
 pub(crate) use lease::{Terms, deadline_after, validate_duration, validate_lease};
 pub(crate) use release::{extend_all, forced, give_back, release, why_gone};

@@ -74,6 +74,12 @@ impl<K: Kind> Held<K> {
         }
     }
 
+    /// Gives this guard's hold (a fixed lease's) a lease of `lease` from now (see
+    /// `engine::extend` for what each error means).
+    pub fn extend(&self, lease: Duration) -> Result<()> {
+        engine::extend(&self.runtime.core, &self.hold, lease)
+    }
+
     /// Releases this guard's hold (see `engine::release` for what each error means).
     pub fn release(mut self) -> Result<()> {
         self.release_once()

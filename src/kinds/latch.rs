@@ -26,21 +26,26 @@ const MAX_COUNT: u64 = i64::MAX as u64;
 /// - [`count_down`](CountDownLatch::count_down) at 0 changes nothing. The count-down that
 ///   reaches zero wakes every waiter of every client with one message; waiters are released
 ///   only at zero.
-/// - Both are idempotent under a lost reply: each call carries a request id, and a retry
+/// - [`delete`](CountDownLatch::delete) ends a round early: every waiter wakes and finds
+///   the latch open.
+/// - These are idempotent under a lost reply: each call carries a request id, and a retry
 ///   answers what the first run did instead of counting down twice.
-/// - Waiting costs no command while nothing happens; a waiter checks again at least every
-///   watchdog timeout, so a lost message costs at most that long, never a hang.
+/// - Waiting ([`wait`](CountDownLatch::wait) with a timeout,
+///   [`await_zero`](CountDownLatch::await_zero) without) costs no command while nothing
+///   happens; a waiter checks again at least every watchdog timeout, so a lost message costs
+///   at most that long, never a hang.
 /// - At zero the latch's key expires after a short retention (40 s with the default
 ///   timeouts), so nothing is left behind; that is safe because an absent latch counts 0,
 ///   which is what it said before it expired.
 ///
-/// Its count lives in Redis without a lease: a round whose counters die stays open until
-/// someone counts it down (or, for a fresh start, deletes `p:{name}:latch`).
+/// Its count lives in Redis without a lease: a round whose counters die keeps its waiters
+/// waiting until someone counts it down or [`delete`](CountDownLatch::delete)s it.
 ///
 /// # In [`Layout::Redisson`](crate::Layout::Redisson)
 /// It is Java's `getCountDownLatch(name)`: the string `name`, deleted at zero, and the
 /// channel `redisson_countdownlatch__channel__{name}` (braces always), on which the
-/// count-down that reaches zero publishes `0` and a new round `1`. A count-down's retry
+/// count-down that reaches zero publishes `0`, a new round `1`, and a delete `0` (see
+/// [`delete`](CountDownLatch::delete)). A count-down's retry
 /// answers the same through a marker under `redisson_unlock_latch:{name}:`, which Java never
 /// reads.
 ///
@@ -140,23 +145,74 @@ impl CountDownLatch {
     pub fn wait(&self, timeout: Duration) -> Result<bool> {
         self.check_name()?;
         validate_duration("timeout", timeout, Duration::ZERO)?;
+        self.watch_zero(Some(timeout))
+    }
+
+    /// Waits as long as it takes for the count to reach zero (at once if it is 0): Java's
+    /// `await()`. It still looks again at least every watchdog timeout, so a lost message
+    /// costs at most that long, never a hang. Ends with
+    /// [`Error::Cancelled`](crate::Error::Cancelled) if the handle's
+    /// [`cancel_on`](CountDownLatch::cancel_on) fires (or the client's
+    /// [`cancel_all_waits`](crate::Client::cancel_all_waits)): the count is left as it is.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let stop = redlatch::Cancel::new();
+    /// let ready = client.count_down_latch("shards-loaded").cancel_on(&stop);
+    /// // ... another thread may call stop.cancel() at shutdown ...
+    /// match ready.await_zero() {
+    ///     Ok(()) => println!("all loaded"),
+    ///     Err(e) if e.is_cancelled() => println!("shutting down"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn await_zero(&self) -> Result<()> {
+        self.watch_zero(None).map(|_| ())
+    }
+
+    /// Deletes the latch, its count running or not: `true` if a count was running. Every
+    /// waiter of every client wakes and finds the latch open (an absent latch counts 0),
+    /// and a new round may start at once. Idempotent under a lost reply, as the other calls.
+    ///
+    /// In [`Layout::Redisson`](crate::Layout::Redisson) it is Java's `delete()`, but it
+    /// publishes `0` (Java's "zero count") where Java's publishes `1`: `1` only closes a
+    /// Java waiter's latch again, and Java's `await()` would wait on; `0` opens it, and the
+    /// waiter finds the key gone. Our waiters wake on Java's `1` as well.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let ready = client.count_down_latch("shards-loaded");
+    /// // The round is abandoned: let everybody waiting go on.
+    /// if ready.delete()? {
+    ///     println!("a count was running; its waiters are released");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn delete(&self) -> Result<bool> {
+        self.check_name()?;
+        let request = request_id();
+        let keys = &self.keys;
+        engine::call(&self.runtime.core, keys, |con, freeing| {
+            latch::delete(con, keys, &request, freeing)
+        })
+    }
+
+    /// Waits at most `wait` (`None`: as long as it takes) for the count to reach zero.
+    fn watch_zero(&self, wait: Option<Duration>) -> Result<bool> {
+        self.check_name()?;
         let core = &self.runtime.core;
         let keys = &self.keys;
         let cancel = self.cancel.as_ref();
-        engine::watch(
-            core,
-            keys,
-            core.thread_owner(),
-            Some(timeout),
-            cancel,
-            |con| {
-                let (count, at_us) = latch::count_at(con, keys)?;
-                Ok(Look {
-                    holds: count == 0,
-                    at_us: Some(at_us),
-                })
-            },
-        )
+        engine::watch(core, keys, core.thread_owner(), wait, cancel, |con| {
+            let (count, at_us) = latch::count_at(con, keys)?;
+            Ok(Look {
+                holds: count == 0,
+                at_us: Some(at_us),
+            })
+        })
     }
 
     fn check_name(&self) -> Result<()> {

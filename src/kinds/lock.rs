@@ -223,6 +223,29 @@ impl Lock {
         Ok(self.inspect()?.holds > 0)
     }
 
+    /// Whether the owner `owner_id` holds the lock (according to Redis): Java's
+    /// `isHeldByThread`. An owner id is what a guard's `owner_id()` shows (an
+    /// [`OwnedLockGuard`]'s counts here, being its own owner) and what
+    /// [`Client::current_thread_owner_id`](crate::Client::current_thread_owner_id) answers
+    /// on a thread, of this client or any other. `Err(Error::InvalidArgument)` for an empty
+    /// id.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let lock = client.lock("report:daily");
+    /// let guard = lock.lock_owned()?;
+    /// assert!(lock.is_held_by(guard.owner_id())?);
+    /// assert!(!lock.is_held_by(&client.current_thread_owner_id())?);
+    /// # Ok(()) }
+    /// ```
+    pub fn is_held_by(&self, owner_id: &str) -> Result<bool> {
+        if owner_id.is_empty() {
+            return Err(Error::invalid("an owner id must not be empty".to_string()));
+        }
+        Ok(self.inspect_for(owner_id)?.holds > 0)
+    }
+
     /// How many holds the calling thread has on the lock (according to Redis): 0 if none. An
     /// [`OwnedLockGuard`] is no thread's hold, so it does not count.
     pub fn hold_count(&self) -> Result<u32> {
@@ -257,11 +280,16 @@ impl Lock {
     }
 
     fn inspect(&self) -> Result<scripts::Inspection> {
+        self.inspect_for(&self.core().thread_owner())
+    }
+
+    /// The lock's state, with the holds of `owner`.
+    fn inspect_for(&self, owner: &str) -> Result<scripts::Inspection> {
         self.validate_name()?;
-        let core = self.core();
-        let owner = core.thread_owner();
         let keys = &self.keys;
-        engine::call(core, keys, |con, _| scripts::inspect(con, keys, &owner))
+        engine::call(self.core(), keys, |con, _| {
+            scripts::inspect(con, keys, owner)
+        })
     }
 
     /// Whether the calling thread holds the lock, by this client's registry (no I/O).
@@ -484,6 +512,34 @@ impl LockGuard {
     pub fn check(&self) -> Result<()> {
         self.held.check()
     }
+
+    /// Gives the hold a new lease: it now ends `lease` from now (set, not added to: it may
+    /// end sooner than before; Redis keeps whole milliseconds). [`remaining_lease`](Self::remaining_lease),
+    /// [`is_lost`](Self::is_lost) and the [`on_lock_lost`](crate::ClientBuilder::on_lock_lost)
+    /// notice of an expiry follow the new lease. Re-entries share one
+    /// hold: the thread's hold as a whole gets the new lease.
+    ///
+    /// `Err(Error::LockLost)` if the hold is already gone (its lease ran out, or it was
+    /// force-unlocked): it is never revived. `Err(Error::InvalidArgument)` for a hold the
+    /// watchdog renews (taken without a lease, or re-entered without one), and for a zero or absurd `lease`.
+    /// `Err(Error::Redis)` if Redis could not be reached; the old lease then stands as far as
+    /// this guard knows.
+    ///
+    /// A waiter that read the old lease may sleep until it would have ended, if the hold
+    /// then ends sooner without a release (a release wakes waiters as usual).
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let guard = client.lock("batch:42").lock_with_lease(Duration::from_secs(10))?;
+    /// // ... the batch turns out bigger than planned ...
+    /// guard.extend(Duration::from_secs(60))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn extend(&self, lease: Duration) -> Result<()> {
+        self.held.extend(lease)
+    }
 }
 
 /// Proof that one acquisition holds a lock, whichever thread has the guard; releases it when
@@ -582,5 +638,32 @@ impl OwnedLockGuard {
     /// `Err(Error::LockLost)` when [`is_lost`](OwnedLockGuard::is_lost).
     pub fn check(&self) -> Result<()> {
         self.held.check()
+    }
+
+    /// Gives the hold a new lease: it now ends `lease` from now (set, not added to: it may
+    /// end sooner than before; Redis keeps whole milliseconds). [`remaining_lease`](Self::remaining_lease),
+    /// [`is_lost`](Self::is_lost) and the [`on_lock_lost`](crate::ClientBuilder::on_lock_lost)
+    /// notice of an expiry follow the new lease.
+    ///
+    /// `Err(Error::LockLost)` if the hold is already gone (its lease ran out, or it was
+    /// force-unlocked): it is never revived. `Err(Error::InvalidArgument)` for a hold the
+    /// watchdog renews (taken without a lease), and for a zero or absurd `lease`.
+    /// `Err(Error::Redis)` if Redis could not be reached; the old lease then stands as far as
+    /// this guard knows.
+    ///
+    /// A waiter that read the old lease may sleep until it would have ended, if the hold
+    /// then ends sooner without a release (a release wakes waiters as usual).
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let lock = client.lock("import:orders");
+    /// let guard = lock.lock_owned_with_lease(Duration::from_secs(10))?;
+    /// guard.extend(Duration::from_secs(60))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn extend(&self, lease: Duration) -> Result<()> {
+        self.held.extend(lease)
     }
 }

@@ -334,7 +334,7 @@ impl ReadWriteLock {
 }
 
 macro_rules! guard {
-    ($(#[$doc:meta])* $guard:ident, $what:literal, $owner:literal) => {
+    ($(#[$doc:meta])* $guard:ident, $what:literal, $owner:literal, $take:literal) => {
         $(#[$doc])*
         #[must_use = "the hold is released as soon as the guard is dropped"]
         #[derive(Debug)]
@@ -386,6 +386,37 @@ macro_rules! guard {
             pub fn check(&self) -> Result<()> {
                 self.held.check()
             }
+
+            #[doc = concat!("Gives this ", $what, " hold a new lease: it now ends `lease` from now (set, not")]
+            /// added to: it may end sooner than before; Redis keeps whole milliseconds).
+            /// [`remaining_lease`](Self::remaining_lease), [`is_lost`](Self::is_lost) and the
+            /// [`on_lock_lost`](crate::ClientBuilder::on_lock_lost) notice of an expiry follow
+            /// the new lease. Re-entries share one hold: the thread's hold as a whole gets it.
+            ///
+            /// `Err(Error::LockLost)` if the hold is already gone (its lease ran out, or it was
+            /// force-unlocked): it is never revived. `Err(Error::InvalidArgument)` for a hold
+            /// the watchdog renews (taken, or re-entered, without a lease), and for a zero or
+            /// absurd `lease`. `Err(Error::Redis)` if Redis could not be reached; the old lease
+            /// then stands as far as this guard knows.
+            ///
+            /// In [`Layout::Redisson`](crate::Layout::Redisson) a write sets the hash's lease
+            /// (never below what its thread's reads still have); a read sets its timeout keys,
+            /// and the hash's lease to the longest any reader has left, as Java's read unlock
+            /// does.
+            ///
+            /// ```no_run
+            /// # fn main() -> redlatch::Result<()> {
+            /// use std::time::Duration;
+            /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+            /// let catalog = client.read_write_lock("catalog");
+            #[doc = concat!("if let Some(guard) = catalog.try_", $take, "(Duration::ZERO, Some(Duration::from_secs(10)))? {")]
+            ///     guard.extend(Duration::from_secs(60))?;
+            /// }
+            /// # Ok(()) }
+            /// ```
+            pub fn extend(&self, lease: Duration) -> Result<()> {
+                self.held.extend(lease)
+            }
         }
     };
 }
@@ -399,7 +430,8 @@ guard!(
      [`Client::current_thread_owner_id`](crate::Client::current_thread_owner_id)`:r`, as \
      reads and the write of one thread are separate holders of the lock (in \
      [`Layout::Redisson`](crate::Layout::Redisson), the thread's owner id itself, as Java's \
-     reader field)"
+     reader field)",
+    "read"
 );
 
 guard!(
@@ -411,5 +443,6 @@ guard!(
     "the thread's, \
      [`Client::current_thread_owner_id`](crate::Client::current_thread_owner_id) (in \
      [`Layout::Redisson`](crate::Layout::Redisson), that with `:write` after it, as Java's \
-     writer field)"
+     writer field)",
+    "write"
 );

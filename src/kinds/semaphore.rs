@@ -394,4 +394,33 @@ impl Permits {
     pub fn check(&self) -> Result<()> {
         self.held.check()
     }
+
+    /// Gives the permits a new lease: it now ends `lease` from now (set, not added to: it may
+    /// end sooner than before; Redis keeps whole milliseconds). [`remaining_lease`](Self::remaining_lease),
+    /// [`is_lost`](Self::is_lost) and the [`on_lock_lost`](crate::ClientBuilder::on_lock_lost)
+    /// notice of an expiry follow the new lease. In [`Layout::Redisson`] it is Java's
+    /// `updateLeaseTime` for each of the acquisition's permit ids.
+    ///
+    /// `Err(Error::LockLost)` if the permits are already gone (their lease ran out): it is never revived. `Err(Error::InvalidArgument)` for permits the
+    /// watchdog renews (taken without a lease), and for a zero or absurd `lease`.
+    /// `Err(Error::Redis)` if Redis could not be reached; the old lease then stands as far as
+    /// this guard knows.
+    ///
+    /// A waiter that read the old lease may sleep until it would have ended, if the hold
+    /// then ends sooner without a release (a release wakes waiters as usual).
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// use std::time::Duration;
+    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
+    /// let jobs = client.semaphore("render-slots");
+    /// if let Some(permits) = jobs.try_acquire(1, Duration::ZERO, Some(Duration::from_secs(30)))? {
+    ///     // ... the render needs longer ...
+    ///     permits.extend(Duration::from_secs(120))?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn extend(&self, lease: Duration) -> Result<()> {
+        self.held.extend(lease)
+    }
 }

@@ -1,4 +1,4 @@
-//! A count-down latch's scripts: start a round, count down, read the count.
+//! A count-down latch's scripts: start a round, count down, delete, read the count.
 
 use std::sync::LazyLock;
 
@@ -14,6 +14,10 @@ static REDISSON_SET: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/latch_set.lua")));
 static REDISSON_COUNT_DOWN: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/latch_count_down.lua")));
+static DELETE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/latch_delete.lua")));
+static REDISSON_DELETE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/latch_delete.lua")));
 static COUNT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/latch_count.lua")));
 
 /// Sets the count to `n` unless a count is running; `request` names this call, so that a
@@ -65,6 +69,28 @@ pub(crate) fn count_down(
         .arg(freeing.publish)
         .invoke(con)?;
     parse(&left)
+}
+
+/// Deletes the latch, waking its waiters: `true` if a count was running. `request` as in
+/// [`set_count`].
+pub(crate) fn delete(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    request: &str,
+    freeing: Freeing,
+) -> RedisResult<bool> {
+    let (script, marker) = match keys.layout {
+        Layout::Redlatch => (&DELETE, keys.request_marker(request)),
+        Layout::Redisson => (&REDISSON_DELETE, keys.unlock_latch(request)),
+    };
+    let reply: i64 = script
+        .key(keys.lock())
+        .key(keys.channel())
+        .key(marker)
+        .arg(millis(freeing.latch_ttl))
+        .arg(freeing.publish)
+        .invoke(con)?;
+    Ok(reply == 1)
 }
 
 /// The count now: 0 for a latch never set (the same script reads both layouts: a string of

@@ -16,6 +16,7 @@ static ACQUIRE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(with_prelude!("places.lua", "acquire.lua")));
 static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/release.lua")));
 static RENEW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/renew.lua")));
+static EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/extend.lua")));
 static FORCE_UNLOCK: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/force_unlock.lua")));
 static WITHDRAW: LazyLock<Lua> =
@@ -316,6 +317,27 @@ pub(super) fn renewal<'a>(
             .arg(r.token);
     }
     invocation
+}
+
+/// Gives `owner`'s hold of lock `keys`, taken with `token`, a lease of `lease` from now:
+/// `true` if it is still ours (`extend.lua`).
+pub(super) fn extend(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    token: u64,
+    lease: Duration,
+    fence_retention: Duration,
+) -> RedisResult<bool> {
+    let reply: i64 = EXTEND
+        .key(keys.lock())
+        .key(keys.fence())
+        .arg(millis(lease))
+        .arg(millis(fence_retention))
+        .arg(owner)
+        .arg(token)
+        .invoke(con)?;
+    Ok(reply == 1)
 }
 
 /// Deletes the lock whoever holds it; `request` names this call so a retry answers the same.

@@ -355,6 +355,37 @@ fn renewal<'a>(
     }
 }
 
+/// Gives the hold `owner` took of `keys` with `token` a lease of `lease` from now (set, not
+/// added to), with the script of its family and layout: `true` if it is still ours and the
+/// lease is set, `false` if it is gone (then nothing was written: a hold is never revived).
+/// Idempotent: a retry sets the same lease again, from a moment later.
+pub(crate) fn extend(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    token: u64,
+    lease: Duration,
+    freeing: Freeing,
+) -> RedisResult<bool> {
+    match (keys.layout, keys.family) {
+        (Layout::Redlatch, Family::Lock) => {
+            lock::extend(con, keys, owner, token, lease, freeing.fence_retention)
+        }
+        (Layout::Redlatch, Family::ReadWrite | Family::Semaphore) => {
+            shares::extend(con, keys, owner, token, lease)
+        }
+        (Layout::Redisson, Family::Lock) => redisson::extend(con, keys, owner, token, lease),
+        (Layout::Redisson, Family::ReadWrite) => {
+            redisson::read_write::extend(con, keys, owner, token, lease)
+        }
+        (Layout::Redisson, Family::Semaphore) => {
+            redisson::semaphore::extend(con, keys, owner, lease, freeing.publish)
+        }
+        // Nothing of a latch or a counting semaphore is held under a lease.
+        (_, Family::Latch | Family::Counting) => Ok(false),
+    }
+}
+
 /// Milliseconds for Redis; callers validated that the value fits.
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)

@@ -34,6 +34,8 @@ static ADD_PERMITS: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(with_prelude!("shares.lua", "semaphore_add.lua")));
 static RENEW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/shares_renew.lua")));
+static EXTEND: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/shares_extend.lua")));
 static COUNTS: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/semaphore_counts.lua")));
 
@@ -188,6 +190,25 @@ pub(super) fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) -> Invocation<
             .arg(r.token);
     }
     invocation
+}
+
+/// Gives `owner`'s share of `keys`, taken with `token`, a lease of `lease` from now: `true`
+/// if it is still ours (`shares_extend.lua`).
+pub(super) fn extend(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    token: u64,
+    lease: Duration,
+) -> RedisResult<bool> {
+    let reply: i64 = EXTEND
+        .key(keys.lock())
+        .key(keys.leases())
+        .arg(millis(lease))
+        .arg(owner)
+        .arg(token)
+        .invoke(con)?;
+    Ok(reply == 1)
 }
 
 /// Sets a semaphore's total and grants the waiters that now fit.

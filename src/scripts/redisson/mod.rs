@@ -27,6 +27,8 @@ static RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/release.lua")));
 static RENEW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/renew.lua")));
+static EXTEND: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/extend.lua")));
 static FORCE_UNLOCK: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/force_unlock.lua")));
 static TRANSFER: LazyLock<Lua> =
@@ -274,6 +276,25 @@ pub(super) fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) -> Invocation<
     invocation
 }
 
+/// Gives `owner`'s hold of lock `keys` (plain or fair), taken with `token`, a lease of
+/// `lease` from now: `true` if it is still ours (`redisson/extend.lua`).
+pub(in crate::scripts) fn extend(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    token: u64,
+    lease: Duration,
+) -> RedisResult<bool> {
+    let reply: i64 = EXTEND
+        .key(keys.lock())
+        .key(keys.fence())
+        .arg(millis(lease))
+        .arg(owner)
+        .arg(token)
+        .invoke(con)?;
+    Ok(reply == 1)
+}
+
 /// Deletes lock `keys` (plain or fair: one hash) whoever holds it and wakes every waiter of
 /// either; `request` names this call so a retry answers the same
 /// (`redisson/force_unlock.lua`).
@@ -303,20 +324,23 @@ pub(crate) enum Wakes {
     /// Wake one waiter: it attempts again (a lock's "0", which Java's final unlock
     /// publishes; Java wakes one thread per client for it too).
     One,
-    /// Wake them all (a lock's "1": a write unlock or a force-unlock; a latch at zero; a
-    /// semaphore's count of permits free, when above 0).
+    /// Wake them all (a lock's "1": a write unlock or a force-unlock; a latch's "0" at
+    /// zero, and its "1": a new count, or Java's delete; a semaphore's count of permits
+    /// free, when above 0).
     All,
 }
 
 impl Wakes {
     /// Whom `payload`, on a channel of an object of `family`, wakes; `None` for a payload
-    /// that wakes nobody (a latch's new count, anything not a number).
+    /// that wakes nobody (anything not a number, or no number the family publishes).
     pub fn parse(family: Family, payload: &[u8]) -> Option<Wakes> {
         let n: i64 = std::str::from_utf8(payload).ok()?.parse().ok()?;
         match (family, n) {
             (Family::Lock | Family::ReadWrite, 0) => Some(Wakes::One),
             (Family::Lock | Family::ReadWrite, 1) => Some(Wakes::All),
-            (Family::Latch, 0) => Some(Wakes::All),
+            // A new count ("1", also what Java's delete publishes) wakes our waiters to look
+            // again: after a delete they find the latch open. Java's close their latch.
+            (Family::Latch, 0 | 1) => Some(Wakes::All),
             // `redisson_sc:{n}` is one channel for Java's getSemaphore and
             // getPermitExpirableSemaphore, so one entry may hold waiters of both kinds, each
             // wanting its own number of permits: a waiter woken that wants more than `n`
@@ -341,9 +365,10 @@ mod tests {
         assert_eq!(Wakes::parse(Family::Latch, b"0"), Some(Wakes::All));
         assert_eq!(
             Wakes::parse(Family::Latch, b"1"),
-            None,
-            "a new count opens nothing"
+            Some(Wakes::All),
+            "a new count, or Java's delete: look again"
         );
+        assert_eq!(Wakes::parse(Family::Latch, b"2"), None);
         assert_eq!(Wakes::parse(Family::Semaphore, b"3"), Some(Wakes::All));
         assert_eq!(Wakes::parse(Family::Semaphore, b"0"), None);
         assert_eq!(Wakes::parse(Family::Semaphore, b"-2"), None);

@@ -26,6 +26,8 @@ static WRITE_RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/write_release.lua")));
 static RENEW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/rw_renew.lua")));
+static EXTEND: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/rw_extend.lua")));
 
 /// The timeout keys of reader `owner` of lock `keys`, without the hold's number:
 /// `{name}:<owner>:rwlock_timeout`.
@@ -89,6 +91,36 @@ pub(crate) fn release(
     };
     invocation.arg(owner);
     free(con, invocation, keys, owner, token, how.holds, freeing)
+}
+
+/// Gives `owner`'s read or write hold of lock `keys` (a write's taken with `token`) a lease
+/// of `lease` from now: `true` if it is still ours (`redisson/rw_extend.lua`).
+pub(in crate::scripts) fn extend(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    token: u64,
+    lease: Duration,
+) -> RedisResult<bool> {
+    let mut invocation = EXTEND.key(keys.lock());
+    if keys.reads(owner) {
+        invocation
+            .key(keys.tagged_name())
+            .arg(millis(lease))
+            .arg(owner)
+            .arg("read");
+    } else {
+        // The thread's reads, which the hash carries too, are under its owner id itself.
+        let reader = owner.strip_suffix(":write").unwrap_or(owner);
+        invocation
+            .key(keys.fence())
+            .key(timeouts(keys, reader))
+            .arg(millis(lease))
+            .arg(owner)
+            .arg(token)
+            .arg(reader);
+    }
+    Ok(invocation.invoke::<i64>(con)? == 1)
 }
 
 /// The call of `redisson/rw_renew.lua` that renews the read and write holds in `batch`.

@@ -40,6 +40,7 @@ static TRY_SET_PERMITS: LazyLock<Lua> = semaphore_script!("semaphore_try_set.lua
 static ADD_PERMITS: LazyLock<Lua> = semaphore_script!("semaphore_add.lua");
 static COUNTS: LazyLock<Lua> = semaphore_script!("semaphore_counts.lua");
 static FORCE_UNLOCK: LazyLock<Lua> = semaphore_script!("semaphore_force_unlock.lua");
+static EXTEND: LazyLock<Lua> = semaphore_script!("semaphore_extend.lua");
 static RENEW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/semaphore_renew.lua")));
 
@@ -248,6 +249,28 @@ pub(crate) fn force_unlock(
         .arg(epoch_ms())
         .invoke(con)?;
     Ok(reply == 1)
+}
+
+/// Gives the permits of acquisition `owner` of semaphore `keys` a lease of `lease` from now,
+/// by this client's clock (Java's `updateLeaseTime` for each id): `true` if they are still
+/// ours (`redisson/semaphore_extend.lua`).
+pub(in crate::scripts) fn extend(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    lease: Duration,
+    publish: &str,
+) -> RedisResult<bool> {
+    let now = epoch_ms();
+    let mut invocation = invocation(&EXTEND, keys);
+    invocation
+        .arg(now.saturating_add(millis(lease)))
+        .arg(now)
+        .arg(publish);
+    for id in ids(owner) {
+        invocation.arg(&id[..]);
+    }
+    Ok(invocation.invoke::<i64>(con)? == 1)
 }
 
 #[cfg(test)]
