@@ -54,7 +54,8 @@ use crate::words::Count;
 /// whose lease ended first, and there is no queue: a release publishes the new count and the
 /// waiters it wakes race, in no order, small requests before large ones. A waiter sleeps
 /// until a message or the earliest lease end among the holders. Redisson's plain
-/// `getSemaphore` (permits with no owner and no lease) is not supported.
+/// `getSemaphore` (permits with no owner and no lease) is a
+/// [`CountingSemaphore`](crate::CountingSemaphore), on the same key.
 ///
 /// [`set_permits`]: Semaphore::set_permits
 ///
