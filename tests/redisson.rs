@@ -596,6 +596,18 @@ fn a_release_hands_the_lock_to_a_waiting_thread_of_its_client_three_times_in_a_r
             .stats()
             .waiting_threads
             == 1));
+        // Parked, not in the middle of an attempt of its own (its first wait may return at
+        // once to attempt again): a release does not hand the lock to a thread mid-attempt,
+        // and would free it for everybody instead. Parked once no script call comes for a
+        // while.
+        assert!(
+            eventually(Duration::from_secs(5), || {
+                let calls = command_calls(&mut admin, "evalsha");
+                thread::sleep(Duration::from_millis(50));
+                command_calls(&mut admin, "evalsha") == calls
+            }),
+            "round {round}: the waiter never parked"
+        );
         let before = (guard.fencing_token(), client.stats().handed_over);
         drop(guard);
         guard = waiting.join().unwrap().expect("the waiter got it");
