@@ -65,7 +65,8 @@ impl Client {
     /// Redisson's): sentinels reached over TLS watch masters and replicas that speak TLS,
     /// at the port Sentinel reports (the TLS port when they run with `tls-replication yes`),
     /// their certificates checked against the host Sentinel names. The certificates given to
-    /// [`ClientBuilder::tls_certificates`] serve the sentinels and every master alike.
+    /// `ClientBuilder::tls_certificates` (feature `tls`) serve the sentinels and every master
+    /// alike.
     ///
     /// ```no_run
     /// # fn main() -> redlatch::Result<()> {
