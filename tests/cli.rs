@@ -1085,3 +1085,81 @@ fn a_counting_semaphore_waited_for_before_it_is_set_is_found_by_its_waiters() {
         assert!(join_all(vec![waiting], Duration::from_secs(25), "waiter").remove(0));
     }
 }
+
+/// On a Cluster, a counting semaphore is found on its shard by its count and its waiter
+/// (whose channel is a shard channel where the cluster publishes that way), in both layouts.
+#[test]
+fn on_a_cluster_a_counting_semaphore_is_found_and_watched_in_both_layouts() {
+    let c = Cluster::start();
+    let seeds = c.seed_urls().join(",");
+    let seed_list: Vec<String> = c.seed_urls();
+    for layout in ["redlatch", "redisson"] {
+        let build = || {
+            let seeds: Vec<&str> = seed_list.iter().map(String::as_str).collect();
+            Client::cluster_builder(&seeds)
+                .layout(match layout {
+                    "redisson" => redlatch::Layout::Redisson,
+                    _ => redlatch::Layout::Redlatch,
+                })
+                .build()
+                .unwrap()
+        };
+        let (owner, other) = (build(), build());
+        let name = unique("cli-c-count");
+        owner.counting_semaphore(&name).add_permits(-1).unwrap();
+        let waiting = {
+            let sem = other.counting_semaphore(&name);
+            thread::spawn(move || sem.try_acquire(1, Duration::from_secs(20)).unwrap())
+        };
+        let cli = |args: &[&str]| {
+            let mut all = vec!["--cluster", "--url", &seeds, "--layout", layout];
+            all.extend_from_slice(args);
+            all.into_iter().map(str::to_string).collect::<Vec<_>>()
+        };
+        let run_in = |args: &[&str]| run(&cli(args).iter().map(String::as_str).collect::<Vec<_>>());
+        let found = support::eventually(Duration::from_secs(5), || {
+            let out = run_in(&["inspect", &name]);
+            let report = String::from_utf8_lossy(&out.stdout).to_string();
+            out.status.success()
+                && report.starts_with("counting")
+                && report.contains("permits free -1")
+                && report.contains("1 client(s) subscribed")
+        });
+        assert!(
+            found,
+            "{layout}: inspect found the counting semaphore and its waiter"
+        );
+        let out = run_in(&["list", &format!("{name}*")]);
+        let listed = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            listed.starts_with("counting") && listed.contains("in use"),
+            "{layout}: {listed}"
+        );
+        let out = run_in(&["force-unlock", &name, "--yes"]);
+        assert!(
+            !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no owner"),
+            "{layout}"
+        );
+        let (mut watching, lines) = spawn_watch(
+            &cli(&["watch", &name, "--seconds", "3"])
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        );
+        // The watch's subscription: no NUMSUB across shards to wait on, so a pause.
+        thread::sleep(Duration::from_millis(800));
+        owner.counting_semaphore(&name).add_permits(2).unwrap();
+        assert!(
+            join_all(vec![waiting], Duration::from_secs(25), "waiter").remove(0),
+            "{layout}"
+        );
+        let lines = join_all(vec![lines], Duration::from_secs(10), "watch").remove(0);
+        assert!(watching.wait().unwrap().success(), "{layout}: {lines:?}");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("1 free now") || l.contains("the count is now 1")),
+            "{layout}: {lines:?}"
+        );
+    }
+}
