@@ -1163,3 +1163,31 @@ fn on_a_cluster_a_counting_semaphore_is_found_and_watched_in_both_layouts() {
         );
     }
 }
+
+/// In Redisson's layout Java's RSemaphore and RPermitExpirableSemaphore share one count: with
+/// permits out it reads as the leased semaphore, and a count taken below 0 through the
+/// counting one shows as it is in either report, not as 0.
+#[test]
+fn a_redisson_count_shared_by_both_semaphores_shows_below_zero() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = client_in(&url, "redisson", Duration::from_secs(30));
+    let name = unique("cli-shared");
+    client.semaphore(&name).set_permits(3).unwrap();
+    let _permit = client.semaphore(&name).acquire(1).unwrap();
+    client.counting_semaphore(&name).add_permits(-5).unwrap();
+    let inspect = |extra: &[&str]| {
+        let mut args = vec!["--url", &url, "--layout", "redisson", "inspect", &name];
+        args.extend_from_slice(extra);
+        ok(&args)
+    };
+    let report = inspect(&[]);
+    assert!(
+        report.starts_with("semaphore") && report.contains("-3 free"),
+        "permits out: the leased semaphore, its count as it is: {report}"
+    );
+    let report = inspect(&["--kind", "counting"]);
+    assert!(report.contains("permits free -3"), "{report}");
+    let json = inspect(&["--kind", "semaphore", "--json"]);
+    assert!(json.contains("\"available\":-3"), "{json}");
+}

@@ -156,8 +156,10 @@ pub struct Report {
     /// may be below 0: see [`available`](Report::available).
     pub count: Option<u64>,
     /// A counting semaphore's permits free (0 when it was never set), below 0 after
-    /// `add_permits` took away more than was free; `None` for every other kind. Its own
-    /// field, signed, so that a negative count is shown as it is, never wrapped or lost.
+    /// `add_permits` took away more than was free; in [`Layout::Redisson`] a semaphore's
+    /// too, whose count Java's `RSemaphore` shares and may take below 0. `None` for every
+    /// other kind. Its own field, signed, so that a negative count is shown as it is, never
+    /// wrapped or lost.
     pub available: Option<i64>,
 }
 

@@ -102,14 +102,17 @@ pub(super) fn read_report(
         }
         ObjectKind::Semaphore => {
             let available: Option<String> = redis::cmd("GET").arg(keys.lock()).query(con)?;
-            let available: u64 = available.and_then(|a| a.parse().ok()).unwrap_or(0);
+            // Signed: Java's RSemaphore shares the count and may take it below 0.
+            let available: i64 = available.and_then(|a| a.parse().ok()).unwrap_or(0);
             let permits: Vec<(Vec<u8>, u64)> = redis::cmd("ZRANGE")
                 .arg(keys.leases())
                 .arg(0)
                 .arg(-1)
                 .arg("WITHSCORES")
                 .query(con)?;
-            report.count = Some(available + permits.len() as u64);
+            let total = available.saturating_add(permits.len() as i64);
+            report.count = Some(u64::try_from(total).unwrap_or(0));
+            report.available = Some(available);
             for (id, end) in permits {
                 let left =
                     (end != NO_LEASE).then(|| Duration::from_millis(end.saturating_sub(now_ms)));

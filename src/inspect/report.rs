@@ -207,7 +207,11 @@ impl std::fmt::Display for Report {
                 ObjectKind::Semaphore => "total permits",
                 _ => "count",
             };
-            writeln!(f, "  {what} {count}")?;
+            write!(f, "  {what} {count}")?;
+            match self.available {
+                Some(free) => writeln!(f, ", {free} free")?,
+                None => writeln!(f)?,
+            }
         }
         if self.holders.is_empty() {
             writeln!(f, "  held by nobody")?;
