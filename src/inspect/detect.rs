@@ -44,8 +44,9 @@ impl Detected {
 
 impl Client {
     /// Which objects are called `name` in Redis, by the keys they leave (two server round
-    /// trips in our layout, the second for a counting semaphore's waiters; in [`Layout::Redisson`] a few, reading the type and fields of the
-    /// key `name` and who listens on its channels). Reads only.
+    /// trips in our layout, the second for a counting semaphore's waiters; in
+    /// [`Layout::Redisson`] a few, reading the type and fields of the key `name` and who
+    /// listens on its channels). Reads only.
     ///
     /// ```no_run
     /// # fn main() -> redlatch::Result<()> {
