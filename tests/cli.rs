@@ -579,7 +579,7 @@ fn inspect_finds_the_kind_from_what_is_in_redis_in_both_layouts() {
         let said = fails(&["--url", &url, "--layout", layout, "inspect", "nosuch"]);
         assert!(
             said.contains("nothing named \"nosuch\"")
-                && said.contains("lock, read-write lock, semaphore and latch"),
+                && said.contains("lock, read-write lock, semaphore, latch and counting semaphore"),
             "{layout}: {said}"
         );
         // --kind still forces a kind.
@@ -596,7 +596,7 @@ fn inspect_finds_the_kind_from_what_is_in_redis_in_both_layouts() {
     client.count_down_latch(&latch).try_set_count(2).unwrap();
     let said = fails(&["--url", &url, "--layout", "redisson", "inspect", &latch]);
     assert!(
-        said.contains("semaphore or latch") && said.contains("--kind"),
+        said.contains("semaphore, latch or counting semaphore") && said.contains("--kind"),
         "{said}"
     );
     let waiting = {
@@ -878,4 +878,316 @@ fn on_a_cluster_the_kind_is_found_and_a_semaphore_freed_in_both_layouts() {
             "{layout}"
         );
     }
+}
+
+/// Clients listening on `channel` now.
+fn listeners(server: &RedisServer, channel: &str) -> u64 {
+    let (_, n): (String, u64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(&mut server.admin())
+        .unwrap();
+    n
+}
+
+/// A counting semaphore taken below 0 and waited for: `list` shows it (not its request
+/// markers), `inspect` shows the negative count and its waiter and no holder, `force-unlock`
+/// refuses it and changes nothing, and `watch` says what its channel carries; once nobody
+/// waits it is idle (ours) or a bare count Redis cannot tell from a latch's (Redisson's).
+#[test]
+fn a_counting_semaphore_is_seen_watched_and_never_force_unlocked_in_both_layouts() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for layout in ["redlatch", "redisson"] {
+        let client = client_in(&url, layout, Duration::from_secs(30));
+        let name = unique("cli-count");
+        let sem = client.counting_semaphore(&name);
+        assert!(sem.try_set_permits(2).unwrap());
+        sem.add_permits(-5).unwrap();
+        assert_eq!(sem.available().unwrap(), -3);
+        let waiting = {
+            let sem = client_in(&url, layout, Duration::from_secs(30)).counting_semaphore(&name);
+            thread::spawn(move || sem.try_acquire(1, Duration::from_secs(20)).unwrap())
+        };
+        let channel = match layout {
+            "redisson" => format!("redisson_sc:{{{name}}}"),
+            _ => format!("redlatch:{{{name}}}:counting:unlocked"),
+        };
+        assert!(
+            support::eventually(Duration::from_secs(5), || listeners(&server, &channel) == 1),
+            "{layout}: the waiter listens"
+        );
+        let cli = |args: &[&str]| {
+            let mut all = vec!["--url", &url, "--layout", layout];
+            all.extend_from_slice(args);
+            all.into_iter().map(str::to_string).collect::<Vec<_>>()
+        };
+        let ok_in = |args: &[&str]| ok(&cli(args).iter().map(String::as_str).collect::<Vec<_>>());
+        let fails_in =
+            |args: &[&str]| fails(&cli(args).iter().map(String::as_str).collect::<Vec<_>>());
+
+        // list: the semaphore, in use (waited for); our request markers are no objects.
+        let pattern = format!("{name}*");
+        let listed = ok_in(&["list", &pattern]);
+        assert_eq!(listed.lines().count(), 1, "{layout}: {listed}");
+        assert!(
+            listed.starts_with("counting")
+                && listed.contains("in use")
+                && listed.trim_end().ends_with(&name),
+            "{layout}: {listed}"
+        );
+        let json = ok_in(&["list", &pattern, "--json"]);
+        assert!(
+            json.starts_with("[{\"kind\":\"counting\"") && json.contains("\"active\":true"),
+            "{layout}: {json}"
+        );
+
+        // inspect, with and without --kind: the count below 0 as it is, the waiter, no holder.
+        for report in [
+            ok_in(&["inspect", &name]),
+            ok_in(&["inspect", &name, "--kind", "counting"]),
+        ] {
+            assert!(
+                report.starts_with(&format!("counting {name:?}"))
+                    && report.contains("permits free -3")
+                    && report.contains("1 client(s) subscribed")
+                    && report.contains("permits have no owner"),
+                "{layout}: {report}"
+            );
+        }
+        let json = ok_in(&["inspect", &name, "--kind", "counting", "--json"]);
+        assert!(
+            json.starts_with("{\"kind\":\"counting\"")
+                && json.contains("\"available\":-3")
+                && json.contains("\"count\":null")
+                && json.contains("\"subscribers\":1")
+                && json.contains("\"holders\":[]"),
+            "{layout}: {json}"
+        );
+        let report = client
+            .inspect(redlatch::ObjectKind::CountingSemaphore, &name)
+            .unwrap();
+        assert_eq!(report.available, Some(-3), "{layout}: {report}");
+        assert!(report.holders.is_empty() && report.queue.is_empty());
+
+        // force-unlock: refused, found or named, with what to do instead; nothing changes.
+        for said in [
+            fails_in(&["force-unlock", &name, "--yes"]),
+            fails_in(&["force-unlock", &name, "--kind", "counting", "--yes"]),
+        ] {
+            assert!(
+                said.contains("no owner") && said.contains("add_permits"),
+                "{layout}: {said}"
+            );
+        }
+        assert_eq!(sem.available().unwrap(), -3, "{layout}: nothing changed");
+
+        // watch, the kind found: the permits added, in words; the waiter takes one.
+        let (mut watching, lines) = spawn_watch(
+            &cli(&["watch", &name, "--seconds", "3"])
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        );
+        assert!(
+            support::eventually(Duration::from_secs(5), || listeners(&server, &channel) == 2),
+            "{layout}: the watch listens"
+        );
+        sem.add_permits(4).unwrap();
+        assert!(
+            join_all(vec![waiting], Duration::from_secs(25), "waiter").remove(0),
+            "{layout}: the waiter took the permit added"
+        );
+        let lines = join_all(vec![lines], Duration::from_secs(10), "watch").remove(0);
+        assert!(watching.wait().unwrap().success(), "{layout}: {lines:?}");
+        let said = match layout {
+            "redisson" => "the count is now 1",
+            _ => "1 free now",
+        };
+        assert!(
+            lines.iter().any(|l| l.contains(said)),
+            "{layout}: {lines:?}"
+        );
+        assert_eq!(sem.available().unwrap(), 0);
+
+        // Nobody waits now.
+        assert!(support::eventually(Duration::from_secs(5), || {
+            listeners(&server, &channel) == 0
+        }));
+        if layout == "redlatch" {
+            let listed = ok_in(&["list", &pattern]);
+            assert!(
+                listed.starts_with("counting") && listed.contains("idle"),
+                "{listed}"
+            );
+            let report = ok_in(&["inspect", &name]);
+            assert!(report.contains("permits free 0"), "{report}");
+        } else {
+            let out = run(&cli(&["list", &pattern])
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>());
+            let (listed, told) = (
+                String::from_utf8(out.stdout).unwrap(),
+                String::from_utf8(out.stderr).unwrap(),
+            );
+            assert!(out.status.success() && listed.is_empty(), "{listed}");
+            assert!(
+                told.contains("1 key holding a bare count") && told.contains("counting"),
+                "{told}"
+            );
+            let said = fails_in(&["inspect", &name]);
+            assert!(
+                said.contains("semaphore, latch or counting semaphore") && said.contains("--kind"),
+                "{said}"
+            );
+            let report = ok_in(&["inspect", &name, "--kind", "counting"]);
+            assert!(report.contains("permits free 0"), "{report}");
+        }
+    }
+}
+
+/// A counting semaphore never set has no key, only waiters: they are what shows it, in
+/// `inspect` (both layouts) and `list` (ours, which reads the channels listened to).
+#[test]
+fn a_counting_semaphore_waited_for_before_it_is_set_is_found_by_its_waiters() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for layout in ["redlatch", "redisson"] {
+        let client = client_in(&url, layout, Duration::from_secs(30));
+        let name = unique("cli-unset");
+        let waiting = {
+            let sem = client.counting_semaphore(&name);
+            thread::spawn(move || sem.try_acquire(1, Duration::from_secs(20)).unwrap())
+        };
+        let channel = match layout {
+            "redisson" => format!("redisson_sc:{{{name}}}"),
+            _ => format!("redlatch:{{{name}}}:counting:unlocked"),
+        };
+        assert!(support::eventually(Duration::from_secs(5), || {
+            listeners(&server, &channel) == 1
+        }));
+        let report = ok(&["--url", &url, "--layout", layout, "inspect", &name]);
+        assert!(
+            report.starts_with("counting")
+                && report.contains("permits free 0")
+                && report.contains("1 client(s) subscribed"),
+            "{layout}: {report}"
+        );
+        if layout == "redlatch" {
+            let listed = ok(&["--url", &url, "list", &format!("{name}*")]);
+            assert!(
+                listed.starts_with("counting") && listed.contains("in use"),
+                "{listed}"
+            );
+        }
+        client.counting_semaphore(&name).release(1).unwrap();
+        assert!(join_all(vec![waiting], Duration::from_secs(25), "waiter").remove(0));
+    }
+}
+
+/// On a Cluster, a counting semaphore is found on its shard by its count and its waiter
+/// (whose channel is a shard channel where the cluster publishes that way), in both layouts.
+#[test]
+fn on_a_cluster_a_counting_semaphore_is_found_and_watched_in_both_layouts() {
+    let c = Cluster::start();
+    let seeds = c.seed_urls().join(",");
+    let seed_list: Vec<String> = c.seed_urls();
+    for layout in ["redlatch", "redisson"] {
+        let build = || {
+            let seeds: Vec<&str> = seed_list.iter().map(String::as_str).collect();
+            Client::cluster_builder(&seeds)
+                .layout(match layout {
+                    "redisson" => redlatch::Layout::Redisson,
+                    _ => redlatch::Layout::Redlatch,
+                })
+                .build()
+                .unwrap()
+        };
+        let (owner, other) = (build(), build());
+        let name = unique("cli-c-count");
+        owner.counting_semaphore(&name).add_permits(-1).unwrap();
+        let waiting = {
+            let sem = other.counting_semaphore(&name);
+            thread::spawn(move || sem.try_acquire(1, Duration::from_secs(20)).unwrap())
+        };
+        let cli = |args: &[&str]| {
+            let mut all = vec!["--cluster", "--url", &seeds, "--layout", layout];
+            all.extend_from_slice(args);
+            all.into_iter().map(str::to_string).collect::<Vec<_>>()
+        };
+        let run_in = |args: &[&str]| run(&cli(args).iter().map(String::as_str).collect::<Vec<_>>());
+        let found = support::eventually(Duration::from_secs(5), || {
+            let out = run_in(&["inspect", &name]);
+            let report = String::from_utf8_lossy(&out.stdout).to_string();
+            out.status.success()
+                && report.starts_with("counting")
+                && report.contains("permits free -1")
+                && report.contains("1 client(s) subscribed")
+        });
+        assert!(
+            found,
+            "{layout}: inspect found the counting semaphore and its waiter"
+        );
+        let out = run_in(&["list", &format!("{name}*")]);
+        let listed = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            listed.starts_with("counting") && listed.contains("in use"),
+            "{layout}: {listed}"
+        );
+        let out = run_in(&["force-unlock", &name, "--yes"]);
+        assert!(
+            !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no owner"),
+            "{layout}"
+        );
+        let (mut watching, lines) = spawn_watch(
+            &cli(&["watch", &name, "--seconds", "3"])
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        );
+        // The watch's subscription: no NUMSUB across shards to wait on, so a pause.
+        thread::sleep(Duration::from_millis(800));
+        owner.counting_semaphore(&name).add_permits(2).unwrap();
+        assert!(
+            join_all(vec![waiting], Duration::from_secs(25), "waiter").remove(0),
+            "{layout}"
+        );
+        let lines = join_all(vec![lines], Duration::from_secs(10), "watch").remove(0);
+        assert!(watching.wait().unwrap().success(), "{layout}: {lines:?}");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("1 free now") || l.contains("the count is now 1")),
+            "{layout}: {lines:?}"
+        );
+    }
+}
+
+/// In Redisson's layout Java's RSemaphore and RPermitExpirableSemaphore share one count: with
+/// permits out it reads as the leased semaphore, and a count taken below 0 through the
+/// counting one shows as it is in either report, not as 0.
+#[test]
+fn a_redisson_count_shared_by_both_semaphores_shows_below_zero() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = client_in(&url, "redisson", Duration::from_secs(30));
+    let name = unique("cli-shared");
+    client.semaphore(&name).set_permits(3).unwrap();
+    let _permit = client.semaphore(&name).acquire(1).unwrap();
+    client.counting_semaphore(&name).add_permits(-5).unwrap();
+    let inspect = |extra: &[&str]| {
+        let mut args = vec!["--url", &url, "--layout", "redisson", "inspect", &name];
+        args.extend_from_slice(extra);
+        ok(&args)
+    };
+    let report = inspect(&[]);
+    assert!(
+        report.starts_with("semaphore") && report.contains("-3 free"),
+        "permits out: the leased semaphore, its count as it is: {report}"
+    );
+    let report = inspect(&["--kind", "counting"]);
+    assert!(report.contains("permits free -3"), "{report}");
+    let json = inspect(&["--kind", "semaphore", "--json"]);
+    assert!(json.contains("\"available\":-3"), "{json}");
 }

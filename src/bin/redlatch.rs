@@ -7,6 +7,7 @@
 //! redlatch force-unlock invoice:42 [--yes]    # the holders' guards report the loss
 //! redlatch force-unlock uploads --kind semaphore  # every holder's permits
 //! redlatch watch invoice:42                   # hand-overs and releases as they happen
+//! redlatch inspect slots --kind counting      # a counting semaphore: its count, its waiters
 //! ```
 //!
 //! Connects like a `redlatch::Client`: `--url` (or `REDIS_URL`) for one server, several
@@ -88,7 +89,8 @@ enum Command {
     /// --kind, of every object by that name that Redis has (and fails when there is none).
     Inspect {
         name: String,
-        /// lock, rwlock, semaphore or latch (default: found from what is in Redis).
+        /// lock, rwlock, semaphore, latch or counting (a counting semaphore) (default: found
+        /// from what is in Redis).
         #[arg(long, value_parser = kind)]
         kind: Option<ObjectKind>,
         /// As JSON (one object per line when several kinds share the name).
@@ -97,6 +99,7 @@ enum Command {
     },
     /// Frees a lock, read-write lock or semaphore whoever holds it and wakes its waiters;
     /// asks first unless --yes. Without --kind: the one object by that name that is held.
+    /// A latch and a counting semaphore have no holder, and are refused.
     ForceUnlock {
         name: String,
         /// lock, rwlock or semaphore (default: found from what is in Redis).
@@ -109,8 +112,8 @@ enum Command {
     /// Prints every message on an object's channel (hand-overs, releases), with the time.
     Watch {
         name: String,
-        /// lock, rwlock, semaphore or latch (default: found from what is in Redis; a lock
-        /// when nothing by that name is there yet).
+        /// lock, rwlock, semaphore, latch or counting (default: found from what is in Redis;
+        /// a lock when nothing by that name is there yet).
         #[arg(long, value_parser = kind)]
         kind: Option<ObjectKind>,
         /// Stop after this many seconds (default: until interrupted).
@@ -120,8 +123,27 @@ enum Command {
 }
 
 fn kind(name: &str) -> Result<ObjectKind, String> {
-    ObjectKind::parse(name)
-        .ok_or_else(|| format!("unknown kind {name:?}: one of lock, rwlock, semaphore, latch"))
+    ObjectKind::parse(name).ok_or_else(|| {
+        format!(
+            "unknown kind {name:?}: one of {}",
+            kind_names(&ObjectKind::ALL)
+        )
+    })
+}
+
+/// Why force-unlock refuses a `kind` that nobody holds, or `None` for a kind it frees.
+fn no_holder(kind: ObjectKind) -> Option<&'static str> {
+    match kind {
+        ObjectKind::CountDownLatch => {
+            Some("a latch has no holder to free: it opens when counted down to 0")
+        }
+        ObjectKind::CountingSemaphore => Some(
+            "a counting semaphore's permits have no owner to take them from, so nothing can be \
+             freed; give permits back from code with CountingSemaphore::add_permits (or release), \
+             or set a count never set with try_set_permits",
+        ),
+        _ => None,
+    }
 }
 
 fn main() -> ExitCode {
@@ -260,14 +282,11 @@ fn run(cli: Cli) -> redlatch::Result<ExitCode> {
             }
         }
         Command::ForceUnlock { name, kind, yes } => {
+            if let Some(why) = kind.and_then(no_holder) {
+                eprintln!("{why} (force-unlock frees a lock, rwlock or semaphore)");
+                return Ok(ExitCode::FAILURE);
+            }
             let kind = match kind {
-                Some(ObjectKind::CountDownLatch) => {
-                    eprintln!(
-                        "a latch has no holder to free: it opens when counted down to 0 \
-                         (force-unlock frees a lock, rwlock or semaphore)"
-                    );
-                    return Ok(ExitCode::FAILURE);
-                }
                 Some(kind) => kind,
                 None => match held_kind(&client, cli_prefix.as_deref(), &name)? {
                     Ok(kind) => kind,
@@ -321,7 +340,7 @@ fn run(cli: Cli) -> redlatch::Result<ExitCode> {
                 println!(
                     "{} {}",
                     timestamp(at),
-                    describe(payload, &mut |owner| clients.who(owner))
+                    describe(payload, kind, &mut |owner| clients.who(owner))
                 );
                 std::io::stdout().flush().is_ok()
             })?;
@@ -345,13 +364,13 @@ fn held_kind(
     name: &str,
 ) -> redlatch::Result<Result<ObjectKind, Unheld>> {
     let detected = client.detect(name)?;
+    let holdable = |k: &ObjectKind| no_holder(*k).is_none();
     let held: Vec<ObjectKind> = detected
         .found
         .iter()
-        .filter(|o| o.active && o.kind != ObjectKind::CountDownLatch)
+        .filter(|o| o.active && holdable(&o.kind))
         .map(|o| o.kind)
         .collect();
-    let holdable = |k: &ObjectKind| *k != ObjectKind::CountDownLatch;
     Ok(match held.as_slice() {
         [kind] => Ok(*kind),
         [_, _, ..] => Err(Unheld::Refused(format!(
@@ -364,9 +383,13 @@ fn held_kind(
                 "no lock, rwlock or semaphore {name:?} was locked"
             )))
         }
-        [] if !detected.found.is_empty() => Err(Unheld::Refused(format!(
-            "{name:?} is a latch, which has no holder to free: it opens when counted down to 0"
-        ))),
+        [] if !detected.found.is_empty() => {
+            let kind = detected.found[0].kind;
+            Err(Unheld::Refused(format!(
+                "{name:?}: {}",
+                no_holder(kind).unwrap_or_default()
+            )))
+        }
         [] => Err(Unheld::Refused(not_found(client, prefix, name, &detected))),
     })
 }
@@ -414,10 +437,17 @@ fn not_found(client: &Client, prefix: Option<&str>, name: &str, detected: &Detec
         );
     }
     if !detected.could_be.is_empty() {
+        let named: Vec<&str> = detected.could_be.iter().map(|k| kind_name(*k)).collect();
+        let could_be = match named.split_last() {
+            Some((last, [])) => last.to_string(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        };
         return format!(
-            "{name:?} is a count with no permit out and nobody waiting: a {} (or an \
-             application's counter), which Redis cannot tell apart; say which with --kind",
-            kind_names(&detected.could_be).replace(", ", " or ")
+            "{name:?} is a count with no permit out and nobody waiting: a {could_be} (or an \
+             application's counter), which Redis cannot tell apart; say which with --kind \
+             ({})",
+            kind_names(&detected.could_be)
         );
     }
     let (under, hint) = match client.layout() {
@@ -428,9 +458,18 @@ fn not_found(client: &Client, prefix: Option<&str>, name: &str, detected: &Detec
         ),
     };
     format!(
-        "nothing named {name:?} in Redis (looked for a lock, read-write lock, semaphore and \
-         latch{under}){hint}"
+        "nothing named {name:?} in Redis (looked for a lock, read-write lock, semaphore, latch \
+         and counting semaphore{under}){hint}"
     )
+}
+
+/// A kind in words: `counting semaphore` where its short name is `counting`.
+fn kind_name(kind: ObjectKind) -> &'static str {
+    match kind {
+        ObjectKind::ReadWriteLock => "read-write lock",
+        ObjectKind::CountingSemaphore => "counting semaphore",
+        kind => kind.as_str(),
+    }
 }
 
 /// `kinds` as `lock, semaphore`.
@@ -452,8 +491,9 @@ fn list_footer(listing: &redlatch::Listing, fences_shown: bool) -> String {
     let counts = listing.unattributed_counts;
     if counts > 0 {
         footer.push_str(&format!(
-            "({counts} key{} holding a bare count not shown: a latch or semaphore nobody uses \
-             looks like any counter; inspect NAME --kind latch reads one)\n",
+            "({counts} key{} holding a bare count not shown: a latch, semaphore or counting \
+             semaphore nobody uses looks like any counter; inspect NAME --kind latch (or \
+             counting) reads one)\n",
             if counts == 1 { "" } else { "s" }
         ));
     }
@@ -505,7 +545,7 @@ fn report_json(r: &Report) -> String {
         })
         .collect();
     format!(
-        "{{\"kind\":\"{}\",\"name\":{},\"key\":{},\"ttl_ms\":{},\"fence\":{},\"subscribers\":{},\"count\":{},\"holders\":[{}],\"queue\":[{}]}}",
+        "{{\"kind\":\"{}\",\"name\":{},\"key\":{},\"ttl_ms\":{},\"fence\":{},\"subscribers\":{},\"count\":{},\"available\":{},\"holders\":[{}],\"queue\":[{}]}}",
         r.kind.as_str(),
         json_string(&r.name),
         json_string(&r.key),
@@ -513,6 +553,7 @@ fn report_json(r: &Report) -> String {
         opt(r.fence),
         r.subscribers,
         opt(r.count),
+        r.available.map_or("null".to_string(), |a| a.to_string()),
         holders.join(","),
         queue.join(",")
     )
@@ -590,10 +631,19 @@ fn json_string(s: &str) -> String {
     out
 }
 
-/// A channel message, in words, with each owner said by `who` (which names its client).
-fn describe(payload: &str, who: &mut dyn FnMut(&str) -> String) -> String {
+/// A channel message of an object of `kind`, in words, with each owner said by `who` (which
+/// names its client).
+fn describe(payload: &str, kind: ObjectKind, who: &mut dyn FnMut(&str) -> String) -> String {
     let words: Vec<&str> = payload.split(' ').collect();
     match words.as_slice() {
+        ["free", count] => format!(
+            "permits given back or added: {count} free now; every waiter woken to race for them"
+        ),
+        // Redisson's RSemaphore publishes its new count, whatever it is: a bare number means
+        // that only on a counting semaphore's channel (a lock's "0" is a release).
+        [count] if kind == ObjectKind::CountingSemaphore && count.parse::<i64>().is_ok() => {
+            format!("the count is now {count} (Redisson's message): every waiter woken to try")
+        }
         ["grant", token, lease, owner, rest @ ..] => {
             let lease = match lease.parse::<u64>() {
                 Ok(ms) if ms % 1000 == 0 => format!("{} s", ms / 1000),
@@ -652,12 +702,22 @@ mod tests {
         assert_eq!(timestamp(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         assert_eq!(json_string("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
         assert_eq!(
-            describe("grant 7 500 c:1 8 c:2", &mut |o| format!("{o} (api)")),
+            describe("grant 7 500 c:1 8 c:2", ObjectKind::Lock, &mut |o| {
+                format!("{o} (api)")
+            }),
             "handed over with token 7 and a lease of 500 ms to c:1 (api); with token 8 to c:2 (api)"
         );
         assert_eq!(
-            describe("grant 7 30000 c:1", &mut |o| o.to_string()),
+            describe("grant 7 30000 c:1", ObjectKind::Lock, &mut |o| o
+                .to_string()),
             "handed over with token 7 and a lease of 30 s to c:1"
+        );
+        let counting = ObjectKind::CountingSemaphore;
+        assert!(describe("free 3", counting, &mut |o| o.to_string()).contains("3 free now"));
+        assert!(describe("-2", counting, &mut |o| o.to_string()).contains("count is now -2"));
+        assert!(
+            describe("0", ObjectKind::Lock, &mut |o| o.to_string()).starts_with("(not redlatch's)"),
+            "a number means a count only on a counting semaphore's channel"
         );
     }
 }

@@ -5,12 +5,12 @@
 //! In our layout each kind has keys of its own (`p:{name}`, `p:{name}:rwlock`, ...), so the
 //! kinds are told apart by which keys exist, and a name may be several objects at once. In
 //! Redisson's the kinds share the key `name`, so its type and fields tell
-//! (`redisson::shape_of`), and a count nobody uses can be a latch, a semaphore or anyone's
-//! counter.
+//! (`redisson::shape_of`), and a count nobody uses can be a latch, a semaphore, a counting
+//! semaphore or anyone's counter.
 
 use redis::{ConnectionLike, RedisResult};
 
-use super::{Listed, ObjectKind, redisson};
+use super::{Listed, ObjectKind, numsub, redisson};
 use crate::client::Client;
 use crate::core::Core;
 use crate::engine;
@@ -22,12 +22,13 @@ use crate::keys::Layout;
 #[non_exhaustive]
 pub struct Detected {
     /// The objects of that name, at most one per kind, in [`ObjectKind`] order. `active`:
-    /// held, waited for or counting; not active: only a total (a semaphore's) or a fencing
-    /// counter kept after its object went (see [`Listing::kept_fences`](super::Listing)).
+    /// held, waited for or counting; not active: only a total (a semaphore's), a count
+    /// nobody waits for (a counting semaphore's) or a fencing counter kept after its object
+    /// went (see [`Listing::kept_fences`](super::Listing)).
     pub found: Vec<Listed>,
     /// The kinds the name may be when Redis cannot tell ([`Layout::Redisson`]'s count with no
-    /// permit out and nobody waiting: a semaphore nobody uses, a latch, or an application's
-    /// counter). [`found`](Detected::found) is empty then.
+    /// permit out and nobody waiting: a semaphore or counting semaphore nobody uses, a
+    /// latch, or an application's counter). [`found`](Detected::found) is empty then.
     pub could_be: Vec<ObjectKind>,
     /// The Redis type of what the name's key holds when it is not an object of the client's
     /// layout ([`Layout::Redisson`]: a hash or string not shaped as Redisson's, a list...).
@@ -42,9 +43,10 @@ impl Detected {
 }
 
 impl Client {
-    /// Which objects are called `name` in Redis, by the keys they leave (one server round
-    /// trip in our layout; in [`Layout::Redisson`] a few, reading the type and fields of the
-    /// key `name` and who listens on its channels). Reads only.
+    /// Which objects are called `name` in Redis, by the keys they leave (two server round
+    /// trips in our layout, the second for a counting semaphore's waiters; in
+    /// [`Layout::Redisson`] a few, reading the type and fields of the key `name` and who
+    /// listens on its channels). Reads only.
     ///
     /// ```no_run
     /// # fn main() -> redlatch::Result<()> {
@@ -64,7 +66,7 @@ impl Client {
         let sharded = core.backend.sharded_pubsub();
         let read = |con: &mut dyn ConnectionLike| match core.layout {
             Layout::Redisson => redisson::detect(con, name, sharded),
-            Layout::Redlatch => ours(con, core, name),
+            Layout::Redlatch => ours(con, core, name, sharded),
         };
         if core.backend.is_cluster() {
             // PUBSUB (Redisson's layout) names no key to route by: ask the master of the
@@ -79,8 +81,14 @@ impl Client {
     }
 }
 
-/// Our layout: each kind by its own keys, in one pipeline.
-fn ours(con: &mut dyn ConnectionLike, core: &Core, name: &str) -> RedisResult<Detected> {
+/// Our layout: each kind by its own keys, in one pipeline; a counting semaphore also by the
+/// listeners of its channel, its waiters, who leave no key (they queue nowhere).
+fn ours(
+    con: &mut dyn ConnectionLike,
+    core: &Core,
+    name: &str,
+    sharded: bool,
+) -> RedisResult<Detected> {
     let mut pipe = redis::pipe();
     for kind in ObjectKind::ALL {
         let keys = core.keys(kind.family(), name);
@@ -90,13 +98,20 @@ fn ours(con: &mut dyn ConnectionLike, core: &Core, name: &str) -> RedisResult<De
         pipe.cmd("EXISTS").arg(keys.permits()).arg(keys.fence());
     }
     let counts: Vec<u64> = pipe.query(con)?;
+    let counting = core.keys(ObjectKind::CountingSemaphore.family(), name);
+    let waited = numsub(con, counting.channel(), sharded)? > 0;
     let mut detected = Detected::default();
     for (kind, c) in ObjectKind::ALL.into_iter().zip(counts.chunks(2)) {
-        if c[0] > 0 || c[1] > 0 {
+        // A counting semaphore's count stays for good, so only its waiters say it is in use.
+        let (present, active) = match kind {
+            ObjectKind::CountingSemaphore => (c[0] > 0 || waited, waited),
+            _ => (c[0] > 0 || c[1] > 0, c[0] > 0),
+        };
+        if present {
             detected.found.push(Listed {
                 kind,
                 name: name.to_string(),
-                active: c[0] > 0,
+                active,
             });
         }
     }

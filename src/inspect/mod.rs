@@ -42,24 +42,29 @@ pub enum ObjectKind {
     Semaphore,
     /// A [`CountDownLatch`](crate::CountDownLatch).
     CountDownLatch,
+    /// A [`CountingSemaphore`](crate::CountingSemaphore): permits with no owner, so a report
+    /// has its count and its waiters, never holders.
+    CountingSemaphore,
 }
 
 impl ObjectKind {
     /// Every kind.
-    pub const ALL: [ObjectKind; 4] = [
+    pub const ALL: [ObjectKind; 5] = [
         ObjectKind::Lock,
         ObjectKind::ReadWriteLock,
         ObjectKind::Semaphore,
         ObjectKind::CountDownLatch,
+        ObjectKind::CountingSemaphore,
     ];
 
-    /// A short name: `lock`, `rwlock`, `semaphore`, `latch`.
+    /// A short name: `lock`, `rwlock`, `semaphore`, `latch`, `counting`.
     pub fn as_str(self) -> &'static str {
         match self {
             ObjectKind::Lock => "lock",
             ObjectKind::ReadWriteLock => "rwlock",
             ObjectKind::Semaphore => "semaphore",
             ObjectKind::CountDownLatch => "latch",
+            ObjectKind::CountingSemaphore => "counting",
         }
     }
 
@@ -74,6 +79,7 @@ impl ObjectKind {
             ObjectKind::ReadWriteLock => Family::ReadWrite,
             ObjectKind::Semaphore => Family::Semaphore,
             ObjectKind::CountDownLatch => Family::Latch,
+            ObjectKind::CountingSemaphore => Family::Counting,
         }
     }
 
@@ -84,6 +90,7 @@ impl ObjectKind {
             ObjectKind::ReadWriteLock => "}:rwlock",
             ObjectKind::Semaphore => "}:semaphore",
             ObjectKind::CountDownLatch => "}:latch",
+            ObjectKind::CountingSemaphore => "}:counting",
         }
     }
 }
@@ -97,8 +104,10 @@ pub struct Listed {
     /// Its name.
     pub name: String,
     /// Whether it is in use now: held (a lock, a read-write lock, a semaphore), waited for,
-    /// or counting (a latch). A semaphore not in use is listed by its total; a fencing
-    /// counter alone is no object ([`Listing::kept_fences`]).
+    /// or counting (a latch). A semaphore not in use is listed by its total, a counting
+    /// semaphore nobody waits for by its count (its permits have no holder to tell use by,
+    /// and its count stays for good); a fencing counter alone is no object
+    /// ([`Listing::kept_fences`]).
     pub active: bool,
 }
 
@@ -116,8 +125,9 @@ pub struct Listing {
     /// the objects in use.
     pub kept_fences: Vec<Listed>,
     /// [`Layout::Redisson`]: keys holding a bare count, with no permit out and nobody
-    /// waiting: a semaphore nobody uses, a latch, or an application's counter, which nothing
-    /// in Redis tells apart. Counted, not listed (`inspect NAME --kind latch` reads one).
+    /// waiting: a semaphore or counting semaphore nobody uses, a latch, or an application's
+    /// counter, which nothing in Redis tells apart. Counted, not listed (`inspect NAME --kind
+    /// latch` reads one).
     pub unattributed_counts: u64,
 }
 
@@ -142,8 +152,15 @@ pub struct Report {
     pub queue: Vec<Waiter>,
     /// Clients subscribed to the object's channel: those with threads waiting.
     pub subscribers: u64,
-    /// A semaphore's total; a latch's count.
+    /// A semaphore's total; a latch's count. `None` for a counting semaphore, whose count
+    /// may be below 0: see [`available`](Report::available).
     pub count: Option<u64>,
+    /// A counting semaphore's permits free (0 when it was never set), below 0 after
+    /// `add_permits` took away more than was free; in [`Layout::Redisson`] a semaphore's
+    /// too, whose count Java's `RSemaphore` shares and may take below 0. `None` for every
+    /// other kind. Its own field, signed, so that a negative count is shown as it is, never
+    /// wrapped or lost.
+    pub available: Option<i64>,
 }
 
 /// One holder in a [`Report`].
@@ -256,12 +273,24 @@ impl Client {
             all
         } else {
             let scan_for = format!("{}:{{{pattern}}}*", core.prefix);
+            // A counting semaphore's waiters leave no key (no queue: they only listen), so
+            // whether one is waited for is read from the channels with listeners.
+            let counting = ObjectKind::CountingSemaphore.suffix();
+            let listened_for = format!("{}:{{{pattern}{counting}:unlocked", core.prefix);
+            let sharded = core.backend.sharded_pubsub();
             let per_master = core
                 .backend
-                .on_every_master(|con| scan(con, &scan_for))
+                .on_every_master(|con| {
+                    Ok((
+                        scan(con, &scan_for)?,
+                        channels(con, &listened_for, sharded)?,
+                    ))
+                })
                 .map_err(Error::Redis)?;
+            let (keys, listened): (Vec<_>, Vec<_>) = per_master.into_iter().unzip();
             ours(
-                per_master.into_iter().flatten(),
+                keys.into_iter().flatten(),
+                listened.into_iter().flatten(),
                 &format!("{}:{{", core.prefix),
             )
         };
@@ -330,16 +359,11 @@ impl Client {
             }
         }
         let sharded = core.backend.sharded_pubsub();
-        let channel = keys.channel().to_string();
-        let numsub = |con: &mut dyn ConnectionLike| -> RedisResult<u64> {
-            let which = if sharded { "SHARDNUMSUB" } else { "NUMSUB" };
-            let (_, n): (String, u64) = redis::cmd("PUBSUB").arg(which).arg(&channel).query(con)?;
-            Ok(n)
-        };
+        let listening = |con: &mut dyn ConnectionLike| numsub(con, keys.channel(), sharded);
         report.subscribers = if sharded {
-            numsub(&mut core.backend.link_for_slot(keys.slot())?)?
+            listening(&mut core.backend.link_for_slot(keys.slot())?)?
         } else {
-            core.backend.run(numsub)?
+            core.backend.run(listening)?
         };
         Ok(report)
     }
@@ -358,11 +382,29 @@ fn lock_places(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResult<Vec
 
 /// The objects of our layout among `keys` (each starting with `tag`, `<prefix>:{`): each kind
 /// by its own keys (ObjectKind::suffix); in use by its main key, idle by a semaphore's total,
-/// and a fencing counter alone is kept, not an object.
-fn ours(keys: impl Iterator<Item = String>, tag: &str) -> Listing {
+/// and a fencing counter alone is kept, not an object. A counting semaphore is an object by
+/// its count or by a channel of `listened` (its waiters'), and in use only by the latter:
+/// its count stays for good, whoever uses it.
+fn ours(
+    keys: impl Iterator<Item = String>,
+    listened: impl Iterator<Item = String>,
+    tag: &str,
+) -> Listing {
     // (kind, name) -> (main key seen, total seen, fence seen)
     let mut seen: std::collections::BTreeMap<(ObjectKind, String), (bool, bool, bool)> =
         std::collections::BTreeMap::new();
+    let counting = ObjectKind::CountingSemaphore;
+    let mut waited = std::collections::BTreeSet::new();
+    for channel in listened {
+        if let Some(name) = channel
+            .strip_prefix(tag)
+            .and_then(|c| c.strip_suffix(":unlocked"))
+            .and_then(|c| c.strip_suffix(counting.suffix()))
+        {
+            seen.entry((counting, name.to_string())).or_default();
+            waited.insert(name.to_string());
+        }
+    }
     for key in keys {
         let Some(tagged) = key.strip_prefix(tag) else {
             continue;
@@ -387,18 +429,39 @@ fn ours(keys: impl Iterator<Item = String>, tag: &str) -> Listing {
     }
     let mut listing = Listing::default();
     for ((kind, name), (main, total, _)) in seen {
-        let listed = Listed {
-            kind,
-            name,
-            active: main,
+        let (object, active) = match kind {
+            ObjectKind::CountingSemaphore => {
+                let waited = waited.contains(&name);
+                (main || waited, waited)
+            }
+            _ => (main || total, main),
         };
-        if main || total {
+        let listed = Listed { kind, name, active };
+        if object {
             listing.objects.push(listed);
         } else {
             listing.kept_fences.push(listed);
         }
     }
     listing
+}
+
+/// The channels with listeners matching `pattern` on one server (its shard channels where
+/// the cluster publishes that way).
+fn channels(
+    con: &mut dyn ConnectionLike,
+    pattern: &str,
+    sharded: bool,
+) -> RedisResult<Vec<String>> {
+    let which = if sharded { "SHARDCHANNELS" } else { "CHANNELS" };
+    redis::cmd("PUBSUB").arg(which).arg(pattern).query(con)
+}
+
+/// How many clients listen on `channel` (on this server; its shard's, `sharded`).
+fn numsub(con: &mut dyn ConnectionLike, channel: &str, sharded: bool) -> RedisResult<u64> {
+    let which = if sharded { "SHARDNUMSUB" } else { "NUMSUB" };
+    let (_, n): (String, u64) = redis::cmd("PUBSUB").arg(which).arg(channel).query(con)?;
+    Ok(n)
 }
 
 /// Every key matching `pattern` on one server, by SCAN.

@@ -5,8 +5,8 @@
 //! Redisson keeps no prefix and no registry of its objects: a listed object is found by its
 //! name and recognised by its shape (a hash of owners with a lease, a hash with `mode`, a
 //! count with permits out or waiters listening). A count with no permit out and nobody
-//! waiting could be a semaphore, a latch or an application's counter, which nothing in Redis
-//! tells apart: it is not listed as an object, only counted.
+//! waiting could be a semaphore, a counting semaphore, a latch or an application's counter,
+//! which nothing in Redis tells apart: it is not listed as an object, only counted.
 //!
 //! [`Client::list`]: crate::Client::list
 //! [`Client::inspect`]: crate::Client::inspect
@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
-use super::{Detected, Holder, Listed, Listing, ObjectKind, Report, Waiter};
+use super::{Detected, Holder, Listed, Listing, ObjectKind, Report, Waiter, numsub};
 use crate::keys::{Family, LockKeys, redisson_tagged};
 use crate::scripts;
 use crate::words::Words;
@@ -48,6 +48,7 @@ pub(super) fn read_report(
         queue: Vec::new(),
         subscribers: 0,
         count: None,
+        available: None,
     };
     let holder = |owner: String, count: u64, lease_left: Option<Duration>| Holder {
         owner,
@@ -59,6 +60,12 @@ pub(super) fn read_report(
         client_addr: None,
     };
     match kind {
+        ObjectKind::CountingSemaphore => {
+            // The token counter of the name is a lock's or a leased semaphore's: Java's
+            // RSemaphore hands out no tokens.
+            report.fence = None;
+            report.available = Some(super::report::read_available(con, keys)?);
+        }
         ObjectKind::CountDownLatch => {
             let count: Option<String> = redis::cmd("GET").arg(keys.lock()).query(con)?;
             report.count = Some(count.and_then(|c| c.parse().ok()).unwrap_or(0));
@@ -95,14 +102,17 @@ pub(super) fn read_report(
         }
         ObjectKind::Semaphore => {
             let available: Option<String> = redis::cmd("GET").arg(keys.lock()).query(con)?;
-            let available: u64 = available.and_then(|a| a.parse().ok()).unwrap_or(0);
+            // Signed: Java's RSemaphore shares the count and may take it below 0.
+            let available: i64 = available.and_then(|a| a.parse().ok()).unwrap_or(0);
             let permits: Vec<(Vec<u8>, u64)> = redis::cmd("ZRANGE")
                 .arg(keys.leases())
                 .arg(0)
                 .arg(-1)
                 .arg("WITHSCORES")
                 .query(con)?;
-            report.count = Some(available + permits.len() as u64);
+            let total = available.saturating_add(permits.len() as i64);
+            report.count = Some(u64::try_from(total).unwrap_or(0));
+            report.available = Some(available);
             for (id, end) in permits {
                 let left =
                     (end != NO_LEASE).then(|| Duration::from_millis(end.saturating_sub(now_ms)));
@@ -150,8 +160,8 @@ fn fair_queue(
 pub(super) enum Shape {
     /// An object of that kind; whether it is held, waited for or counting.
     Object(ObjectKind, bool),
-    /// A count with no permit out and nobody waiting: a semaphore nobody uses, a latch, or
-    /// anyone's counter; nothing in Redis tells which.
+    /// A count with no permit out and nobody waiting: a semaphore or counting semaphore
+    /// nobody uses, a latch, or anyone's counter; nothing in Redis tells which.
     Count,
     /// Data that is not Redisson's: its Redis type.
     Foreign(String),
@@ -162,8 +172,9 @@ pub(super) enum Shape {
 /// Reads what `key` holds as Redisson would have written it (REDISSON-FORMAT.md 1): a hash
 /// with a lease whose fields are owners (`<id>:<thread>`) with hold counts is a lock, with a
 /// `mode` too a read-write lock; a decimal string is a semaphore when permits are out in
-/// `{key}:timeout` or a waiter listens on `redisson_sc:{key}`, a latch when one listens on
-/// its latch channel, and otherwise a [`Shape::Count`]. A hash of our own layout (it has a
+/// `{key}:timeout`, a counting semaphore when none are and a waiter listens on
+/// `redisson_sc:{key}`, a latch when one listens on its latch channel, and otherwise a
+/// [`Shape::Count`]. A hash of our own layout (it has a
 /// `<key>:fence` beside it) and anything else is [`Shape::Foreign`], so an application's
 /// hashes and counters on a shared server are not taken for locks and latches.
 pub(super) fn shape_of(
@@ -196,8 +207,16 @@ pub(super) fn shape_of(
                 Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => 0,
                 out => out?,
             };
-            if out > 0 || numsub(con, permits.channel(), sharded)? > 0 {
+            if out > 0 {
                 return Ok(Shape::Object(ObjectKind::Semaphore, true));
+            }
+            // Java's RSemaphore and RPermitExpirableSemaphore share the key and the channel;
+            // only the latter has permits out in `{key}:timeout`. Waiters with none out are
+            // how a counting semaphore is used (the other's waiters with nothing out wait on
+            // a semaphore never set): the likelier one is named, and the two read the same
+            // count and channel, so `inspect` and `watch` show the same either way.
+            if numsub(con, permits.channel(), sharded)? > 0 {
+                return Ok(Shape::Object(ObjectKind::CountingSemaphore, true));
             }
             let latch = LockKeys::redisson(Family::Latch, key);
             if numsub(con, latch.channel(), sharded)? > 0 {
@@ -236,10 +255,11 @@ fn hash_kind(fields: &[(String, String)]) -> Option<ObjectKind> {
 /// Whether `key` is named as our own layout names its keys, `<prefix>:{<name>}` and a
 /// suffix of ours (keys.rs): what a count there is, is known, and not Redisson's.
 fn looks_ours(key: &str) -> bool {
-    const OURS: [&str; 8] = [
+    const OURS: [&str; 9] = [
         "rwlock",
         "semaphore",
         "latch",
+        "counting",
         "fence",
         "permits",
         "forced",
@@ -251,13 +271,6 @@ fn looks_ours(key: &str) -> bool {
             rest.strip_prefix(':')
                 .is_some_and(|rest| OURS.contains(&rest.split(':').next().unwrap_or_default()))
         })
-}
-
-/// How many clients listen on `channel` (on this server).
-fn numsub(con: &mut dyn ConnectionLike, channel: &str, sharded: bool) -> RedisResult<u64> {
-    let which = if sharded { "SHARDNUMSUB" } else { "NUMSUB" };
-    let (_, n): (String, u64) = redis::cmd("PUBSUB").arg(which).arg(channel).query(con)?;
-    Ok(n)
 }
 
 /// What `name` is in Redisson's layout ([`Client::detect`](crate::Client::detect)); `con`
@@ -276,9 +289,26 @@ pub(super) fn detect(
     match shape_of(con, name, sharded)? {
         Shape::Object(kind, active) => detected.found.push(listed(kind, active)),
         Shape::Count => {
-            detected.could_be = vec![ObjectKind::Semaphore, ObjectKind::CountDownLatch];
+            detected.could_be = vec![
+                ObjectKind::Semaphore,
+                ObjectKind::CountDownLatch,
+                ObjectKind::CountingSemaphore,
+            ];
         }
         Shape::Foreign(found) => detected.foreign = Some(found),
+        // Java's RSemaphore waits on a count never set (0 permits), so its waiters may be
+        // all there is of it.
+        Shape::Absent
+            if numsub(
+                con,
+                LockKeys::redisson(Family::Counting, name).channel(),
+                sharded,
+            )? > 0 =>
+        {
+            detected
+                .found
+                .push(listed(ObjectKind::CountingSemaphore, true));
+        }
         Shape::Absent => {
             // Only the token counter left by a lock (or a write, or permits) that went.
             let counter = redisson_tagged("redisson_lock_token", name);

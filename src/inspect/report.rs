@@ -34,8 +34,13 @@ pub(super) fn read_report(
         queue: Vec::new(),
         subscribers: 0,
         count: None,
+        available: None,
     };
     match kind {
+        ObjectKind::CountingSemaphore => {
+            report.available = Some(read_available(con, keys)?);
+            return Ok(report);
+        }
         ObjectKind::CountDownLatch => {
             let count: Option<String> = redis::cmd("GET").arg(keys.lock()).query(con)?;
             report.count = Some(count.and_then(|c| c.parse().ok()).unwrap_or(0));
@@ -129,6 +134,23 @@ pub(super) fn read_report(
     Ok(report)
 }
 
+/// A counting semaphore's permits free, in either layout: 0 when it was never set, and signed,
+/// since `add_permits` may take it below 0. A key of another type fails the read
+/// (`WRONGTYPE`), as the semaphore's own calls do, rather than show a count it does not hold.
+pub(super) fn read_available(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResult<i64> {
+    let count: Option<String> = redis::cmd("GET").arg(keys.lock()).query(con)?;
+    let Some(count) = count else {
+        return Ok(0);
+    };
+    count.parse().map_err(|_| {
+        redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "not a counting semaphore's count",
+            format!("{} holds {count:?}", keys.lock()),
+        ))
+    })
+}
+
 /// The report as `redlatch inspect` prints it, a line per fact, each holder and waiter on a
 /// line of its own with its client's name and address where known:
 ///
@@ -140,9 +162,37 @@ pub(super) fn read_report(
 ///   queue, oldest first:
 ///     1. 6fa459ea-ee8a-3ca4-894e-db77e160355e:3  valid for 29 s 800 ms more, hand-over lease 30 s  client worker@host-2 at 10.0.0.34:40112
 /// ```
+///
+/// A counting semaphore has no lease, token, holder or queue, so its report says what it has:
+///
+/// ```text
+/// counting "render-slots" (redlatch:{render-slots}:counting)
+///   permits free -2; 3 client(s) subscribed
+///   permits have no owner: nobody holds them, so none are listed and none can be freed
+///   no queue: its waiters listen on its channel, and each release wakes them all to race
+/// ```
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "{} {:?} ({})", self.kind.as_str(), self.name, self.key)?;
+        if self.kind == ObjectKind::CountingSemaphore {
+            // The lines of the other kinds (lease, fence, holders, queue) would read as
+            // "none" where the kind has no such thing, as if something were missing.
+            match self.available {
+                Some(free) => write!(f, "  permits free {free}")?,
+                None => write!(f, "  permits free unknown")?,
+            }
+            writeln!(f, "; {} client(s) subscribed", self.subscribers)?;
+            writeln!(
+                f,
+                "  permits have no owner: nobody holds them, so none are listed and none can \
+                 be freed"
+            )?;
+            return writeln!(
+                f,
+                "  no queue: its waiters listen on its channel, and each release wakes them all \
+                 to race"
+            );
+        }
         match self.ttl {
             Some(ttl) => write!(f, "  lease {} left", Words(ttl))?,
             None => write!(f, "  no lease")?,
@@ -157,7 +207,11 @@ impl std::fmt::Display for Report {
                 ObjectKind::Semaphore => "total permits",
                 _ => "count",
             };
-            writeln!(f, "  {what} {count}")?;
+            write!(f, "  {what} {count}")?;
+            match self.available {
+                Some(free) => writeln!(f, ", {free} free")?,
+                None => writeln!(f)?,
+            }
         }
         if self.holders.is_empty() {
             writeln!(f, "  held by nobody")?;

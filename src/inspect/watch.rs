@@ -19,7 +19,9 @@ impl Client {
     /// Listens on the channels of object `name` of `kind` for at most `duration` (`None`:
     /// until `each` says stop), calling `each` with every message: when it came and what it
     /// says (`grant <token> <lease ms> <owner>...` for a hand-over, `unlock`, `force`,
-    /// `open <server time, µs>`). `each` returns `false` to stop; it is asked at each message. A connection that
+    /// `open <server time, µs>`, `free <n>` for a counting semaphore's permits free after a
+    /// release; in [`Layout::Redisson`] Redisson's messages, a counting semaphore's its bare
+    /// new count). `each` returns `false` to stop; it is asked at each message. A connection that
     /// fails ends the watch with [`Error::Redis`]. On a Cluster it subscribes on the shard that
     /// owns the object, with `SSUBSCRIBE` where the cluster publishes that way.
     ///
