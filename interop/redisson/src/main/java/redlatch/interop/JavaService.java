@@ -118,23 +118,43 @@ public final class JavaService {
         new JavaService(clients, out).serve();
     }
 
-    /** A NameMapper that stores every name under {@code prefix} (none when null). */
-    @SuppressWarnings("deprecation") // Config.setNameMapper is 4.x only; this works on 3.x too
+    /**
+     * A NameMapper that stores every name under {@code prefix} (none when null). The
+     * interface moved from {@code org.redisson.api} (3.x) to {@code org.redisson.config}
+     * (4.x), so it is found from {@code setNameMapper}'s parameter and made as a proxy: one
+     * source for every version.
+     */
     private static <T extends org.redisson.config.BaseConfig<T>> T mapNames(T server, String prefix) {
         if (prefix == null) {
             return server;
         }
-        return server.setNameMapper(new org.redisson.config.NameMapper() {
-            @Override
-            public String map(String name) {
-                return prefix + name;
+        try {
+            java.lang.reflect.Method set = null;
+            for (java.lang.reflect.Method m : server.getClass().getMethods()) {
+                if (m.getName().equals("setNameMapper") && m.getParameterCount() == 1) {
+                    set = m;
+                }
             }
-
-            @Override
-            public String unmap(String name) {
-                return name.startsWith(prefix) ? name.substring(prefix.length()) : name;
-            }
-        });
+            Class<?> type = set.getParameterTypes()[0];
+            Object mapper = java.lang.reflect.Proxy.newProxyInstance(type.getClassLoader(),
+                    new Class<?>[] {type}, (proxy, method, args) -> {
+                        switch (method.getName()) {
+                            case "map": return prefix + args[0];
+                            case "unmap": {
+                                String name = (String) args[0];
+                                return name.startsWith(prefix) ? name.substring(prefix.length()) : name;
+                            }
+                            case "hashCode": return System.identityHashCode(proxy);
+                            case "equals": return proxy == args[0];
+                            case "toString": return "NameMapper(" + prefix + ")";
+                            default: throw new UnsupportedOperationException(method.getName());
+                        }
+                    });
+            set.invoke(server, mapper);
+            return server;
+        } catch (ReflectiveOperationException e) {
+            throw new IllegalStateException("cannot set a NameMapper", e);
+        }
     }
 
     private static Config base(long watchdogMs) {
