@@ -8,7 +8,10 @@
 //!   or a wake-up, then attempt again ([`acquire()`]); or, for a kind that wants no pub/sub,
 //!   attempt again after capped, jittered backoff ([`spin()`]);
 //! - wait for a condition on an object, woken by its channel and checking again at least
-//!   every watchdog timeout ([`watch()`], a count-down latch's wait);
+//!   every watchdog timeout ([`watch()`]: a count-down latch's wait, and a counting
+//!   semaphore's, whose check takes the permits);
+//! - end any of these waits when it is cancelled ([`Cancel`](crate::Cancel)), out of the
+//!   queue and holding nothing;
 //! - withdraw from the queue when the wait is over, taking up a hand-over that came
 //!   meanwhile;
 //! - `WAIT` for replicas after an acquisition, when the client asks for it;
