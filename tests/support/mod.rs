@@ -43,9 +43,21 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> bool {
+        // A data file of a name no server used before, in the temporary folder: a server loads
+        // the one in its folder when it starts, and one left in the working directory (by a
+        // server of another version, whose format an older one cannot read) would stop it or
+        // bring back data a restart must not have.
+        static SPAWNED: AtomicU64 = AtomicU64::new(0);
+        let dbfilename = format!(
+            "redlatch-test-{}-{}.rdb",
+            std::process::id(),
+            SPAWNED.fetch_add(1, Ordering::Relaxed)
+        );
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--dir", &std::env::temp_dir().display().to_string()])
+            .args(["--dbfilename", &dbfilename])
             .args(["--loglevel", "warning"])
             .args(&self.args)
             .stdout(Stdio::null())
@@ -127,11 +139,14 @@ impl RedisServer {
 
     /// Makes ACL user `user` (password `pw`) with `rules` added to any it has; its URL.
     pub fn acl_user(&self, user: &str, rules: &[&str]) -> String {
+        // Redis 7's default for a new user's channels; 6.2's is every channel, and it then
+        // refuses a channel pattern as meaningless.
         let _: () = redis::cmd("ACL")
             .arg("SETUSER")
             .arg(user)
             .arg("on")
             .arg(">pw")
+            .arg("resetchannels")
             .arg(rules)
             .query(&mut self.admin())
             .unwrap();
@@ -174,6 +189,25 @@ impl Drop for RedisServer {
 /// again as soon as its listener closes; tests run in parallel threads, and a server started
 /// on another test's port would answer that test's readiness check before failing to bind
 /// (a cluster's `redis-cli --cluster create` then met a plain server).
+/// The version of the `redis-server` on PATH, as (major, minor): `(6, 2)`, `(7, 0)`, and a
+/// Valkey server's own (`(9, 1)`), which takes every argument Redis 7 does.
+pub fn server_version() -> (u32, u32) {
+    static VERSION: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let out = Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .expect("redis-server must be on PATH");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let version = text
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("v="))
+            .unwrap_or_else(|| panic!("no version in {text:?}"));
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    })
+}
+
 pub fn free_port() -> u16 {
     static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
@@ -909,9 +943,21 @@ pub mod tls;
 impl RedisServer {
     /// Like [`RedisServer::start_with`], with arguments that depend on the port it gets (a
     /// cluster node's config file and bus port): `args` is called once per port tried.
-    pub fn start_with_port(mut args: impl FnMut(u16) -> Vec<String>) -> RedisServer {
+    pub fn start_with_port(args: impl FnMut(u16) -> Vec<String>) -> RedisServer {
+        RedisServer::start_with_port_where(|_| true, args)
+    }
+
+    /// [`RedisServer::start_with_port`] on a port that `fits` (a port whose cluster bus, at
+    /// port + 10000 before Redis 7, is free too).
+    pub fn start_with_port_where(
+        fits: impl Fn(u16) -> bool,
+        mut args: impl FnMut(u16) -> Vec<String>,
+    ) -> RedisServer {
         for _ in 0..20 {
-            let port = free_port();
+            let port = (0..100)
+                .map(|_| free_port())
+                .find(|&port| fits(port))
+                .expect("no free port that fits");
             let mut server = RedisServer {
                 port,
                 args: args(port),

@@ -814,7 +814,15 @@ impl Cluster {
         for _ in 0..6 {
             let path = dir.path().to_path_buf();
             let mut tls_port = 0;
-            nodes.push(RedisServer::start_with_port(|port| {
+            // Before Redis 7 the bus port is always port + 10000 (no --cluster-port).
+            let fixed_bus = super::server_version() < (7, 0);
+            let bus_fits = |port: u16| {
+                !fixed_bus
+                    || port
+                        .checked_add(10000)
+                        .is_some_and(|bus| std::net::TcpListener::bind(("127.0.0.1", bus)).is_ok())
+            };
+            nodes.push(RedisServer::start_with_port_where(bus_fits, |port| {
                 let conf = path.join(format!("nodes-{port}.conf"));
                 let _ = std::fs::remove_file(&conf);
                 let tls_args: Vec<String> = match &tls {
@@ -837,9 +845,6 @@ impl Cluster {
                         "yes".into(),
                         "--cluster-config-file".into(),
                         conf.display().to_string(),
-                        // The bus port defaults to port + 10000, which may not exist.
-                        "--cluster-port".into(),
-                        free_port().to_string(),
                         "--cluster-node-timeout".into(),
                         Cluster::NODE_TIMEOUT.as_millis().to_string(),
                         "--dir".into(),
@@ -849,6 +854,14 @@ impl Cluster {
                         "0".into(),
                     ])
                     .chain(extra.iter().map(|a| a.to_string()))
+                    // The bus port defaults to port + 10000, which may not exist; Redis 7
+                    // lets us choose it.
+                    .chain(
+                        (!fixed_bus)
+                            .then(|| ["--cluster-port".to_string(), free_port().to_string()])
+                            .into_iter()
+                            .flatten(),
+                    )
                     .collect()
             }));
             if tls.is_some() {
