@@ -153,10 +153,66 @@ impl std::error::Error for Error {
 }
 
 impl From<redis::RedisError> for Error {
-    /// A failure of Redis or of the way to it. A script's refusal of foreign data is not
-    /// built here but where the script's keys are known (`scripts::failure`).
+    /// A failure of Redis or of the way to it, as the server's own error however a script
+    /// wrapped it ([`unwrapped`]). A script's refusal of foreign data is not built here but
+    /// where the script's keys are known (`scripts::failure`).
     fn from(e: redis::RedisError) -> Self {
-        Error::Redis(e)
+        Error::Redis(unwrapped(e))
+    }
+}
+
+/// A script's refusal, as its code and the text after it (`("WRONGTYPE", "fence")`), however
+/// the server passed it on: Redis 7 and Valkey pass an error reply a script returns or raises
+/// as it is, and a failed `redis.call` as Redis's own error; Redis 6.2 wraps both of the last
+/// two in its own text (`ERR Error running script (call to f_…): @user_script:51: WRONGTYPE
+/// Operation against …`, or `… @user_script:1: @user_script: 1: -OOM command not allowed …`),
+/// and Redis 7 wraps an error raised as a string (`ERR user_script:1: WRONGTYPE fence script:
+/// …, on @user_script:1.`). `None` for an error with no code (a lost connection); an `ERR`
+/// that wraps no code stays as it is.
+pub(crate) fn refusal(e: &redis::RedisError) -> Option<(String, String)> {
+    let is_code = |c: &str| !c.is_empty() && c.bytes().all(|b| b.is_ascii_uppercase());
+    let (code, detail) = (e.code()?, e.detail().unwrap_or("").trim());
+    if is_code(code) && code != "ERR" {
+        return Some((code.to_string(), detail.to_string()));
+    }
+    // The first `user_script:<line>: ` (6.2 may put a space before the line) followed by an
+    // error code of capitals (6.2 keeps a failed call's leading `-`). On 6.2 a script that
+    // returns a failed `redis.pcall`'s error replies `@user_script: 35: -OOM …`, which has no
+    // code of its own at all.
+    let whole = format!("{code} {detail}");
+    let mut rest = whole.as_str();
+    while let Some(at) = rest.find("user_script:") {
+        rest = &rest[at + "user_script:".len()..];
+        let after_line = rest
+            .trim_start()
+            .trim_start_matches(|c: char| c.is_ascii_digit());
+        let Some(message) = after_line.strip_prefix(": ") else {
+            continue;
+        };
+        let message = message.strip_prefix('-').unwrap_or(message);
+        let (code, detail) = message.split_once(' ').unwrap_or((message, ""));
+        if is_code(code) {
+            // Redis 7's wrapping of a raised string ends with where it was raised.
+            let detail = detail.split(" script: ").next().unwrap_or(detail);
+            return Some((code.to_string(), detail.trim().to_string()));
+        }
+    }
+    Some((code.to_string(), detail.to_string()))
+}
+
+/// `e` as the server's own error when a script's wrapping hid it (see [`refusal`]): the same
+/// code and kind on every server (an `OOM` is `OOM` on 6.2 too), the text kept.
+pub(crate) fn unwrapped(e: redis::RedisError) -> redis::RedisError {
+    let Some((code, detail)) = refusal(&e).filter(|(code, _)| e.code() != Some(code.as_str()))
+    else {
+        return e;
+    };
+    // Parsed by the `redis` crate, so that the kind is the one it gives that code.
+    let line = format!("-{code} {detail}\r\n").replace(['\r', '\n'], " ");
+    let line = format!("{}\r\n", line.trim_end());
+    match redis::parse_redis_value(line.as_bytes()) {
+        Ok(redis::Value::ServerError(server)) => server.into(),
+        _ => e,
     }
 }
 
@@ -194,5 +250,102 @@ impl Error {
     /// Whether the call can never succeed as made: [`Error::InvalidArgument`].
     pub fn is_invalid_argument(&self) -> bool {
         matches!(self, Error::InvalidArgument(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error a server sends as `line` (without its `-` and CRLF).
+    fn server_error(line: &str) -> redis::RedisError {
+        match redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).unwrap() {
+            redis::Value::ServerError(e) => e.into(),
+            other => panic!("{line}: not an error but {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_refusal_is_found_however_the_server_wrapped_it() {
+        let cases = [
+            // Returned as a reply, or raised as a table on Redis 7 and Valkey: as it is.
+            ("WRONGTYPE fence", Some(("WRONGTYPE", "fence"))),
+            ("RANGE -3", Some(("RANGE", "-3"))),
+            // A failed redis.call on Redis 7: Redis's own error, with where it failed.
+            (
+                "WRONGTYPE Operation against a key holding the wrong kind of value script: \
+                 3b64a469b71295f66c36745e2afb6594ac9aaed3, on @user_script:1.",
+                Some((
+                    "WRONGTYPE",
+                    "Operation against a key holding the wrong kind of value script: \
+                     3b64a469b71295f66c36745e2afb6594ac9aaed3, on @user_script:1.",
+                )),
+            ),
+            // Redis 6.2.14: a failed redis.call, and an error raised as a string.
+            (
+                "ERR Error running script (call to f_3b64a469b71295f66c36745e2afb6594ac9aaed3): \
+                 @user_script:51: WRONGTYPE Operation against a key holding the wrong kind of value",
+                Some((
+                    "WRONGTYPE",
+                    "Operation against a key holding the wrong kind of value",
+                )),
+            ),
+            (
+                "ERR Error running script (call to f_35a26457acfeeff2c4de2e9523453b9b716ef0dc): \
+                 @user_script:1: user_script:1: WRONGTYPE fence",
+                Some(("WRONGTYPE", "fence")),
+            ),
+            // Redis 7: an error raised as a string.
+            (
+                "ERR user_script:1: WRONGTYPE fence script: \
+                 35a26457acfeeff2c4de2e9523453b9b716ef0dc, on @user_script:1.",
+                Some(("WRONGTYPE", "fence")),
+            ),
+            // A script's own failure names no code: ERR stays ERR.
+            (
+                "ERR Error running script (call to f_8d80): @user_script:9: user_script:9: \
+                 attempt to compare nil with number",
+                Some((
+                    "ERR",
+                    "Error running script (call to f_8d80): @user_script:9: user_script:9: \
+                     attempt to compare nil with number",
+                )),
+            ),
+        ];
+        for (line, expected) in cases {
+            let e = server_error(line);
+            let expected = expected.map(|(c, d): (&str, &str)| (c.to_string(), d.to_string()));
+            assert_eq!(refusal(&e), expected, "{line}");
+        }
+        // 6.2: a script that returns a failed pcall's error.
+        let returned = server_error(
+            "@user_script: 35: -OOM command not allowed when used memory > 'maxmemory'.",
+        );
+        assert_eq!(unwrapped(returned).code(), Some("OOM"));
+        // 6.2's OOM of a failed call, unwrapped to the server's own OOM.
+        let oom = unwrapped(server_error(
+            "ERR Error running script (call to f_d223): @user_script:1: @user_script: 1: -OOM \
+             command not allowed when used memory > 'maxmemory'.",
+        ));
+        assert_eq!(oom.code(), Some("OOM"));
+        assert_eq!(
+            oom.detail(),
+            Some("command not allowed when used memory > 'maxmemory'.")
+        );
+        // 6.2: a script that returns a failed pcall's error.
+        let returned = server_error(
+            "@user_script: 35: -OOM command not allowed when used memory > 'maxmemory'.",
+        );
+        assert_eq!(unwrapped(returned).code(), Some("OOM"));
+        // 6.2's OOM of a failed call, unwrapped to the server's own OOM.
+        let oom = unwrapped(server_error(
+            "ERR Error running script (call to f_d223): @user_script:1: @user_script: 1: -OOM \
+             command not allowed when used memory > 'maxmemory'.",
+        ));
+        assert_eq!(oom.code(), Some("OOM"));
+        assert_eq!(
+            oom.detail(),
+            Some("command not allowed when used memory > 'maxmemory'.")
+        );
     }
 }

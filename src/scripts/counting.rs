@@ -86,8 +86,10 @@ pub(crate) fn add(
         .invoke(con);
     match reply {
         Ok(count) => Ok(Ok(count)),
-        Err(e) if e.code() == Some("RANGE") => {
-            let count = e.detail().and_then(|d| d.trim().parse().ok()).unwrap_or(0);
+        Err(e) if crate::error::refusal(&e).is_some_and(|(code, _)| code == "RANGE") => {
+            let count = crate::error::refusal(&e)
+                .and_then(|(_, detail)| detail.parse().ok())
+                .unwrap_or(0);
             Ok(Err(count))
         }
         Err(e) => Err(e),

@@ -191,8 +191,11 @@ pub(crate) fn acquire_many(
     let reply: RedisResult<Vec<i64>> = invocation.invoke(con);
     let reply = match reply {
         Ok(reply) => reply,
-        Err(e) if e.code() == Some("WRONGTYPE") => {
-            let mut words = e.detail().unwrap_or("").split_whitespace();
+        Err(e) if crate::error::refusal(&e).is_some_and(|(code, _)| code == "WRONGTYPE") => {
+            let detail = crate::error::refusal(&e)
+                .map(|(_, detail)| detail)
+                .unwrap_or_default();
+            let mut words = detail.split_whitespace();
             let fence = words.next() == Some("fence");
             let index = words.next().and_then(|i| i.parse::<usize>().ok());
             return match index {

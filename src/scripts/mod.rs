@@ -64,6 +64,7 @@ pub(crate) use lock::{
 /// `queue`, `waiters`, and for the kinds with shares `leases` or `permits`): the key itself may be any text, so the reply names its role and
 /// the key is put back here. Anything else is a failure of Redis or of the way to it.
 pub(crate) fn failure(keys: &LockKeys, e: RedisError) -> Error {
+    let e = crate::error::unwrapped(e);
     if e.code() != Some("WRONGTYPE") {
         return Error::Redis(e);
     }
@@ -394,6 +395,24 @@ fn millis(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The error a server sends as `line` (without its `-` and CRLF).
+    fn server_error(line: &str) -> RedisError {
+        match redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).unwrap() {
+            redis::Value::ServerError(e) => e.into(),
+            other => panic!("{line}: not an error but {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_wrapped_refusal_of_foreign_data_names_its_key() {
+        let keys = crate::keys::LockKeys::new("p", "n");
+        let wrapped = server_error(
+            "ERR Error running script (call to f_1): @user_script:1: user_script:1: WRONGTYPE \
+             queue",
+        );
+        assert!(matches!(failure(&keys, wrapped), Error::WrongType { key } if key == keys.queue()));
+    }
 
     #[test]
     fn a_prelude_goes_where_its_script_says_else_in_front() {
