@@ -63,7 +63,13 @@ local clock = redis.call('time')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 
 local function wrongtype(which)
-  error(redis.error_reply('WRONGTYPE ' .. which))
+  -- Redis 7 (which has REDIS_VERSION) answers an error table raised here as the error
+  -- itself; 6.2's error handler cannot take a table, and is given the string, which it
+  -- wraps in its own text (scripts::refusal finds the code in it).
+  if redis.REDIS_VERSION then
+    error(redis.error_reply('WRONGTYPE ' .. which))
+  end
+  error('WRONGTYPE ' .. which)
 end
 
 -- A key is ours only if it is absent or of the type we make it; holders and leases always
