@@ -973,10 +973,10 @@ fn extend_sets_the_permits_lease_from_now_and_never_revives_them() {
         permits.extend(Duration::from_secs(5)),
         Err(Error::LockLost { .. })
     ));
-    assert!(
-        lease_left(&mut admin, &leases, permits.owner_id()) < 0,
-        "not revived"
-    );
+    // The client counts a lease from when it sent the call, so it calls the hold lost a
+    // moment before the server's lease ends: what is left there is that moment, never the 5 s.
+    let left = lease_left(&mut admin, &leases, permits.owner_id());
+    assert!(left < 200, "not revived: {left} ms left");
     assert_eq!(b.semaphore(&name).available().unwrap(), 2);
     drop(permits);
 
