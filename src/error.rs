@@ -153,11 +153,11 @@ impl std::error::Error for Error {
 }
 
 impl From<redis::RedisError> for Error {
-    /// A failure of Redis or of the way to it, as the server's own error however a script
-    /// wrapped it ([`unwrapped`]). A script's refusal of foreign data is not built here but
-    /// where the script's keys are known (`scripts::failure`).
+    /// A failure of Redis or of the way to it (already [`unwrapped`] where its reply came back,
+    /// `Backend::run`). A script's refusal of foreign data is not built here but where the
+    /// script's keys are known (`scripts::failure`).
     fn from(e: redis::RedisError) -> Self {
-        Error::Redis(unwrapped(e))
+        Error::Redis(e)
     }
 }
 

@@ -412,7 +412,10 @@ impl Backend {
         let result = match &self.target {
             Target::Cluster(_) => self.settings.link.scoped(|| op(&mut *con)),
             _ => op(&mut *con),
-        };
+        }
+        // The server's own error however a script wrapped it (Redis 6.2 does), before anything
+        // looks at its kind: the retry policy's READONLY, a kind's WRONGTYPE, a caller's OOM.
+        .map_err(crate::error::unwrapped);
         match &result {
             // On a Cluster a timeout says one node does not answer, not that the others are
             // gone: drop this connection (a late reply would put it out of step), keep the

@@ -134,7 +134,8 @@ impl Retries {
 }
 
 /// A `READONLY` refusal, from a command or from a write inside a script (Redis 7 keeps the
-/// code of an error raised inside a script, and our scripts pass refusals on as they came).
+/// code of an error raised inside a script, and our scripts pass refusals on as they came;
+/// 6.2's wrapping is taken off before the policy looks: `error::unwrapped`).
 fn is_readonly(e: &RedisError) -> bool {
     e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
 }

@@ -64,7 +64,7 @@ pub(crate) use lock::{
 /// `queue`, `waiters`, and for the kinds with shares `leases` or `permits`): the key itself may be any text, so the reply names its role and
 /// the key is put back here. Anything else is a failure of Redis or of the way to it.
 pub(crate) fn failure(keys: &LockKeys, e: RedisError) -> Error {
-    let e = crate::error::unwrapped(e);
+    // Unwrapped where the reply came back (`Backend::run`), as every error is.
     if e.code() != Some("WRONGTYPE") {
         return Error::Redis(e);
     }
@@ -411,7 +411,9 @@ mod tests {
             "ERR Error running script (call to f_1): @user_script:1: user_script:1: WRONGTYPE \
              queue",
         );
-        assert!(matches!(failure(&keys, wrapped), Error::WrongType { key } if key == keys.queue()));
+        // As it reaches `failure`: unwrapped where the reply came back (`Backend::run`).
+        let refused = failure(&keys, crate::error::unwrapped(wrapped));
+        assert!(matches!(refused, Error::WrongType { key } if key == keys.queue()));
     }
 
     #[test]
