@@ -1177,7 +1177,7 @@ impl Jvm {
     }
 
     /// A client of a Redis Cluster (seed node URLs), in `SPUBLISH` mode as Redisson's
-    /// default AUTO mode chooses on Redis 7; [`Jvm::set_publish`] switches to `PUBLISH`
+    /// default AUTO mode chooses on Redis 7 (`PUBLISH` before); [`Jvm::set_publish`] switches to `PUBLISH`
     /// (`shardedSubscriptionMode=OFF` or Redisson before 3.22.0). Sharded subscriptions
     /// follow `MOVED` to the node owning the channel's slot.
     pub fn cluster(seeds: &[String]) -> Jvm {
@@ -1191,7 +1191,13 @@ impl Jvm {
             .unwrap_or_else(|e| panic!("Jvm: cluster {seeds:?}: {e}"));
         let first = redis::Client::open(seeds[0].as_str()).unwrap();
         let sub_addr = SubAddr::from_info(first.get_connection_info());
-        Jvm::with_commands(Commands::Cluster(con), sub_addr, Publish::Sharded)
+        // Redisson's AUTO mode publishes sharded where the server has it (Redis 7 on).
+        let publish = if super::server_version() >= (7, 0) {
+            Publish::Sharded
+        } else {
+            Publish::Plain
+        };
+        Jvm::with_commands(Commands::Cluster(con), sub_addr, publish)
     }
 
     fn with_commands(commands: Commands, sub_addr: SubAddr, publish: Publish) -> Jvm {
