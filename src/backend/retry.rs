@@ -64,7 +64,8 @@ impl Backend {
     /// - A connection that failed fast (refused, reset, closed), or a master that Sentinel
     ///   moved: at most [`ATTEMPTS`] attempts, after the [`BACKOFF`] pauses. A timeout (or a
     ///   pool that stayed exhausted) is not retried: it would cost the caller another one.
-    /// - A Cluster refusal ([`Backend::slot_moving`]): the server answered "not now", and how
+    /// - A Cluster refusal ([`Backend::slot_moving`]), or a server busy with another client's
+    ///   long script or loading its data ([`server_busy`]): the server answered "not now", and how
     ///   long that lasts is up to the reshard or the election, so a fixed count either gives
     ///   up during a slow reshard (and a failed release leaves the lock held until its lease
     ///   runs out) or waits for nothing. Retried after pauses doubling from 10 ms to 100 ms
@@ -72,7 +73,7 @@ impl Backend {
     ///   longer for a moving slot than it would for a server that does not answer. The last
     ///   pause is cut so that the last attempt still starts within that budget.
     pub(super) fn retry_pause(&self, e: &RedisError, retries: &mut Retries) -> Option<Duration> {
-        if self.slot_moving(e) {
+        if self.slot_moving(e) || server_busy(e) {
             let left = self
                 .settings
                 .link
@@ -111,6 +112,13 @@ impl Backend {
                 )
             )
     }
+}
+
+/// The server did not run the command and will once it is free: `BUSY` (another client's
+/// script has run past the busy threshold; Valkey 9.1 answered it to a 700 ms script where
+/// Redis 7.0 made the command wait) or `LOADING` (a restarted server reading its data).
+fn server_busy(e: &RedisError) -> bool {
+    matches!(e.code(), Some("BUSY" | "LOADING"))
 }
 
 /// What one call to [`Backend::run`] has retried so far.
@@ -244,6 +252,20 @@ mod tests {
             assert!(cluster.retry_pause(&reply(wire), &mut retries).is_some());
         }
         assert!(!single().slot_moving(&reply(b"-TRYAGAIN x\r\n")));
+        // A busy server, anywhere: retried within the same budget.
+        for backend in [single(), cluster] {
+            let mut retries = Retries::new();
+            for wire in [
+                &b"-BUSY Valkey is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n"[..],
+                b"-LOADING Redis is loading the dataset in memory\r\n",
+            ] {
+                assert!(server_busy(&reply(wire)), "{wire:?}");
+                assert!(backend.retry_pause(&reply(wire), &mut retries).is_some());
+            }
+            started(&mut retries, Duration::from_secs(3));
+            let busy = reply(b"-BUSY x\r\n");
+            assert_eq!(backend.retry_pause(&busy, &mut retries), None);
+        }
     }
 
     #[test]
