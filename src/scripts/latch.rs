@@ -57,17 +57,8 @@ pub(crate) fn count_down(
     request: &str,
     freeing: Freeing,
 ) -> RedisResult<u64> {
-    let (script, marker) = match keys.layout {
-        Layout::Redlatch => (&COUNT_DOWN, keys.request_marker(request)),
-        Layout::Redisson => (&REDISSON_COUNT_DOWN, keys.unlock_latch(request)),
-    };
-    let left: String = script
-        .key(keys.lock())
-        .key(keys.channel())
-        .key(marker)
-        .arg(millis(freeing.latch_ttl))
-        .arg(freeing.publish)
-        .invoke(con)?;
+    let scripts = [&COUNT_DOWN, &REDISSON_COUNT_DOWN];
+    let left: String = opening(con, keys, scripts, request, freeing)?;
     parse(&left)
 }
 
@@ -79,18 +70,32 @@ pub(crate) fn delete(
     request: &str,
     freeing: Freeing,
 ) -> RedisResult<bool> {
+    let scripts = [&DELETE, &REDISSON_DELETE];
+    let reply: i64 = opening(con, keys, scripts, request, freeing)?;
+    Ok(reply == 1)
+}
+
+/// Runs a call that may open the latch, with the script of this layout (`scripts`: ours,
+/// Redisson's): both take the latch, its channel and the call's request marker, then the
+/// marker's life and the publish command.
+fn opening<T: redis::FromRedisValue>(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    scripts: [&LazyLock<Lua>; 2],
+    request: &str,
+    freeing: Freeing,
+) -> RedisResult<T> {
     let (script, marker) = match keys.layout {
-        Layout::Redlatch => (&DELETE, keys.request_marker(request)),
-        Layout::Redisson => (&REDISSON_DELETE, keys.unlock_latch(request)),
+        Layout::Redlatch => (scripts[0], keys.request_marker(request)),
+        Layout::Redisson => (scripts[1], keys.unlock_latch(request)),
     };
-    let reply: i64 = script
+    script
         .key(keys.lock())
         .key(keys.channel())
         .key(marker)
         .arg(millis(freeing.latch_ttl))
         .arg(freeing.publish)
-        .invoke(con)?;
-    Ok(reply == 1)
+        .invoke(con)
 }
 
 /// The count now: 0 for a latch never set (the same script reads both layouts: a string of
