@@ -84,11 +84,20 @@ fn subscribers_by_node(c: &Cluster, name: &str) -> Vec<(u16, i64, i64)> {
 /// [`subscribers_by_node`] without asking the node on `skip` (a stopped one would cost a
 /// timeout).
 fn subscribers_by_node_but(c: &Cluster, name: &str, skip: Option<u16>) -> Vec<(u16, i64, i64)> {
-    let channel = channel_of(name);
+    channel_subscribers_by_node(c, &channel_of(name), skip)
+}
+
+/// Subscribers of `channel` on each live node but `skip`, `(port, classic, sharded)`; sharded
+/// ones are 0 before Redis 7 (no `PUBSUB SHARDNUMSUB`).
+fn channel_subscribers_by_node(
+    c: &Cluster,
+    channel: &str,
+    skip: Option<u16>,
+) -> Vec<(u16, i64, i64)> {
     let count = |con: &mut redis::Connection, which: &str| {
         let reply: (String, i64) = redis::cmd("PUBSUB")
             .arg(which)
-            .arg(&channel)
+            .arg(channel)
             .query(con)
             .unwrap_or_default();
         reply.1
@@ -104,17 +113,27 @@ fn subscribers_by_node_but(c: &Cluster, name: &str, skip: Option<u16>) -> Vec<(u
         .collect()
 }
 
-/// Sharded subscribers of lock `name`'s channel on the node on `port`.
-fn shard_subscribers_on(port: u16, name: &str) -> i64 {
-    let Ok(mut con) = connect(port, None) else {
-        return 0;
-    };
-    let reply: (String, i64) = redis::cmd("PUBSUB")
-        .arg("SHARDNUMSUB")
-        .arg(channel_of(name))
-        .query(&mut con)
-        .unwrap_or_default();
-    reply.1
+/// Waiters listening on `channel` where a release on the master on `port` reaches them: with
+/// sharded pub/sub (Redis 7 on), sharded subscribers on that master; before, classic ones on
+/// any node but `skip` (a stopped one would cost a timeout), since a `PUBLISH` reaches every
+/// node of a cluster over its bus.
+fn listening_for_release_on(c: &Cluster, port: u16, channel: &str, skip: Option<u16>) -> i64 {
+    if support::sharded_pubsub() {
+        let Ok(mut con) = connect(port, None) else {
+            return 0;
+        };
+        let reply: (String, i64) = redis::cmd("PUBSUB")
+            .arg("SHARDNUMSUB")
+            .arg(channel)
+            .query(&mut con)
+            .unwrap_or_default();
+        reply.1
+    } else {
+        channel_subscribers_by_node(c, channel, skip)
+            .iter()
+            .map(|(_, classic, _)| classic)
+            .sum()
+    }
 }
 
 /// Subscribers of lock `name`'s channel, over every live node of the cluster.
@@ -260,9 +279,12 @@ fn locks_live_on_the_master_of_their_slot_and_a_release_on_each_master_wakes_a_w
 
 /// Sharded pub/sub: the waiting client subscribes the lock's channel on the master that owns
 /// its slot only, and the release's message reaches that shard only. A classic PUBLISH would
-/// have reached the listeners on every other node too.
+/// have reached the listeners on every other node too. Before Redis 7 (no sharded pub/sub) the
+/// crate falls back to that: one classic subscription in the whole cluster, and a PUBLISH that
+/// every node passes on.
 #[test]
-fn an_unlock_message_reaches_only_the_shard_that_owns_the_lock() {
+fn an_unlock_message_reaches_only_the_shard_that_owns_the_lock_where_pubsub_is_sharded() {
+    let sharded = support::sharded_pubsub();
     let c = Cluster::start();
     let holder = client(&c, Duration::from_secs(10));
     let waiter_client = client(&c, Duration::from_secs(10));
@@ -278,17 +300,28 @@ fn an_unlock_message_reaches_only_the_shard_that_owns_the_lock() {
     wait_for("the waiter subscribed", Duration::from_secs(15), || {
         (subscribers(&c, &name) >= 1).then_some(())
     });
-    for (port, classic, sharded) in subscribers_by_node(&c, &name) {
-        assert_eq!(classic, 0, "a classic subscription on {port}");
-        let expected = i64::from(port == owner);
-        assert_eq!(sharded, expected, "sharded subscriptions on {port}");
+    let counts = subscribers_by_node(&c, &name);
+    if sharded {
+        for &(port, classic, shard) in &counts {
+            assert_eq!(classic, 0, "a classic subscription on {port}");
+            let expected = i64::from(port == owner);
+            assert_eq!(shard, expected, "sharded subscriptions on {port}");
+        }
+    } else {
+        let classic: i64 = counts.iter().map(|(_, classic, _)| classic).sum();
+        assert_eq!(
+            classic, 1,
+            "one classic subscription in the cluster: {counts:?}"
+        );
+        assert!(counts.iter().all(|(_, _, shard)| *shard == 0), "{counts:?}");
     }
 
     // Listeners, on the lock's channel and on the waiter's grant channel (where the hand-over
-    // goes): SSUBSCRIBE on the owner, classic SUBSCRIBE on every other node.
+    // goes): on the owner as the waiter listens (SSUBSCRIBE where sharded), classic SUBSCRIBE
+    // on every other node.
     let channels = [channel.clone(), format!("{channel}:{}", waiter_client.id())];
     let mut on_owner = connect(owner, None).unwrap();
-    redis::cmd("SSUBSCRIBE")
+    redis::cmd(if sharded { "SSUBSCRIBE" } else { "SUBSCRIBE" })
         .arg(&channels)
         .exec(&mut on_owner)
         .unwrap();
@@ -322,8 +355,17 @@ fn an_unlock_message_reaches_only_the_shard_that_owns_the_lock() {
         "the owner's shard saw {seen:?}"
     );
     for (port, con) in &mut elsewhere {
-        let seen = messages_on(con, Duration::from_millis(200));
-        assert!(seen.is_empty(), "node {port} saw {seen:?}");
+        if sharded {
+            let seen = messages_on(con, Duration::from_millis(200));
+            assert!(seen.is_empty(), "node {port} saw {seen:?}");
+        } else {
+            // Arrived while the owner's listener was read.
+            let seen = messages_on(con, Duration::from_millis(300));
+            assert!(
+                seen.iter().any(|m| m.starts_with("grant ")),
+                "node {port} missed the PUBLISH: saw {seen:?}"
+            );
+        }
     }
 }
 
@@ -486,7 +528,8 @@ fn a_stopped_master_does_not_starve_renewal_on_the_others() {
 /// `redis-cli --cluster reshard`, as an operator runs it: the source master's lowest 200 slots,
 /// the contended lock's among them, move to another master while threads contend. Nobody
 /// hangs, the waiters' shard subscriptions follow the slot to its new master (Redis ends
-/// those on the old one as each slot leaves it), and the lock works there. A waiter that
+/// those on the old one as each slot leaves it; before Redis 7 classic ones stay on their node,
+/// which a release on the new master reaches), and the lock works there. A waiter that
 /// waits through the whole reshard is woken by the release that follows it at once.
 #[test]
 fn a_redis_cli_reshard_under_contention_hangs_nobody_and_subscriptions_follow() {
@@ -553,12 +596,7 @@ fn a_redis_cli_reshard_under_contention_hangs_nobody_and_subscriptions_follow() 
     wait_for(
         "the waiter's subscription follows",
         Duration::from_secs(5),
-        || {
-            subscribers_by_node(&c, &held_name)
-                .iter()
-                .any(|(port, _, sharded)| *port == to && *sharded > 0)
-                .then_some(())
-        },
+        || (listening_for_release_on(&c, to, &channel_of(&held_name), None) > 0).then_some(()),
     );
     let released = Instant::now();
     held.unlock().unwrap();
@@ -570,7 +608,8 @@ fn a_redis_cli_reshard_under_contention_hangs_nobody_and_subscriptions_follow() 
         "woken {after:?} after the release"
     );
 
-    // While the threads go on contending, their subscriptions are on the new master only.
+    // While the threads go on contending, their subscriptions are on the new master only
+    // (sharded; classic ones stay where they were, which a PUBLISH on the new master reaches).
     let mut seen_on_new = 0;
     for _ in 0..20 {
         for (port, _, sharded) in subscribers_by_node(&c, &name) {
@@ -578,9 +617,9 @@ fn a_redis_cli_reshard_under_contention_hangs_nobody_and_subscriptions_follow() 
                 port != from || sharded == 0,
                 "still subscribed on the old master"
             );
-            if port == to && sharded > 0 {
-                seen_on_new += 1;
-            }
+        }
+        if listening_for_release_on(&c, to, &channel_of(&name), None) > 0 {
+            seen_on_new += 1;
         }
         thread::sleep(Duration::from_millis(50));
     }
@@ -962,9 +1001,11 @@ fn waiter_follows_its_shard_when_the_master_goes(outage: Outage) {
     let lock = waiter.lock(&name);
     let waiting = support::wait_through_errors(lock, Duration::from_secs(40));
     // Asks that node only: a stopped one would cost every poll a timeout.
-    let on = |port: u16| shard_subscribers_on(port, &name) >= 1;
+    let channel = channel_of(&name);
+    // Takes the cluster, which the outage below borrows mutably.
+    let on = |c: &Cluster, port: u16, skip| listening_for_release_on(c, port, &channel, skip) >= 1;
     wait_for("the waiter subscribed", Duration::from_secs(15), || {
-        on(gone).then_some(())
+        on(&c, gone, None).then_some(())
     });
     // The lock and the waiter's place must be on the replica before its master goes.
     let mut replica_con = connect(replica, None).unwrap();
@@ -993,7 +1034,7 @@ fn waiter_follows_its_shard_when_the_master_goes(outage: Outage) {
     // timeout, and the new map is read through command connections that may still time out
     // on it: about 6-8 s here, longer on a loaded machine.
     wait_for("the subscriber follows", Duration::from_secs(30), || {
-        on(replica).then_some(())
+        on(&c, replica, Some(gone)).then_some(())
     });
     let followed = t.elapsed();
     // A pooled connection may still route the slot to the old master: after a SIGSTOP it
@@ -1039,7 +1080,12 @@ fn a_waiter_follows_its_shard_when_the_master_is_stopped() {
 /// lease instead of the release's message.
 #[test]
 fn without_sharded_pubsub_a_stopped_node_does_not_keep_the_subscriber_deaf() {
-    let c = Cluster::start_with(&["--rename-command", "SPUBLISH", ""]);
+    // Redis 6.2 has no SPUBLISH to rename, and no sharded pub/sub to begin with.
+    let c = if support::sharded_pubsub() {
+        Cluster::start_with(&["--rename-command", "SPUBLISH", ""])
+    } else {
+        Cluster::start()
+    };
     let masters = c.master_ports();
     let replica = c.replica_of(masters[0]);
     let name = name_on(&c, masters[1], "deaf");
@@ -1183,22 +1229,14 @@ fn a_late_reply_is_not_read_as_the_answer_to_the_next_command() {
 
 /// The read-write lock, the semaphore, the spin lock and the count-down latch on a Cluster:
 /// every key of a name on the master of its slot, and a release (a count-down to zero) wakes
-/// the waiters through sharded pub/sub on that shard, well before any lease would have.
+/// the waiters through sharded pub/sub on that shard (before Redis 7, classic pub/sub), well
+/// before any lease would have.
 #[test]
 fn every_kind_of_the_family_lives_in_its_slot_and_wakes_waiters_by_shard() {
     let c = Cluster::start();
     let holder = client(&c, Duration::from_secs(10));
     let waiters = client(&c, Duration::from_secs(10));
     let masters = c.master_ports();
-    let shard_subscribers = |port: u16, channel: &str| -> i64 {
-        let mut con = connect(port, None).unwrap();
-        let reply: (String, i64) = redis::cmd("PUBSUB")
-            .arg("SHARDNUMSUB")
-            .arg(channel)
-            .query(&mut con)
-            .unwrap_or_default();
-        reply.1
-    };
     let keys_on = |port: u16, name: &str| -> Vec<String> {
         let mut con = connect(port, None).unwrap();
         redis::cmd("KEYS")
@@ -1222,7 +1260,7 @@ fn every_kind_of_the_family_lives_in_its_slot_and_wakes_waiters_by_shard() {
         .collect();
     let channel = format!("redlatch:{{{name}}}:rwlock:unlocked");
     wait_for("the readers subscribed", Duration::from_secs(15), || {
-        (shard_subscribers(master, &channel) >= 1).then_some(())
+        (listening_for_release_on(&c, master, &channel, None) >= 1).then_some(())
     });
     for other in masters.iter().filter(|p| **p != master) {
         assert!(
@@ -1259,7 +1297,7 @@ fn every_kind_of_the_family_lives_in_its_slot_and_wakes_waiters_by_shard() {
     });
     let channel = format!("redlatch:{{{name}}}:semaphore:unlocked");
     wait_for("the waiter subscribed", Duration::from_secs(15), || {
-        (shard_subscribers(master, &channel) >= 1).then_some(())
+        (listening_for_release_on(&c, master, &channel, None) >= 1).then_some(())
     });
     let token = held.fencing_token();
     let released = Instant::now();
@@ -1296,7 +1334,7 @@ fn every_kind_of_the_family_lives_in_its_slot_and_wakes_waiters_by_shard() {
     wait_for(
         "the lock waiter subscribed",
         Duration::from_secs(15),
-        || (shard_subscribers_on(master, &name) >= 1).then_some(()),
+        || (listening_for_release_on(&c, master, &channel_of(&name), None) >= 1).then_some(()),
     );
     let token = spun.fencing_token();
     let released = Instant::now();
@@ -1319,7 +1357,7 @@ fn every_kind_of_the_family_lives_in_its_slot_and_wakes_waiters_by_shard() {
     });
     thread::sleep(Duration::from_millis(300));
     assert_eq!(
-        shard_subscribers_on(master, &name),
+        listening_for_release_on(&c, master, &channel_of(&name), None),
         0,
         "a spinner subscribed"
     );
@@ -1342,7 +1380,7 @@ fn every_kind_of_the_family_lives_in_its_slot_and_wakes_waiters_by_shard() {
     wait_for(
         "the latch's waiters subscribed",
         Duration::from_secs(15),
-        || (shard_subscribers(master, &channel) >= 1).then_some(()),
+        || (listening_for_release_on(&c, master, &channel, None) >= 1).then_some(()),
     );
     assert_eq!(latch.count_down().unwrap(), 1);
     thread::sleep(Duration::from_millis(200));

@@ -208,6 +208,13 @@ pub fn server_version() -> (u32, u32) {
     })
 }
 
+/// Whether the servers under test have sharded pub/sub (`SSUBSCRIBE`, `SPUBLISH`): Redis 7 on,
+/// and Valkey. Before, a Cluster's waiters listen with classic `SUBSCRIBE` on one node, which a
+/// release's `PUBLISH` reaches over the cluster bus.
+pub fn sharded_pubsub() -> bool {
+    server_version() >= (7, 0)
+}
+
 pub fn free_port() -> u16 {
     static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
