@@ -424,6 +424,79 @@ fn a_share_release_whose_reply_was_lost_is_retried_without_harm() {
     assert!(permits.release().unwrap_err().is_lock_lost());
 }
 
+/// In Redisson's layout a release frees the lock for the waiters to race for (no hand-over,
+/// no fence): its retry after a lost reply may find a waiter of another client holding it
+/// already. That is this release's doing, not a loss.
+#[test]
+fn a_redisson_release_whose_lock_was_taken_before_its_retry_is_still_a_release() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let proxy = Proxy::start(server.port);
+    // One connection, so that the retry opens a new one, which the proxy holds back.
+    let client = Client::builder(&proxy.url())
+        .layout(redlatch::Layout::Redisson)
+        .pool_size(1)
+        .build()
+        .unwrap();
+    warm_up(&client);
+    let name = unique("taken-before-the-retry");
+    let guard = client
+        .lock(&name)
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(30)))
+        .unwrap()
+        .unwrap();
+    let other = Client::builder(&server.url())
+        .layout(redlatch::Layout::Redisson)
+        .build()
+        .unwrap();
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let (taken_tx, taken_rx) = crossbeam_channel::bounded(1);
+    let (checked_tx, checked_rx) = crossbeam_channel::bounded::<()>(1);
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let taken = other
+                .lock(&name)
+                .try_lock(Duration::from_secs(10), None)
+                .unwrap()
+                .expect("the waiter took the freed lock");
+            taken_tx.send(()).unwrap();
+            // Held until the release's retry has run.
+            // (Bounded: a failed check below leaves it to the lease.)
+            if checked_rx.recv_timeout(Duration::from_secs(15)).is_ok() {
+                assert!(!taken.is_lost(), "the new holder's hold was touched");
+                taken.unlock().unwrap();
+            }
+        });
+        assert!(eventually(Duration::from_secs(5), || {
+            let (_, n): (String, i64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query(&mut admin)
+                .unwrap();
+            n > 0
+        }));
+        proxy.stall_new_connections();
+        proxy.lose_reply_to(b"EVALSHA");
+        // The first run frees it and the waiter takes it; only then does the retry, on a new
+        // connection, reach Redis.
+        s.spawn(|| {
+            let _ = taken_rx.recv_timeout(Duration::from_secs(15));
+            proxy.pass_new_connections();
+            proxy.deliver_held();
+        });
+        let released = guard.unlock();
+        assert_eq!(proxy.cuts(), 1);
+        assert!(
+            released.is_ok(),
+            "a retried release reported the lock lost: {released:?}"
+        );
+        let held: bool = redis::cmd("EXISTS").arg(&name).query(&mut admin).unwrap();
+        assert!(held, "the new holder's lock is still there");
+        checked_tx.send(()).unwrap();
+        waiter.join().unwrap();
+    });
+}
+
 #[test]
 fn a_release_that_handed_over_and_lost_its_reply_is_still_a_release() {
     let server = RedisServer::start();

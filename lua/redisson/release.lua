@@ -17,7 +17,9 @@
 --   2  still held: the owner's count is now holds - 1
 --   3  gone: no hash at all (expired, force-unlocked, or released by an earlier run of this
 --      call whose reply was lost: the engine tells which it can)
---   0  not ours: another owner holds it; nothing was changed
+--   0  not ours: another owner holds it; nothing was changed (on a retry, maybe a waiter
+--      that took the lock an earlier run freed: nothing here tells, and the engine counts
+--      it as released when the hold's lease had not run out as the call began)
 -- Errors: "WRONGTYPE lock" when the key is a read-write lock's hash (it has a `mode` field,
 -- which a lock's never has): nothing is deleted, set or published, even where the hash has a
 -- field named as the owner (a reader of the same thread's). Redis's own WRONGTYPE when the

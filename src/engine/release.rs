@@ -9,7 +9,7 @@ use super::local::{self, Handed};
 use super::{Kind, renew};
 use crate::core::Core;
 use crate::error::{Error, Result};
-use crate::keys::{Family, LockKeys};
+use crate::keys::{Family, Layout, LockKeys};
 use crate::lost::LossCause;
 use crate::scripts::{self, Release, Releasing};
 
@@ -67,8 +67,11 @@ pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>) -> Result<
             // what else the script rules out, and what it cannot), unless a force-unlock
             // freed it: release.lua leaves reading that mark to `why_gone`, off the usual
             // path. A mark that cannot be read leaves the release standing, as the retry
-            // found it.
-            if reply == Release::Gone && attempts > 1 && cause != LossCause::ForceUnlocked {
+            // found it. In Redisson's layout an earlier attempt may also leave it another's:
+            // its release wakes waiters that race for the lock, and no fence tells their hold
+            // from one that was there before (ours was, by its lease, when the call began).
+            let as_left = reply == Release::Gone || keys.layout == Layout::Redisson;
+            if as_left && attempts > 1 && cause != LossCause::ForceUnlocked {
                 return Ok(());
             }
             hold.mark_lost(cause);

@@ -829,6 +829,13 @@ impl Proxy {
         self.stall_open_connections();
     }
 
+    /// Holds back whatever connections opened from now on send, until
+    /// [`Proxy::pass_new_connections`] and [`Proxy::deliver_held`]: a retry on a new
+    /// connection arrives when the test says so. Open connections pass freely.
+    pub fn stall_new_connections(&self) {
+        self.state.stall_new.store(true, Ordering::SeqCst);
+    }
+
     /// Connections opened from now on pass freely; held-back ones stay held.
     pub fn pass_new_connections(&self) {
         self.state.stall_new.store(false, Ordering::SeqCst);
