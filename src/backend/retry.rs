@@ -115,8 +115,8 @@ impl Backend {
 }
 
 /// The server did not run the command and will once it is free: `BUSY` (another client's
-/// script has run past the busy threshold; Valkey 9.1 answered it to a 700 ms script where
-/// Redis 7.0 made the command wait) or `LOADING` (a restarted server reading its data).
+/// script has run past the busy threshold, 5 s by default) or `LOADING` (a restarted server
+/// reading its data).
 fn server_busy(e: &RedisError) -> bool {
     matches!(e.code(), Some("BUSY" | "LOADING"))
 }
