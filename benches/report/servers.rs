@@ -126,9 +126,13 @@ pub fn figures(f: &mut Figures, secs: Duration) -> String {
     for s in &servers {
         f.note(&format!("servers.{}.version", s.name), &s.version);
     }
+    let runs_said = if runs == 1 {
+        "One run".to_string()
+    } else {
+        format!("Median of {runs} runs (lowest-highest), the servers' order rotated each run")
+    };
     table.push_str(&format!(
-        "\nMedian of {runs} runs (lowest-highest), the servers' order rotated each run; \
-         REPORT_SECS={} s per contended scenario.\n",
+        "\n{runs_said}; REPORT_SECS={} s per contended scenario.\n",
         secs.as_secs_f64()
     ));
     table
