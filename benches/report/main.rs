@@ -10,7 +10,9 @@
 //! Knobs (environment): `REPORT_SECS` per contended scenario (default 8), `REPORT_IDLE_SECS`
 //! (10), `REPORT_RENEWAL_LOCKS` (10000), `REPORT_SKIP_REDLOCK=1` to leave the peer crate out,
 //! `REPORT_SKIP_JAVA=1` to leave out the real Redisson (`java.rs`: it needs `java` and `mvn`),
-//! `REPORT_CROWD` (200) for its crowd's threads.
+//! `REPORT_CROWD` (200) for its crowd's threads. The servers section (`servers.rs`: the lock
+//! cycle and hand-offs on Redis 6.2, Redis 7.0 and Valkey 9.1 side by side) has its own knobs
+//! there; `REPORT_ONLY=servers` runs it alone, its JSON to `target/bench-report-servers.json`.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -22,6 +24,7 @@ mod java;
 mod plot;
 mod redisson;
 mod scenario;
+mod servers;
 mod stats;
 
 use std::collections::BTreeMap;
@@ -89,13 +92,15 @@ impl Figures {
         let mut out: String = self
             .notes
             .iter()
+            .filter(|(k, _)| !k.starts_with("servers."))
             .map(|(k, v)| format!("{k}: {v}\n"))
             .collect();
         if !out.is_empty() {
             out.push('\n');
         }
         out.push_str("| key | value | target | what |\n| --- | ---: | --- | --- |\n");
-        for (k, v, target, what) in &self.rows {
+        // The servers section prints its own table, a column per server.
+        for (k, v, target, what) in self.rows.iter().filter(|r| !r.0.starts_with("servers.")) {
             out.push_str(&format!(
                 "| `{k}` | {} | {target} | {what} |\n",
                 format_value(*v)
@@ -176,6 +181,13 @@ fn main() {
                 .unwrap_or(0),
             started.elapsed().as_secs_f64()
         );
+        return;
+    }
+    if std::env::var("REPORT_ONLY").as_deref() == Ok("servers") {
+        let table = servers::figures(&mut f, secs);
+        std::fs::create_dir_all("target").unwrap();
+        std::fs::write("target/bench-report-servers.json", f.json()).unwrap();
+        println!("\n{table}");
         return;
     }
     if std::env::var("REPORT_ONLY").as_deref() == Ok("redisson") {
@@ -600,6 +612,9 @@ fn main() {
         java::figures(&mut f, &url, server.port, secs);
     }
 
+    eprintln!("servers side by side");
+    let servers_table = servers::figures(&mut f, secs);
+
     let curve_refs: Vec<(&str, &[Duration])> =
         curves.iter().map(|(n, v)| (*n, v.as_slice())).collect();
     let svg = plot::handoff_svg(&curve_refs, ping_p50);
@@ -607,7 +622,7 @@ fn main() {
     std::fs::write("docs/handoff-latency.svg", svg).unwrap();
     std::fs::create_dir_all("target").unwrap();
     std::fs::write("target/bench-report.json", f.json()).unwrap();
-    println!("\n{}", f.markdown());
+    println!("\n{}\n{servers_table}", f.markdown());
     println!(
         "redis-server {} on loopback, {} cores; {:.0} s. JSON: target/bench-report.json, plot: docs/handoff-latency.svg",
         server_version(&url),

@@ -16,6 +16,9 @@ use parking_lot::Mutex;
 /// A redis-server child process on a free loopback port; killed on drop.
 pub struct RedisServer {
     pub port: u16,
+    /// `redis-server` (from PATH) unless a caller names a binary: the benchmark report runs
+    /// several servers side by side in one process, so PATH cannot choose for it.
+    program: String,
     args: Vec<String>,
     child: Option<Child>,
 }
@@ -28,10 +31,17 @@ impl RedisServer {
 
     /// A server with extra `redis-server` arguments, e.g. `["--requirepass", "s3cret"]`.
     pub fn start_with(args: &[&str]) -> RedisServer {
+        RedisServer::start_program("redis-server", args)
+    }
+
+    /// A server from binary `program` (a path, or a name looked up on PATH), with extra
+    /// arguments.
+    pub fn start_program(program: &str, args: &[&str]) -> RedisServer {
         for _ in 0..20 {
             let port = free_port();
             let mut server = RedisServer {
                 port,
+                program: program.to_string(),
                 args: args.iter().map(|s| s.to_string()).collect(),
                 child: None,
             };
@@ -39,7 +49,7 @@ impl RedisServer {
                 return server;
             }
         }
-        panic!("could not start redis-server on a free port (is redis-server on PATH?)");
+        panic!("could not start {program} on a free port (is redis-server on PATH?)");
     }
 
     fn spawn(&mut self) -> bool {
@@ -53,7 +63,7 @@ impl RedisServer {
             std::process::id(),
             SPAWNED.fetch_add(1, Ordering::Relaxed)
         );
-        let child = Command::new("redis-server")
+        let child = Command::new(&self.program)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .args(["--dir", &std::env::temp_dir().display().to_string()])
@@ -974,6 +984,7 @@ impl RedisServer {
                 .expect("no free port that fits");
             let mut server = RedisServer {
                 port,
+                program: "redis-server".to_string(),
                 args: args(port),
                 child: None,
             };
