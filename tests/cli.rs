@@ -1117,9 +1117,11 @@ fn on_a_cluster_a_counting_semaphore_is_found_and_watched_in_both_layouts() {
             all.into_iter().map(str::to_string).collect::<Vec<_>>()
         };
         let run_in = |args: &[&str]| run(&cli(args).iter().map(String::as_str).collect::<Vec<_>>());
+        let mut report = String::new();
         let found = support::eventually(Duration::from_secs(5), || {
             let out = run_in(&["inspect", &name]);
-            let report = String::from_utf8_lossy(&out.stdout).to_string();
+            report = String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr);
             out.status.success()
                 && report.starts_with("counting")
                 && report.contains("permits free -1")
@@ -1127,7 +1129,7 @@ fn on_a_cluster_a_counting_semaphore_is_found_and_watched_in_both_layouts() {
         });
         assert!(
             found,
-            "{layout}: inspect found the counting semaphore and its waiter"
+            "{layout}: inspect did not find the counting semaphore and its waiter:\n{report}"
         );
         let out = run_in(&["list", &format!("{name}*")]);
         let listed = String::from_utf8_lossy(&out.stdout).to_string();

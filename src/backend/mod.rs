@@ -315,6 +315,38 @@ impl Backend {
             .collect()
     }
 
+    /// Runs `op` once on each server where a classic subscriber may listen: as
+    /// [`Backend::on_every_master`], and on a Cluster the seed nodes too, replicas among them.
+    /// Without sharded pub/sub our subscribers listen on a seed node
+    /// ([`Backend::pubsub_server`]) and Redisson's on the master of the channel's slot, and
+    /// `PUBSUB NUMSUB` and `PUBSUB CHANNELS` count only the node asked.
+    pub fn on_every_listening_node<T>(
+        &self,
+        mut op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
+    ) -> RedisResult<Vec<T>> {
+        let Target::Cluster(cluster) = &self.target else {
+            return Ok(vec![self.run(op)?]);
+        };
+        let map = self.slot_map()?;
+        let mut nodes: Vec<String> = (0..crate::keys::SLOTS)
+            .filter_map(|slot| map.node_of(slot).map(str::to_string))
+            .collect();
+        nodes.extend(cluster.nodes.iter().filter_map(
+            |seed| match seed.get_connection_info().addr() {
+                ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                    Some(format!("{host}:{port}"))
+                }
+                _ => None,
+            },
+        ));
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes
+            .iter()
+            .map(|node| op(&mut self.link_to_node(node)?))
+            .collect()
+    }
+
     /// A connection of its own to the server that owns `slot`: the one server, the master
     /// Sentinel names, or the Cluster master of that slot. For a keyless command about a key
     /// of that slot (PUBSUB SHARDNUMSUB), or a subscription (SSUBSCRIBE).

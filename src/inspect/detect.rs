@@ -10,7 +10,7 @@
 
 use redis::{ConnectionLike, RedisResult};
 
-use super::{Listed, ObjectKind, numsub, redisson};
+use super::{Listed, Listeners, ObjectKind, redisson};
 use crate::client::Client;
 use crate::core::Core;
 use crate::engine;
@@ -63,14 +63,15 @@ impl Client {
     pub fn detect(&self, name: &str) -> Result<Detected> {
         let core = self.core();
         engine::check_name(core, name)?;
-        let sharded = core.backend.sharded_pubsub();
+        let listeners = Listeners::of(core);
         let read = |con: &mut dyn ConnectionLike| match core.layout {
-            Layout::Redisson => redisson::detect(con, name, sharded),
-            Layout::Redlatch => ours(con, core, name, sharded),
+            Layout::Redisson => redisson::detect(con, name, listeners),
+            Layout::Redlatch => ours(con, core, name, listeners),
         };
         if core.backend.is_cluster() {
             // PUBSUB (Redisson's layout) names no key to route by: ask the master of the
-            // name's slot, which has every key and shard channel of the name.
+            // name's slot, which has every key and shard channel of the name (classic
+            // channels' listeners are counted where they are: `Listeners`).
             let slot = core.keys(ObjectKind::Lock.family(), name).slot();
             let mut link = core.backend.link_for_slot(slot).map_err(Error::Redis)?;
             read(&mut link)
@@ -87,7 +88,7 @@ fn ours(
     con: &mut dyn ConnectionLike,
     core: &Core,
     name: &str,
-    sharded: bool,
+    listeners: Listeners,
 ) -> RedisResult<Detected> {
     let mut pipe = redis::pipe();
     for kind in ObjectKind::ALL {
@@ -99,7 +100,7 @@ fn ours(
     }
     let counts: Vec<u64> = pipe.query(con)?;
     let counting = core.keys(ObjectKind::CountingSemaphore.family(), name);
-    let waited = numsub(con, counting.channel(), sharded)? > 0;
+    let waited = listeners.on(con, counting.channel())? > 0;
     let mut detected = Detected::default();
     for (kind, c) in ObjectKind::ALL.into_iter().zip(counts.chunks(2)) {
         // A counting semaphore's count stays for good, so only its waiters say it is in use.

@@ -259,10 +259,10 @@ impl Client {
     pub fn listing(&self, pattern: &str) -> Result<Listing> {
         let core = self.core();
         let mut listing = if core.layout == Layout::Redisson {
-            let sharded = core.backend.sharded_pubsub();
+            let listeners = Listeners::of(core);
             let per_master = core
                 .backend
-                .on_every_master(|con| redisson::list(con, pattern, sharded))
+                .on_every_master(|con| redisson::list(con, pattern, listeners))
                 .map_err(Error::Redis)?;
             let mut all = Listing::default();
             for one in per_master {
@@ -278,16 +278,18 @@ impl Client {
             let counting = ObjectKind::CountingSemaphore.suffix();
             let listened_for = format!("{}:{{{pattern}{counting}:unlocked", core.prefix);
             let sharded = core.backend.sharded_pubsub();
-            let per_master = core
+            let keys = core
                 .backend
-                .on_every_master(|con| {
-                    Ok((
-                        scan(con, &scan_for)?,
-                        channels(con, &listened_for, sharded)?,
-                    ))
-                })
+                .on_every_master(|con| scan(con, &scan_for))
                 .map_err(Error::Redis)?;
-            let (keys, listened): (Vec<_>, Vec<_>) = per_master.into_iter().unzip();
+            let listened = if sharded {
+                core.backend
+                    .on_every_master(|con| channels(con, &listened_for, sharded))
+            } else {
+                core.backend
+                    .on_every_listening_node(|con| channels(con, &listened_for, sharded))
+            }
+            .map_err(Error::Redis)?;
             ours(
                 keys.into_iter().flatten(),
                 listened.into_iter().flatten(),
@@ -358,13 +360,8 @@ impl Client {
                 waiter.client_addr = Some(client.addr.clone());
             }
         }
-        let sharded = core.backend.sharded_pubsub();
-        let listening = |con: &mut dyn ConnectionLike| numsub(con, keys.channel(), sharded);
-        report.subscribers = if sharded {
-            listening(&mut core.backend.link_for_slot(keys.slot())?)?
-        } else {
-            core.backend.run(listening)?
-        };
+        let mut link = core.backend.link_for_slot(keys.slot())?;
+        report.subscribers = Listeners::of(core).on(&mut link, keys.channel())?;
         Ok(report)
     }
 }
@@ -457,11 +454,47 @@ fn channels(
     redis::cmd("PUBSUB").arg(which).arg(pattern).query(con)
 }
 
-/// How many clients listen on `channel` (on this server; its shard's, `sharded`).
-fn numsub(con: &mut dyn ConnectionLike, channel: &str, sharded: bool) -> RedisResult<u64> {
-    let which = if sharded { "SHARDNUMSUB" } else { "NUMSUB" };
-    let (_, n): (String, u64) = redis::cmd("PUBSUB").arg(which).arg(channel).query(con)?;
-    Ok(n)
+/// How many clients listen on a channel, counted where they may listen. With sharded pub/sub
+/// (a Redis 7 Cluster) every listener of a channel is on the master of its slot, which the
+/// inspection asks anyway; on one server, or the master Sentinel names, there is one place.
+/// A Cluster without sharded pub/sub (before Redis 7) has its listeners spread: ours on a
+/// seed node, Redisson's on the master of the channel's slot, and `PUBSUB NUMSUB` counts only
+/// the node asked, so there every such node is asked.
+#[derive(Clone, Copy)]
+pub(super) struct Listeners<'a> {
+    backend: &'a crate::backend::Backend,
+}
+
+impl<'a> Listeners<'a> {
+    pub(super) fn of(core: &'a Core) -> Listeners<'a> {
+        Listeners {
+            backend: &core.backend,
+        }
+    }
+
+    fn sharded(&self) -> bool {
+        self.backend.sharded_pubsub()
+    }
+
+    /// The clients listening on `channel`; `con` is a connection to the server that keeps
+    /// the channel's object (on a Cluster, the master of its slot).
+    pub(super) fn on(&self, con: &mut dyn ConnectionLike, channel: &str) -> RedisResult<u64> {
+        let count = |con: &mut dyn ConnectionLike, which: &str| -> RedisResult<u64> {
+            let (_, n): (String, u64) = redis::cmd("PUBSUB").arg(which).arg(channel).query(con)?;
+            Ok(n)
+        };
+        if self.sharded() {
+            count(con, "SHARDNUMSUB")
+        } else if self.backend.is_cluster() {
+            Ok(self
+                .backend
+                .on_every_listening_node(|con| count(con, "NUMSUB"))?
+                .iter()
+                .sum())
+        } else {
+            count(con, "NUMSUB")
+        }
+    }
 }
 
 /// Every key matching `pattern` on one server, by SCAN.

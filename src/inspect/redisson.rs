@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
-use super::{Detected, Holder, Listed, Listing, ObjectKind, Report, Waiter, numsub};
+use super::{Detected, Holder, Listed, Listeners, Listing, ObjectKind, Report, Waiter};
 use crate::keys::{Family, LockKeys, redisson_tagged};
 use crate::scripts;
 use crate::words::Words;
@@ -180,7 +180,7 @@ pub(super) enum Shape {
 pub(super) fn shape_of(
     con: &mut dyn ConnectionLike,
     key: &str,
-    sharded: bool,
+    listeners: Listeners,
 ) -> RedisResult<Shape> {
     let found: String = redis::cmd("TYPE").arg(key).query(con)?;
     match found.as_str() {
@@ -215,11 +215,11 @@ pub(super) fn shape_of(
             // how a counting semaphore is used (the other's waiters with nothing out wait on
             // a semaphore never set): the likelier one is named, and the two read the same
             // count and channel, so `inspect` and `watch` show the same either way.
-            if numsub(con, permits.channel(), sharded)? > 0 {
+            if listeners.on(con, permits.channel())? > 0 {
                 return Ok(Shape::Object(ObjectKind::CountingSemaphore, true));
             }
             let latch = LockKeys::redisson(Family::Latch, key);
-            if numsub(con, latch.channel(), sharded)? > 0 {
+            if listeners.on(con, latch.channel())? > 0 {
                 return Ok(Shape::Object(ObjectKind::CountDownLatch, true));
             }
             Ok(Shape::Count)
@@ -278,7 +278,7 @@ fn looks_ours(key: &str) -> bool {
 pub(super) fn detect(
     con: &mut dyn ConnectionLike,
     name: &str,
-    sharded: bool,
+    listeners: Listeners,
 ) -> RedisResult<Detected> {
     let mut detected = Detected::default();
     let listed = |kind, active| Listed {
@@ -286,7 +286,7 @@ pub(super) fn detect(
         name: name.to_string(),
         active,
     };
-    match shape_of(con, name, sharded)? {
+    match shape_of(con, name, listeners)? {
         Shape::Object(kind, active) => detected.found.push(listed(kind, active)),
         Shape::Count => {
             detected.could_be = vec![
@@ -299,11 +299,7 @@ pub(super) fn detect(
         // Java's RSemaphore waits on a count never set (0 permits), so its waiters may be
         // all there is of it.
         Shape::Absent
-            if numsub(
-                con,
-                LockKeys::redisson(Family::Counting, name).channel(),
-                sharded,
-            )? > 0 =>
+            if listeners.on(con, LockKeys::redisson(Family::Counting, name).channel())? > 0 =>
         {
             detected
                 .found
@@ -327,14 +323,14 @@ pub(super) fn detect(
 pub(super) fn list(
     con: &mut dyn ConnectionLike,
     pattern: &str,
-    sharded: bool,
+    listeners: Listeners,
 ) -> RedisResult<Listing> {
     let mut listing = Listing::default();
     for key in super::scan(con, pattern)? {
         if key.starts_with("redisson_") || key.contains(":rwlock_timeout:") {
             continue; // Redisson's own keys beside an object, not objects
         }
-        match shape_of(con, &key, sharded)? {
+        match shape_of(con, &key, listeners)? {
             Shape::Object(kind, active) => listing.objects.push(Listed {
                 kind,
                 name: key,
