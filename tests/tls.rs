@@ -105,17 +105,21 @@ fn a_ca_that_did_not_sign_the_server_fails_build_clearly() {
     // The plain port does not speak TLS, and the TLS port does not speak plain RESP.
     let plain_as_tls = format!("rediss://127.0.0.1:{}/", server.server.port);
     let tls_as_plain = format!("redis://127.0.0.1:{}/", server.tls_port);
-    for url in [plain_as_tls, tls_as_plain] {
-        refused(
+    for url in [&plain_as_tls, &tls_as_plain] {
+        let said = refused(
             || {
-                Client::builder(&url)
+                Client::builder(url)
                     .tls_certificates(trusting(&server.certs.ca, None))
                     .connect_timeout(TIMEOUT)
                     .response_timeout(TIMEOUT)
                     .build()
             },
-            &url,
+            url,
         );
+        // Plain RESP to a TLS port: the server hangs up, and the error says what to try.
+        if url == &tls_as_plain {
+            assert!(said.contains("use rediss://"), "{said}");
+        }
     }
 }
 

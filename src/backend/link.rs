@@ -188,6 +188,15 @@ impl Link {
             self.open = false;
             let e = match e.kind() {
                 ErrorKind::Parse => e,
+                // A TLS port reads plain RESP as a broken TLS record and hangs up: the most
+                // likely reason a server closes the connection at its first request.
+                _ if e.is_connection_dropped() && matches!(self.socket, Socket::Tcp(_)) => {
+                    with_context(
+                        e,
+                        "handshake (AUTH, SELECT, CLIENT SETNAME): the server closed the \
+                         connection (if this is a TLS port, use rediss://)",
+                    )
+                }
                 _ => with_context(e, "handshake (AUTH, SELECT, CLIENT SETNAME)"),
             };
             self.failed(e)
