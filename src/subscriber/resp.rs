@@ -13,7 +13,7 @@ use crate::backend::reply::{line_end, parse_integer};
 
 /// One reply or push from the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Frame {
+pub(crate) enum Frame {
     /// `+OK`
     Simple(Vec<u8>),
     /// `-ERR ...`, `-MOVED ...`
@@ -54,7 +54,7 @@ const MAX_LINE: usize = MAX_BULK;
 /// (so at most about [`MAX_BULK`]): the bytes of a skipped bulk string are dropped as they are
 /// fed.
 #[derive(Default)]
-pub(super) struct Reader {
+pub(crate) struct Reader {
     /// Bytes fed and not yet part of a frame handed out or of an array begun.
     buf: Vec<u8>,
     /// Bytes of a skipped bulk string (and its CRLF) still to come.
