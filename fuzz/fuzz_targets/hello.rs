@@ -1,0 +1,22 @@
+//! What `build()` reads of a `HELLO` reply (`src/backend/hello.rs`: `hello_fields`,
+//! `supported`, `Mode::parse`), from the replies a link reads of the input (RESP2) and the
+//! one the `redis` crate reads (RESP3's map, as `HELLO 3` answers).
+//!
+//! Checked on every input: no panic (in the parser or in an invariant of
+//! `redlatch::fuzzing::check_hello`); no loop without end (libFuzzer's `-timeout`); and the
+//! allocation bound: the whole check (both parsers and the fields) has at
+//! most 64 bytes of heap per input byte plus 64 KiB in use at once.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use redlatch::fuzzing;
+use redlatch_fuzz::assert_heap_bound;
+
+/// Heap bytes allowed per input byte, on top of [`FIXED`].
+const PER_BYTE: usize = 64;
+/// Heap bytes allowed whatever the input.
+const FIXED: usize = 65536;
+
+fuzz_target!(|data: &[u8]| {
+    assert_heap_bound(data, PER_BYTE, FIXED, || fuzzing::check_hello(data));
+});
