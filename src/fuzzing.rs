@@ -214,11 +214,23 @@ fn values(data: &[u8]) -> Vec<Value> {
 /// also reads `HELLO 3`'s RESP3 map): the fields, the version's support and the mode. A
 /// field comes from a pair of the reply, so there are no more than half its items.
 pub fn check_hello(data: &[u8]) {
-    let mut replies = values(data);
+    hello_once(data);
     if let Ok(resp3) = redis::parse_redis_value(data) {
-        replies.push(resp3);
+        hello_of(&[resp3]);
     }
-    for reply in &replies {
+}
+
+/// [`check_hello`] without the `redis` crate's parser, whose heap is not ours to bound: it
+/// sizes an array for the count its header claims, up to 4096 items (`combine`'s guard), at
+/// each level of nesting.
+pub fn hello_once(data: &[u8]) {
+    hello_of(&values(data));
+    let _ = supported(&String::from_utf8_lossy(data));
+}
+
+/// What `build()` reads of each of `replies`.
+fn hello_of(replies: &[Value]) {
+    for reply in replies {
         let fields = hello_fields(reply);
         let most = match reply {
             Value::Map(map) => map.len(),
@@ -235,7 +247,6 @@ pub fn check_hello(data: &[u8]) {
             let _ = (HelloMode::parse(key), HelloMode::parse(value));
         }
     }
-    let _ = supported(&String::from_utf8_lossy(data));
 }
 
 /// What the cluster and Sentinel code read from replies about the topology, from each reply
