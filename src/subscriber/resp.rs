@@ -379,7 +379,11 @@ mod tests {
     /// refused both ways, and the longest line allowed is read both ways.
     #[test]
     fn a_long_line_reads_the_same_whole_and_cut() {
-        for (len, refused) in [(MAX_LINE - 1, false), (MAX_LINE, true), (MAX_LINE + 7, true)] {
+        for (len, refused) in [
+            (MAX_LINE - 1, false),
+            (MAX_LINE, true),
+            (MAX_LINE + 7, true),
+        ] {
             let mut line = vec![b'+'];
             line.extend(std::iter::repeat_n(b'a', len - 1));
             line.extend_from_slice(b"\r\n:1\r\n");
