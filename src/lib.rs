@@ -67,6 +67,11 @@ mod client;
 mod core;
 mod engine;
 mod error;
+/// The parsers that read the network, for the fuzz targets in `fuzz/` (only under
+/// `--cfg fuzzing`, which `cargo fuzz` sets).
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzzing;
 mod inspect;
 mod keys;
 mod kinds;

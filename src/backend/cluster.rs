@@ -237,7 +237,7 @@ impl Backend {
 
 /// The ranges of a CLUSTER SLOTS reply with their master's `host:port`; a range whose master
 /// does not know its own address (`""` or `"?"`) or that is malformed is left out.
-pub(super) fn master_ranges(ranges: Vec<Value>) -> Vec<(u16, u16, String)> {
+pub(crate) fn master_ranges(ranges: Vec<Value>) -> Vec<(u16, u16, String)> {
     let mut slots = Vec::with_capacity(ranges.len());
     for range in ranges {
         let Value::Array(range) = range else { continue };

@@ -8,14 +8,14 @@ use crate::error::{Error, MIN_REDIS_VERSION, Result};
 
 /// The topology a server runs in, as `HELLO` names it in its `mode` field.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum Mode {
+pub(crate) enum Mode {
     Standalone,
     Cluster,
     Sentinel,
 }
 
 impl Mode {
-    pub(super) fn parse(mode: &str) -> Option<Mode> {
+    pub(crate) fn parse(mode: &str) -> Option<Mode> {
         match mode {
             "standalone" => Some(Mode::Standalone),
             "cluster" => Some(Mode::Cluster),
@@ -93,7 +93,7 @@ fn is_unknown_command(e: &RedisError) -> bool {
 
 /// The text fields of a `HELLO` reply (a map in RESP3, pairs in an array in RESP2); empty
 /// for anything else.
-pub(super) fn hello_fields(hello: &Value) -> Vec<(String, String)> {
+pub(crate) fn hello_fields(hello: &Value) -> Vec<(String, String)> {
     let pairs: Vec<(&Value, &Value)> = match hello {
         Value::Map(map) => map.iter().map(|(k, v)| (k, v)).collect(),
         Value::Array(items) => items
@@ -114,7 +114,7 @@ pub(super) fn hello_fields(hello: &Value) -> Vec<(String, String)> {
 
 /// Whether `version` ("7.0.15") is at least [`MIN_REDIS_VERSION`]; a version we cannot
 /// read is given the benefit of the doubt (a fork, say).
-pub(super) fn supported(version: &str) -> bool {
+pub(crate) fn supported(version: &str) -> bool {
     let mut parts = version.split('.').map(|p| p.parse::<u32>());
     match (parts.next(), parts.next()) {
         (Some(Ok(major)), Some(Ok(minor))) => (major, minor) >= MIN_REDIS_VERSION,

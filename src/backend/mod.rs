@@ -46,6 +46,12 @@ pub(crate) use link::{Link, LinkSettings};
 use pool::{Pool, PooledConnection};
 use retry::{Retries, is_transport_error};
 use sentinel::{SentinelSpec, Sentinels};
+/// The fuzz targets (`fuzz/`) read HELLO and CLUSTER SLOTS replies through `crate::fuzzing`.
+#[cfg(fuzzing)]
+pub(crate) use {
+    cluster::master_ranges,
+    hello::{Mode as HelloMode, hello_fields, supported},
+};
 
 /// Connection settings, from the builder.
 #[derive(Clone, Debug)]

@@ -553,7 +553,7 @@ fn client_id_of(owner: &str) -> &str {
 
 /// The redlatch clients in one server's `CLIENT LIST`: connections named `<name>:<client
 /// id>` (see `ClientBuilder::name`), one entry per connection.
-fn parse_client_list(list: &str) -> Vec<ConnectedClient> {
+pub(crate) fn parse_client_list(list: &str) -> Vec<ConnectedClient> {
     list.lines()
         .filter_map(|line| {
             let field = |name: &str| {

@@ -140,7 +140,10 @@ impl<'a> Place<'a> {
         Some(Place {
             owner: (!owner.is_empty()).then_some(owner)?,
             handover_lease_ms: lease.parse().ok()?,
-            valid_until_ms: arrival_us / 1000 + valid_ms,
+            // Saturating: the member is whatever the key holds, and a foreign one's number
+            // near u64::MAX overflowed (a panic in a debug build), where it means "valid
+            // for ever".
+            valid_until_ms: (arrival_us / 1000).saturating_add(valid_ms),
         })
     }
 }
@@ -407,4 +410,28 @@ pub(crate) fn was_forced(
         (Some(Ok(low)), Some(Ok(high))) => (low..=high).contains(&token),
         _ => false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A queue member as `acquire.lua` writes it, and a foreign one whose valid ms is near
+    /// `u64::MAX`: its sum with the arrival overflowed (a panic in a debug build) before it
+    /// saturated.
+    #[test]
+    fn a_place_is_read_from_its_member_and_an_endless_one_saturates() {
+        assert_eq!(
+            Place::parse("c0ffee:1 30000 29800", 1_795_548_688_566_984),
+            Some(Place {
+                owner: "c0ffee:1",
+                handover_lease_ms: 30_000,
+                valid_until_ms: 1_795_548_688_566 + 29_800,
+            })
+        );
+        let endless = Place::parse("c:1 1 18446744073709551615", 1_795_548_688_566_984);
+        assert_eq!(endless.map(|p| p.valid_until_ms), Some(u64::MAX));
+        assert_eq!(Place::parse(" 1 2", 0), None);
+        assert_eq!(Place::parse("c:1 x 2", 0), None);
+    }
 }

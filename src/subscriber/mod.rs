@@ -52,6 +52,9 @@ mod resp;
 mod socket;
 mod waiters;
 
+/// The fuzz targets (`fuzz/`) read the subscriber's frames through `crate::fuzzing`.
+#[cfg(fuzzing)]
+pub(crate) use resp::{Frame, Reader};
 use waiters::{Arriving, Entry};
 pub(crate) use waiters::{Expecting, Wake, last_message_wake};
 

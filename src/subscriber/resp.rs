@@ -13,7 +13,7 @@ use crate::backend::reply::{line_end, parse_integer};
 
 /// One reply or push from the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Frame {
+pub(crate) enum Frame {
     /// `+OK`
     Simple(Vec<u8>),
     /// `-ERR ...`, `-MOVED ...`
@@ -54,7 +54,7 @@ const MAX_LINE: usize = MAX_BULK;
 /// (so at most about [`MAX_BULK`]): the bytes of a skipped bulk string are dropped as they are
 /// fed.
 #[derive(Default)]
-pub(super) struct Reader {
+pub(crate) struct Reader {
     /// Bytes fed and not yet part of a frame handed out or of an array begun.
     buf: Vec<u8>,
     /// Bytes of a skipped bulk string (and its CRLF) still to come.
@@ -166,12 +166,19 @@ fn item(buf: &[u8]) -> Result<Option<(Item, usize)>, String> {
     let Some(&kind) = buf.first() else {
         return Ok(None);
     };
+    let too_long = || Err(format!("no line end within {MAX_LINE} bytes"));
     let Some(line_end) = line_end(buf) else {
         if buf.len() > MAX_LINE {
-            return Err(format!("no line end within {MAX_LINE} bytes"));
+            return too_long();
         }
         return Ok(None);
     };
+    // Refused whole too, not only while it comes: a line cut before its end is refused
+    // above once MAX_LINE bytes are in, so the same line read in one piece must be, or a
+    // stream would read one way or the other depending on how the socket cut it.
+    if line_end >= MAX_LINE {
+        return too_long();
+    }
     let line = &buf[1..line_end];
     let next = line_end + 2;
     let whole = |frame| Ok(Some((Item::Whole(frame), next)));
@@ -365,5 +372,26 @@ mod tests {
         }
         let endless = [b'+'; MAX_LINE + 2];
         assert!(frames(&endless, 8192).is_err());
+    }
+
+    /// A line of just over MAX_LINE bytes with its CRLF: refused when it came in pieces (no
+    /// line end yet past MAX_LINE bytes) but read when it came whole, before the fix. Now
+    /// refused both ways, and the longest line allowed is read both ways.
+    #[test]
+    fn a_long_line_reads_the_same_whole_and_cut() {
+        for (len, refused) in [
+            (MAX_LINE - 1, false),
+            (MAX_LINE, true),
+            (MAX_LINE + 7, true),
+        ] {
+            let mut line = vec![b'+'];
+            line.extend(std::iter::repeat_n(b'a', len - 1));
+            line.extend_from_slice(b"\r\n:1\r\n");
+            let whole = frames(&line, line.len());
+            for piece in [1 << 16, MAX_LINE, MAX_LINE + 1] {
+                assert_eq!(frames(&line, piece), whole, "a {len}-byte line in {piece}s");
+            }
+            assert_eq!(whole.is_err(), refused, "a {len}-byte line");
+        }
     }
 }
