@@ -122,6 +122,11 @@ pub use lost::{HoldKind, LossCause, LostLock};
 pub use redis::{ClientTlsConfig, TlsCertificates};
 pub use stats::Stats;
 
+/// The README's examples, compiled by `cargo test --doc` like every other.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 /// The `redis` crate this one is built on, the version inside [`Error::Redis`]: name its types
 /// through this path (`redlatch::redis::RedisError`, `redlatch::redis::ErrorKind`) and they
 /// are always the ones redlatch uses, whatever version of `redis` your own `Cargo.toml` names.
