@@ -64,8 +64,26 @@
 //! has it, see [`Cancel`]) ends its waits with [`Error::Cancelled`] once the [`Cancel`] is
 //! cancelled, and [`Client::cancel_all_waits`] ends every wait of the client under way. A
 //! cancelled waiter leaves the queue in Redis and holds nothing, so on SIGTERM a server gets
-//! its waiting threads back at once, and the next waiter in the fleet is served The guide's
-//! [Shut down cleanly](guide::tasks#shut-down-cleanly) shows it in a server.
+//! its waiting threads back at once, and the next waiter in the fleet is served.
+//!
+//! ```no_run
+//! # fn main() -> redlatch::Result<()> {
+//! let client = redlatch::Client::open("redis://127.0.0.1/")?;
+//! let shutdown = redlatch::Cancel::new();
+//! let orders = client.lock("orders").cancel_on(&shutdown);
+//! // In a request thread: Err(e) with e.is_cancelled() once shutdown is cancelled.
+//! match orders.lock() {
+//!     Ok(guard) => { /* the critical section */ }
+//!     Err(e) if e.is_cancelled() => { /* shutting down: nothing is held */ }
+//!     Err(e) => return Err(e),
+//! }
+//! // On SIGTERM, from any thread:
+//! shutdown.cancel(); // every wait bound to `shutdown` ends now
+//! client.cancel_all_waits(); // and every wait of the client under way, bound or not
+//! # Ok(()) }
+//! ```
+//!
+//! The guide's [Shut down cleanly](guide::tasks#shut-down-cleanly) shows it in a server.
 //!
 //! # What a lock on Redis cannot promise
 //! Redis replication is asynchronous: a failover can lose a lock that was acquired just
