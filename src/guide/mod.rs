@@ -7,7 +7,7 @@
 //! | page | what is in it |
 //! | --- | --- |
 //! | [`tasks`] | walkthroughs: a critical section in a thread-per-request server, the owned guard for pooled threads, shutting down cleanly, rate-limiting with a semaphore, Sentinel, Cluster |
-//! | [`kinds`] | every kind of lock beside the plain one: multi-lock, spin lock, read-write lock, count-down latch, Redlock (the semaphores are in [`tasks`]) |
+//! | [`kinds`] | every kind at a glance, then the fair lock, multi-lock, spin lock, read-write lock, count-down latch and Redlock in detail (the semaphores are in [`tasks`]) |
 //! | [`redisson`] | sharing locks with Java services that use Redisson: [`Layout::Redisson`](crate::Layout::Redisson), what maps to what, what differs, the versions checked |
 //! | [`errors_and_limits`] | every [`Error`](crate::Error), what is `InvalidArgument`, when a release fails, the servers it runs on, the limits |
 //! | [`configuration`] | the builder's settings, URLs, the client's name on the server, TLS |
