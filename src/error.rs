@@ -153,7 +153,7 @@ impl std::error::Error for Error {
 }
 
 impl From<redis::RedisError> for Error {
-    /// A failure of Redis or of the way to it (already [`unwrapped`] where its reply came back,
+    /// A failure of Redis or of the way to it (already `unwrapped` where its reply came back,
     /// `Backend::run`). A script's refusal of foreign data is not built here but where the
     /// script's keys are known (`scripts::failure`).
     fn from(e: redis::RedisError) -> Self {

@@ -1,4 +1,5 @@
-//! The Redis key layout (DESIGN.md section 3, binding: operators and ACLs depend on it).
+//! The Redis key layout (binding: operators and ACLs depend on it; the guide's
+//! [data layout](crate::guide::data_layout) page documents it for users).
 //!
 //! For lock `name` under prefix `p`:
 //! - `p:{name}`            the lock hash: owner id -> hold count, with a PEXPIRE lease
@@ -41,8 +42,8 @@
 //!
 //! The lock's keys share the hash tag `{name}`, so each script touches one Cluster slot.
 //!
-//! Under [`Layout::Redisson`] the same roles take Redisson's names instead (DESIGN.md section
-//! 7, `REDISSON-FORMAT.md` section 2.1): the main key is the name itself, the fencing
+//! Under [`Layout::Redisson`] the same roles take Redisson's names instead (Redisson's
+//! format, as the guide's data-layout page lists it): the main key is the name itself, the fencing
 //! counter is `redisson_lock_token:{name}`, and each family has Redisson's channel.
 
 use std::sync::Arc;
@@ -131,15 +132,15 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
 /// hands the lock to a waiting thread), the read-write lock and the semaphore keep no queue,
 /// and objects of different kinds with the same name share the key `n` (a lock and a
 /// read-write lock refuse each other's hash with [`WrongType`](crate::Error::WrongType),
-/// writing nothing: the README says which calls). Guards, re-entry,
+/// writing nothing: the [guide](crate::guide::redisson) says which calls). Guards, re-entry,
 /// [`WouldDeadlock`](crate::Error::WouldDeadlock), leases, `on_lock_lost` and stats stay ours.
 ///
-/// The README's section "Sharing locks with Java services (Redisson)" has the whole table,
+/// The guide's page [Sharing locks with Java services](crate::guide::redisson) has the whole table,
 /// what differs, and which Redisson versions interoperate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Layout {
-    /// redlatch's own (DESIGN.md section 3, the README's data-layout table): keys under the
+    /// redlatch's own ([its keys](crate::guide::data_layout#our-layout)): keys under the
     /// client's prefix, a fair hand-over queue, fencing tokens on every kind.
     #[default]
     Redlatch,
@@ -278,7 +279,7 @@ impl LockKeys {
             Family::ReadWrite => redisson_tagged("redisson_rwlock", name),
             Family::Semaphore | Family::Counting => redisson_tagged("redisson_sc", name),
             // Always braces, even around a name with braces of its own: Redisson builds this
-            // one by concatenation (REDISSON-FORMAT.md 2.1, exception 1).
+            // one by concatenation (an exception in Redisson's format).
             Family::Latch => format!("redisson_countdownlatch__channel__{{{name}}}"),
         };
         let parts = [
@@ -395,7 +396,7 @@ impl LockKeys {
     /// The owner id (the field in Redis) of a read (`read`) or of the write of this
     /// read-write lock by the thread whose owner id is `thread`: ours `<thread>:r` for a read
     /// and `<thread>` for a write; Redisson's `<thread>` for a read and `<thread>:write` for a
-    /// write (`REDISSON-FORMAT.md` 7.1). Either way a thread's read and its write are two
+    /// write (Redisson's format). Either way a thread's read and its write are two
     /// holders.
     pub fn rw_owner(&self, thread: &Arc<str>, read: bool) -> Arc<str> {
         match (self.layout, read) {

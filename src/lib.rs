@@ -42,9 +42,22 @@
 //!   [`Client::counting_semaphore`] ([`CountingSemaphore`]).
 //! - The lock without pub/sub, waited for by backoff: [`Client::spin_lock`] ([`SpinLock`]).
 //! - Waiting for a count to reach zero: [`Client::count_down_latch`] ([`CountDownLatch`]).
+//! - Waiters served in arrival order: [`Client::fair_lock`]. In our layout every lock is
+//!   fair, so it is [`Client::lock`]; in Redisson's it is Java's `getFairLock`.
 //!
 //! Every kind is a thin policy over one acquisition engine: the same queue in Redis, the
 //! same hand-over by message, the same watchdog and the same lost signal.
+//!
+//! # Two data layouts
+//! A client reads and writes one of two layouts, chosen with [`ClientBuilder::layout`]:
+//! - [`Layout::Redlatch`], the default: keys under the client's key prefix, a fair
+//!   hand-over queue and fencing tokens on every kind.
+//! - [`Layout::Redisson`]: the keys, fields, channels and messages of Redisson, Java's Redis
+//!   client, so that a Rust service takes the same locks as Java services, in the same
+//!   Redis, and wakes their waiters and is woken by them.
+//!
+//! Every key and channel of both is in the guide's [data layout](guide::data_layout); what
+//! maps to what in Java, and what differs, in [Redisson](guide::redisson).
 //!
 //! # Shutting down cleanly
 //! Every waiting call can be called off: a handle made with `cancel_on(&cancel)` (every kind
@@ -53,11 +66,40 @@
 //! cancelled waiter leaves the queue in Redis and holds nothing, so on SIGTERM a server gets
 //! its waiting threads back at once, and the next waiter in the fleet is served.
 //!
+//! ```no_run
+//! # fn main() -> redlatch::Result<()> {
+//! let client = redlatch::Client::open("redis://127.0.0.1/")?;
+//! let shutdown = redlatch::Cancel::new();
+//! let orders = client.lock("orders").cancel_on(&shutdown);
+//! // In a request thread: Err(e) with e.is_cancelled() once shutdown is cancelled.
+//! match orders.lock() {
+//!     Ok(guard) => { /* the critical section */ }
+//!     Err(e) if e.is_cancelled() => { /* shutting down: nothing is held */ }
+//!     Err(e) => return Err(e),
+//! }
+//! // On SIGTERM, from any thread:
+//! shutdown.cancel(); // every wait bound to `shutdown` ends now
+//! client.cancel_all_waits(); // and every wait of the client under way, bound or not
+//! # Ok(()) }
+//! ```
+//!
+//! The guide's [Shut down cleanly](guide::tasks#shut-down-cleanly) shows it in a server.
+//!
 //! # What a lock on Redis cannot promise
 //! Redis replication is asynchronous: a failover can lose a lock that was acquired just
 //! before it. A holder paused (GC, SIGSTOP, VM freeze) past its lease can resume believing it
 //! holds the lock. [`LockGuard::is_lost`] tells as soon as the client knows, but only the
 //! fencing token, checked by the protected resource, makes such a late write harmless.
+//! [What it promises](guide::promises) has both sides in full.
+//!
+//! # The guide
+//! The [`guide`] module holds the rest of the reference, a page each:
+//! [tasks](guide::tasks) (walkthroughs), [kinds](guide::kinds),
+//! [Redisson](guide::redisson), [errors and limits](guide::errors_and_limits),
+//! [configuration](guide::configuration), [data layout](guide::data_layout),
+//! [operations](guide::operations) (inspection, logs, counters),
+//! [promises](guide::promises), [how it works](guide::how_it_works),
+//! [reliability](guide::reliability) and [testing](guide::testing).
 
 #![warn(missing_docs)]
 
@@ -72,6 +114,7 @@ mod error;
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod guide;
 mod inspect;
 mod keys;
 mod kinds;
@@ -101,6 +144,11 @@ pub use lost::{HoldKind, LossCause, LostLock};
 #[cfg(feature = "tls")]
 pub use redis::{ClientTlsConfig, TlsCertificates};
 pub use stats::Stats;
+
+/// The README's examples, compiled by `cargo test --doc` like every other.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 /// The `redis` crate this one is built on, the version inside [`Error::Redis`]: name its types
 /// through this path (`redlatch::redis::RedisError`, `redlatch::redis::ErrorKind`) and they

@@ -249,7 +249,7 @@ impl ClientBuilder {
 
     /// Whose data layout the client reads and writes: [`Layout::Redlatch`] (the default), or
     /// [`Layout::Redisson`] to take the same locks as Java services that use Redisson, in the
-    /// same Redis (see [`Layout`] and the README's section on Redisson).
+    /// same Redis (see [`Layout`] and the guide's page on [Redisson](crate::guide::redisson)).
     ///
     /// Redisson's keys are the names themselves, so [`key_prefix`](ClientBuilder::key_prefix)
     /// with `Layout::Redisson` is [`Error::InvalidArgument`] at [`build`](ClientBuilder::build).

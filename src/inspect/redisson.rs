@@ -169,7 +169,7 @@ pub(super) enum Shape {
     Absent,
 }
 
-/// Reads what `key` holds as Redisson would have written it (REDISSON-FORMAT.md 1): a hash
+/// Reads what `key` holds as Redisson would have written it (Redisson's format): a hash
 /// with a lease whose fields are owners (`<id>:<thread>`) with hold counts is a lock, with a
 /// `mode` too a read-write lock; a decimal string is a semaphore when permits are out in
 /// `{key}:timeout`, a counting semaphore when none are and a waiter listens on

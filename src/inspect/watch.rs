@@ -26,7 +26,7 @@ impl Client {
     /// owns the object, with `SSUBSCRIBE` where the cluster publishes that way.
     ///
     /// A release hands an object over on the new holders' clients' grant channels (see the
-    /// README's data layout). Where pattern subscriptions are allowed (one server or Sentinel, and an
+    /// guide's [data layout](crate::guide::data_layout)). Where pattern subscriptions are allowed (one server or Sentinel, and an
     /// ACL that permits the pattern), the watch takes every grant channel with one
     /// `PSUBSCRIBE`. Elsewhere (sharded pub/sub, or an ACL that allows channels but not that
     /// pattern) it subscribes the grant channel of each client it finds queued, when it starts

@@ -48,13 +48,13 @@ const MAX_COUNT: i64 = (1 << 53) - 1;
 ///   and a retry answers what the first run did instead of taking or giving twice.
 ///
 /// In Redis it is the string `p:{name}:counting` (the permits free) and its channel
-/// `p:{name}:counting:unlocked` (see the README's data layout): it shares no key with the
+/// `p:{name}:counting:unlocked` (see the guide's [data layout](crate::guide::data_layout)): it shares no key with the
 /// other kinds of the same name.
 ///
 /// # In [`Layout::Redisson`](crate::Layout::Redisson)
 /// It is Java's `getSemaphore(name)`: the string `name`, and the channel `redisson_sc:{name}`
 /// on which every release, add and first set publishes the new count, with Java's steps for
-/// each call (REDISSON-FORMAT.md section 8). Java's `getPermitExpirableSemaphore(name)` (our
+/// each call. Java's `getPermitExpirableSemaphore(name)` (our
 /// [`Client::semaphore`](crate::Client::semaphore)) uses the same key and channel, as in
 /// Java. A retry's answer is kept under `redisson_unlock_latch:{name}:`, which Java never
 /// reads.

@@ -38,7 +38,7 @@ use crate::scripts;
 ///   (`lease: None`) or fixed. A reader that dies frees its share when its own lease ends,
 ///   whoever else reads.
 ///
-/// In Redis it is `p:{name}:rwlock` and its companions (see the README's data layout): a
+/// In Redis it is `p:{name}:rwlock` and its companions (see the guide's [data layout](crate::guide::data_layout)): a
 /// read-write lock and a [`Lock`](crate::Lock) of the same name are two objects.
 ///
 /// # In [`Layout::Redisson`](crate::Layout::Redisson)

@@ -39,7 +39,7 @@ use crate::words::Count;
 ///   costs its lease, never a hang.
 /// - **Tokens**: each acquisition takes the next fencing token of the semaphore's name.
 ///
-/// In Redis it is `p:{name}:semaphore` and its companions (see the README's data layout): a
+/// In Redis it is `p:{name}:semaphore` and its companions (see the guide's [data layout](crate::guide::data_layout)): a
 /// semaphore and a [`Lock`](crate::Lock) of the same name are two objects.
 ///
 /// # In [`Layout::Redisson`]

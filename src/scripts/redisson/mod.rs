@@ -2,7 +2,7 @@
 //! carry: what a client in [`Layout::Redisson`](crate::Layout::Redisson) runs instead of our
 //! own scripts, with the same typed replies, so the engine serves both layouts alike.
 //!
-//! The data each script reads and writes is Redisson 4.x's (`REDISSON-FORMAT.md`); the
+//! The data each script reads and writes is Redisson 4.x's (Redisson's format); the
 //! scripts, and so their replies, are our own. Redisson's layout has no hand-over: a release
 //! publishes a wake-up ("0", or "1" for all; a semaphore's count), and waiters attempt again.
 //!

@@ -1,5 +1,5 @@
-//! The read-write lock of Redisson's layout (Java's `getReadWriteLock`, `REDISSON-FORMAT.md`
-//! section 7): typed calls of `lua/redisson/read_*.lua`, `write_*.lua` and `rw_renew.lua`.
+//! The read-write lock of Redisson's layout (Java's `getReadWriteLock`,
+//! in Redisson's format): typed calls of `lua/redisson/read_*.lua`, `write_*.lua` and `rw_renew.lua`.
 //!
 //! One hash, `name`: `mode` (`read` or `write`), each reader's field (its thread's owner id)
 //! with its count of reads, the writer's field (`<owner>:write`) with its count of writes

@@ -1,5 +1,5 @@
 //! The semaphore of Redisson's layout (Java's `getPermitExpirableSemaphore`,
-//! `REDISSON-FORMAT.md` section 9): typed calls of `lua/redisson/semaphore_*.lua`, and the
+//! in Redisson's format): typed calls of `lua/redisson/semaphore_*.lua`, and the
 //! permit ids an acquisition holds its permits under.
 //!
 //! The string `name` counts the permits free; the zset `{name}:timeout` holds each permit
