@@ -1,5 +1,5 @@
 -- counting_acquire.lua: take permits of a counting semaphore if that many are free, in either
--- layout (Java's RSemaphore.tryAcquire, REDISSON-FORMAT.md 8, with a marker for a retry).
+-- layout (Java's RSemaphore.tryAcquire, Redisson's format, with a marker for a retry).
 --
 -- KEYS[1]  the count    <prefix>:{<name>}:counting, or <name>    string: the permits free
 -- KEYS[2]  the marker   <prefix>:{<name>}:counting:req:<request id>, or

@@ -114,8 +114,7 @@ impl Core {
 
     /// An owner id of its own for one lock acquisition whose guard may move between threads
     /// (an [`OwnedLockGuard`](crate::OwnedLockGuard)): `<client id>:<n>`, shaped like a
-    /// thread's, as a Java service that locks with an explicit thread id makes it (DESIGN
-    /// section 7). `n` comes from the thread numbers' counter, so it is never a thread's
+    /// thread's, as a Java service that locks with an explicit thread id makes it. `n` comes from the thread numbers' counter, so it is never a thread's
     /// number nor another acquisition's.
     pub fn fresh_numbered_owner(&self) -> Arc<str> {
         format!("{}:{}", self.id, next_number()).into()

@@ -488,7 +488,7 @@ fn javas_delete_message_wakes_our_waiters_in_redissons_layout() {
     let waiters = spawn_unbounded_waiters(&waiting, &name, 2);
     support::await_subscribed(&mut admin, &channel);
     thread::sleep(Duration::from_millis(100));
-    // What Java's RCountDownLatch.delete does (REDISSON-FORMAT.md 10): DEL, then "1".
+    // What Java's RCountDownLatch.delete does (Redisson's format): DEL, then "1".
     let _: () = redis::cmd("DEL").arg(&key).query(&mut admin).unwrap();
     let _: () = redis::cmd("PUBLISH")
         .arg(&channel)

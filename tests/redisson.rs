@@ -1,6 +1,6 @@
 //! `Layout::Redisson`: redlatch reads and writes what Redisson 4.x does, so that a Rust
 //! service and Java services share locks in one Redis. The Java side here is raw commands
-//! that do what Redisson's scripts do (REDISSON-FORMAT.md); `redisson_interop.rs` plays a
+//! that do what Redisson's scripts do (Redisson's format); `redisson_interop.rs` plays a
 //! whole emulated Java client against every kind.
 
 mod support;
@@ -116,7 +116,7 @@ fn a_name_with_braces_follows_redissons_rule() {
     assert_eq!(counter, guard.fencing_token());
 }
 
-/// A Java holder, by hand: what Redisson's acquire leaves (REDISSON-FORMAT.md 4.2).
+/// A Java holder, by hand: what Redisson's acquire leaves (Redisson's format).
 fn java_holds(admin: &mut redis::Connection, name: &str, field: &str) {
     let _: () = redis::pipe()
         .cmd("HINCRBY")

@@ -1,6 +1,6 @@
 //! The Redisson 4.7.0 emulation of the test support (`support::jvm`) checked against itself
-//! and against REDISSON-FORMAT.md: the reference trace of section 14 where it gives exact
-//! replies or state, and Java's waiting (section 4.6) where it gives behaviour: attempt,
+//! and against Redisson's format: its reference trace where it gives exact
+//! replies or state, and Java's waiting where it gives behaviour: attempt,
 //! subscribe, attempt again, be woken by the message within a few hundred ms while the lease
 //! is 30 s (also after a killed subscriber connection was replaced), and send nothing while
 //! nothing happens. Interop tests against redlatch build on this, so the

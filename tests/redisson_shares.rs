@@ -1,7 +1,7 @@
 //! `Layout::Redisson`, the kinds with shares: `read_write_lock(n)` is Java's
 //! `getReadWriteLock(n)` and `semaphore(n)` Java's `getPermitExpirableSemaphore(n)`. The Java
-//! side here is raw commands and Lua snippets that follow REDISSON-FORMAT.md's steps (sections
-//! 7 and 9); keys, fields and messages are compared with its reference trace (section 14).
+//! side here is raw commands and Lua snippets that follow Redisson's format (its read-write lock's
+//! and permit-expirable semaphore's scripts); keys, fields and messages are compared with its reference trace.
 
 mod support;
 
@@ -52,7 +52,7 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-// The Java side of the read-write lock (REDISSON-FORMAT.md 7.2 to 7.5), written from the
+// The Java side of the read-write lock (Redisson's format), written from the
 // numbered steps, without the unlock latch (a Java retry's concern only).
 
 /// 7.2, read acquire. KEYS: the hash, the reader's timeout prefix. ARGV: lease, F, F:write.
@@ -529,7 +529,7 @@ fn a_read_whose_keys_are_gone_is_reported_lost_as_a_read() {
     assert!(matches!(read.unlock(), Err(Error::LockLost { .. })));
 }
 
-// The Java side of the permit-expirable semaphore (REDISSON-FORMAT.md 9.2).
+// The Java side of the permit-expirable semaphore (Redisson's format).
 
 /// A permit a Java service took: the count down by one, its 16-byte id in the zset scored by
 /// its lease end.
@@ -912,7 +912,7 @@ fn two_redlatch_clients_share_a_semaphore_and_wake_each_other() {
 // written, whatever fields it has, the caller's own thread's included (a reader's field is
 // named as a lock holder's: `<client id>:<thread>`).
 
-/// A Java service's lock, by hand (REDISSON-FORMAT.md 4.2): `{field: 1}` with a PX lease.
+/// A Java service's lock, by hand (Redisson's format): `{field: 1}` with a PX lease.
 fn java_locks(admin: &mut redis::Connection, name: &str, field: &str, lease_ms: u64) {
     let _: () = redis::pipe()
         .cmd("HSET")
@@ -1196,7 +1196,7 @@ fn a_lock_refuses_a_read_write_locks_hash_and_leaves_it_alone() {
     write.unlock().unwrap();
     assert!(!exists(&mut admin, &name));
 
-    // Java's read and write, written by hand (REDISSON-FORMAT.md 7.2 and 7.4).
+    // Java's read and write, written by hand (Redisson's format).
     java_reads(&mut admin, &name, JAVA, 20_000);
     refused(
         &mut admin,

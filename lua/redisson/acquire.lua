@@ -1,5 +1,5 @@
 -- redisson/acquire.lua: take or re-enter a lock in Redisson's layout (Java's RLock and
--- RFencedLock: REDISSON-FORMAT.md 4.2 and 5.1), with a fencing token from the fenced lock's
+-- RFencedLock: Redisson's format), with a fencing token from the fenced lock's
 -- counter.
 --
 -- KEYS[1]  the lock hash      <name>                          field <owner> -> hold count

@@ -1,5 +1,5 @@
 -- redisson/counting_add.lua: add (or take away) permits of a counting semaphore in Redisson's
--- layout, as Java's RSemaphore.addPermits does (REDISSON-FORMAT.md 8): SET the count plus the
+-- layout, as Java's RSemaphore.addPermits does (Redisson's format): SET the count plus the
 -- delta (which clears any TTL) and publish the new count, even one at or below 0, as Java
 -- does (Java's listener wakes nobody for it; neither does ours).
 --

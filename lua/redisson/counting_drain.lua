@@ -1,5 +1,5 @@
 -- redisson/counting_drain.lua: take every permit of a counting semaphore in Redisson's layout,
--- as Java's RSemaphore.drainPermits does (REDISSON-FORMAT.md 8): SET the count to 0 (which
+-- as Java's RSemaphore.drainPermits does (Redisson's format): SET the count to 0 (which
 -- clears any TTL) and answer what it was. Nothing is published.
 --
 -- KEYS[1]  the count    <name>                                      string: the permits free

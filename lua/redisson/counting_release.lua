@@ -1,5 +1,5 @@
 -- redisson/counting_release.lua: give permits back to a counting semaphore in Redisson's
--- layout, as Java's RSemaphore.release does (REDISSON-FORMAT.md 8): INCRBY, then publish the
+-- layout, as Java's RSemaphore.release does (Redisson's format): INCRBY, then publish the
 -- new count, which wakes Java's waiters and ours.
 --
 -- KEYS[1]  the count    <name>                                      string: the permits free

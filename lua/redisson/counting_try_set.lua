@@ -1,6 +1,6 @@
 -- redisson/counting_try_set.lua: set the permits of a counting semaphore in Redisson's layout
--- only if no count is there yet, as Java's RSemaphore.trySetPermits does (REDISSON-FORMAT.md
--- 8): SET, then publish the count.
+-- only if no count is there yet, as Java's RSemaphore.trySetPermits does (Redisson's format):
+-- SET, then publish the count.
 --
 -- KEYS[1]  the count    <name>                                      string: the permits free
 -- KEYS[2]  the channel  redisson_sc:{<name>}

@@ -1,5 +1,5 @@
 -- redisson/fair_acquire.lua: take, re-enter or queue for a fair lock in Redisson's layout
--- (Java's RFairLock, REDISSON-FORMAT.md 6.2 to 6.4): the lock's hash, a queue of waiting
+-- (Java's RFairLock, Redisson's format): the lock's hash, a queue of waiting
 -- owners, and each waiter's deadline (epoch ms, the caller's wall clock).
 --
 -- KEYS[1]  the lock hash      <name>

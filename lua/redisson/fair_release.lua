@@ -1,6 +1,6 @@
 -- redisson/fair_release.lua: give back one hold of a fair lock in Redisson's layout; the last
 -- one deletes the lock and wakes the waiter at the head of the queue, on its own channel
--- (Java's RFairLock unlock, REDISSON-FORMAT.md 6.6).
+-- (Java's RFairLock unlock, Redisson's format).
 --
 -- KEYS[1]  the lock hash    <name>
 -- KEYS[2]  the queue        redisson_lock_queue:{<name>}

@@ -1,5 +1,5 @@
 -- redisson/fair_withdraw.lua: a waiter of a fair lock in Redisson's layout gives up (Java's
--- "acquire failed", REDISSON-FORMAT.md 6.5): it leaves the queue, and every waiter behind it
+-- "acquire failed", Redisson's format): it leaves the queue, and every waiter behind it
 -- moves up one slot.
 --
 -- KEYS[1]  the queue        redisson_lock_queue:{<name>}

@@ -1,6 +1,6 @@
 -- redisson/force_unlock.lua: delete a lock in Redisson's layout whoever holds it, and wake
 -- every waiter: those of the plain lock on its channel, and the head of a fair lock's queue
--- on its own (REDISSON-FORMAT.md 4.4 and 6.7; Java's getLock(n) and getFairLock(n) are one
+-- on its own (Redisson's format; Java's getLock(n) and getFairLock(n) are one
 -- hash, so either force-unlock frees both).
 --
 -- KEYS[1]  the lock hash    <name>

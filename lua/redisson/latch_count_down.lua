@@ -1,5 +1,5 @@
 -- redisson/latch_count_down.lua: count a latch in Redisson's layout down by one (Java's
--- RCountDownLatch.countDown, REDISSON-FORMAT.md 10); at zero, delete it and open it for every
+-- RCountDownLatch.countDown, Redisson's format); at zero, delete it and open it for every
 -- waiter.
 --
 -- KEYS[1]  the count    <name>                                      string

@@ -1,5 +1,5 @@
 -- redisson/latch_delete.lua: delete a count-down latch in Redisson's layout
--- (CountDownLatch::delete; Java's RCountDownLatch.delete, REDISSON-FORMAT.md 10); its
+-- (CountDownLatch::delete; Java's RCountDownLatch.delete, Redisson's format); its
 -- waiters, Java's and ours, wake and find it open.
 --
 -- KEYS[1]  the count    <name>                                      string

@@ -1,5 +1,5 @@
 -- redisson/latch_set.lua: start a round of a count-down latch in Redisson's layout (Java's
--- RCountDownLatch.trySetCount, REDISSON-FORMAT.md 10), unless a count is running.
+-- RCountDownLatch.trySetCount, Redisson's format), unless a count is running.
 --
 -- KEYS[1]  the count    <name>                                      string
 -- KEYS[2]  the channel  redisson_countdownlatch__channel__{<name>}

@@ -1,5 +1,5 @@
 -- redisson/read_acquire.lua: take or re-enter a read of a read-write lock in Redisson's layout
--- (Java's getReadWriteLock(name).readLock(): REDISSON-FORMAT.md 7.1 and 7.2).
+-- (Java's getReadWriteLock(name).readLock(): Redisson's format).
 --
 -- KEYS[1]  the lock hash      <name>    mode -> read|write, <owner> -> reads,
 --                                       <owner>:write -> writes
@@ -23,7 +23,7 @@
 --                      which always has one, but a lock's (Java's getLock, getFairLock,
 --                      getSpinLock of the same name, or ours), whether or not it has a
 --                      field named as the reader (the same thread's lock), on a first read
---                      and on a re-entry alike (REDISSON-FORMAT.md 7.1 has Java's read
+--                      and on a re-entry alike (Redisson's format has Java's read
 --                      acquire take such a hash as free and join it; ours never does)
 --   "WRONGTYPE fence"  the counter holds something that is not a number
 --   Redis's own WRONGTYPE when the lock's key is not a hash.

@@ -1,5 +1,5 @@
 -- redisson/read_release.lua: give back one read hold of a read-write lock in Redisson's
--- layout (REDISSON-FORMAT.md 7.3). The hash lives on as long as the longest timeout key of
+-- layout (Redisson's format). The hash lives on as long as the longest timeout key of
 -- the holders left; with none left it is deleted and "0" is published on the lock's channel,
 -- which wakes one waiter of every client, Java's and ours.
 --

@@ -1,6 +1,6 @@
 -- redisson/release.lua: give back one hold of a lock in Redisson's layout; the last one
 -- deletes the lock and publishes "0", which wakes a waiter of every client, Java's and ours
--- (REDISSON-FORMAT.md 4.3).
+-- (Redisson's format).
 --
 -- KEYS[1]  the lock hash    <name>
 -- KEYS[2]  the channel      redisson_lock__channel:{<name>}

@@ -1,5 +1,5 @@
 -- redisson/renew.lua: the watchdog for locks in Redisson's layout; extend many leases in one
--- call (what Redisson's batched renewal does, REDISSON-FORMAT.md 4.5, with the token checked
+-- call (what Redisson's batched renewal does, Redisson's format, with the token checked
 -- as in renew.lua).
 --
 -- KEYS[2i-1]  lock hash i          <name>

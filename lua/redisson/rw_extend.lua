@@ -1,7 +1,7 @@
 -- redisson/rw_extend.lua: give one hold of a read-write lock in Redisson's layout a new
 -- lease, from now (WriteGuard::extend, ReadGuard::extend). The lease is set, not added to,
 -- so it may shorten it. Java has no such call; this keeps the rules its scripts keep
--- (REDISSON-FORMAT.md 7.1, 7.3).
+-- (Redisson's format).
 --
 -- KEYS[1]  the lock hash    <name>
 -- KEYS[2]  a write's: its token counter    redisson_lock_token:{<name>}

@@ -1,6 +1,6 @@
 -- redisson/rw_force_unlock.lua: free a read-write lock in Redisson's layout whoever holds it
 -- (every reader and the writer: Java's readLock().forceUnlock() frees only a read-mode hash,
--- and writeLock().forceUnlock() only a write-mode one, REDISSON-FORMAT.md 7.6), and wake
+-- and writeLock().forceUnlock() only a write-mode one, Redisson's format), and wake
 -- every waiter, Java's and ours, readers and writers.
 --
 -- KEYS[1]  the lock hash    <name>                      mode, readers, the writer

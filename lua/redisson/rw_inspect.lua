@@ -1,5 +1,5 @@
 -- redisson/rw_inspect.lua: read a read-write lock's state in Redisson's layout without
--- changing it (REDISSON-FORMAT.md 7.1, 7.6).
+-- changing it (Redisson's format).
 --
 -- KEYS[1]  the lock hash    <name>
 --

@@ -1,5 +1,5 @@
 -- redisson/rw_renew.lua: the watchdog for read-write locks in Redisson's layout; extend the
--- leases of many read and write holds in one call (REDISSON-FORMAT.md 7.7).
+-- leases of many read and write holds in one call (Redisson's format).
 --
 -- KEYS[2i-1]  lock hash i      <name>
 -- KEYS[2i]    a write's token counter   redisson_lock_token:{<name>}, or

@@ -1,5 +1,5 @@
 -- redisson/semaphore.lua: what the scripts of a semaphore in Redisson's layout share (Java's
--- getPermitExpirableSemaphore(name): REDISSON-FORMAT.md 9.1). Not a script of its own: it is
+-- getPermitExpirableSemaphore(name): Redisson's format). Not a script of its own: it is
 -- put in front of each (scripts::splice).
 --
 -- KEYS[1]  the permits free     <name>              string: a number, below 0 while the

@@ -1,6 +1,6 @@
 -- redisson/semaphore_acquire.lua: take permits of a semaphore in Redisson's layout, each
--- under a permit id of its own (Java's tryAcquire, REDISSON-FORMAT.md 9.2), with a fencing
--- token from the fenced lock's counter (DESIGN.md section 7; Java takes none for a
+-- under a permit id of its own (Java's tryAcquire, Redisson's format), with a fencing
+-- token from the fenced lock's counter (the guide's data layout; Java takes none for a
 -- semaphore). redisson/semaphore.lua comes first: see it for KEYS[1..3].
 --
 -- KEYS[4]  the token counter  redisson_lock_token:{<name>}    INCR per acquisition

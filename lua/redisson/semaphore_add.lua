@@ -1,5 +1,5 @@
 -- redisson/semaphore_add.lua: move the total of a semaphore in Redisson's layout by a delta,
--- as Java's addPermits does (REDISSON-FORMAT.md 9.2): the count of permits free moves by the
+-- as Java's addPermits does (Redisson's format): the count of permits free moves by the
 -- delta (a missing count is 0), what is held stays held, and a positive delta is published
 -- (the delta, as Java's: it wakes as many waiters). redisson/semaphore.lua comes first: see
 -- it for KEYS[1..3].

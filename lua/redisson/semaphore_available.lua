@@ -1,6 +1,6 @@
 -- redisson/semaphore_available.lua: the permits of a semaphore in Redisson's layout free now,
 -- after giving back those whose lease ended, as Java's availablePermits does
--- (REDISSON-FORMAT.md 9.2). redisson/semaphore.lua comes first: see it for KEYS[1..3].
+-- (Redisson's format). redisson/semaphore.lua comes first: see it for KEYS[1..3].
 --
 -- ARGV[1]  now                epoch ms by this client's clock
 -- ARGV[2]  publish command    PUBLISH or SPUBLISH (a reclaim publishes the new count)

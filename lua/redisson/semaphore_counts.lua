@@ -1,6 +1,6 @@
 -- redisson/semaphore_counts.lua: the total of a semaphore in Redisson's layout, or the
 -- permits held, after giving back those whose lease ended, as Java's getPermits and
--- acquiredPermits do (REDISSON-FORMAT.md 9.2). redisson/semaphore.lua comes first: see it
+-- acquiredPermits do (Redisson's format). redisson/semaphore.lua comes first: see it
 -- for KEYS[1..3].
 --
 -- ARGV[1]  now                epoch ms by this client's clock

@@ -1,6 +1,6 @@
 -- redisson/semaphore_extend.lua: give the permits of one acquisition of a semaphore in
 -- Redisson's layout a new lease end (Permits::extend; Java's updateLeaseTime,
--- REDISSON-FORMAT.md 9.2, for each of the acquisition's ids). redisson/semaphore.lua comes
+-- Redisson's format, for each of the acquisition's ids). redisson/semaphore.lua comes
 -- first: see it for KEYS[1..3].
 --
 -- ARGV[1]  the new lease end  epoch ms by this client's clock (now + lease)

@@ -1,6 +1,6 @@
 -- redisson/semaphore_force_unlock.lua: take every permit of a semaphore in Redisson's layout
 -- back from its holders, whoever they are, and wake the waiters, Java's and ours. Java has no
--- force-unlock on a permit-expirable semaphore (REDISSON-FORMAT.md 9): this is its releases
+-- force-unlock on a permit-expirable semaphore (Redisson's format): this is its releases
 -- of every permit id at once. redisson/semaphore.lua comes first: see it for KEYS[1..3].
 --
 -- KEYS[4]  the latch          redisson_unlock_latch:{<name>}:<request id>

@@ -1,5 +1,5 @@
 -- redisson/semaphore_release.lua: give back the permits of one acquisition of a semaphore in
--- Redisson's layout (Java's tryRelease, REDISSON-FORMAT.md 9.2). redisson/semaphore.lua
+-- Redisson's layout (Java's tryRelease, Redisson's format). redisson/semaphore.lua
 -- comes first: see it for KEYS[1..3].
 --
 -- ARGV[1]  publish command    PUBLISH or SPUBLISH

@@ -1,6 +1,6 @@
 -- redisson/semaphore_renew.lua: the watchdog for permits of semaphores in Redisson's layout;
 -- move the lease end of many acquisitions' permit ids in one call (Java's updateLeaseTime:
--- REDISSON-FORMAT.md 9.2, ZADD of an id already held).
+-- Redisson's format, ZADD of an id already held).
 --
 -- KEYS[i]     the permits held of acquisition i's semaphore    {<name>}:timeout
 -- ARGV[1]     the new lease end   epoch ms by this client's clock (now + lease)

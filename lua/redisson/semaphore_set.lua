@@ -1,5 +1,5 @@
 -- redisson/semaphore_set.lua: set the total number of permits of a semaphore in Redisson's
--- layout, as Java's setPermits does (REDISSON-FORMAT.md 9.2): the total is the permits free
+-- layout, as Java's setPermits does (Redisson's format): the total is the permits free
 -- plus those held. redisson/semaphore.lua comes first: see it for KEYS[1..3].
 --
 -- ARGV[1]  total

@@ -1,5 +1,5 @@
 -- redisson/semaphore_try_set.lua: set the permits of a semaphore in Redisson's layout only
--- if no count is there yet, as Java's trySetPermits does (REDISSON-FORMAT.md 9.2).
+-- if no count is there yet, as Java's trySetPermits does (Redisson's format).
 -- redisson/semaphore.lua comes first: see it for KEYS[1..3].
 --
 -- ARGV[1]  total

@@ -1,6 +1,6 @@
 -- redisson/write_acquire.lua: take or re-enter the write of a read-write lock in Redisson's
--- layout (Java's getReadWriteLock(name).writeLock(): REDISSON-FORMAT.md 7.1 and 7.4), with a
--- fencing token from the fenced lock's counter (DESIGN.md section 7).
+-- layout (Java's getReadWriteLock(name).writeLock(): Redisson's format), with a
+-- fencing token from the fenced lock's counter (the guide's data layout).
 --
 -- KEYS[1]  the lock hash      <name>    mode -> read|write, <owner> -> reads,
 --                                       <owner>:write -> writes
@@ -19,7 +19,7 @@
 --   "WRONGTYPE lock"   the key is a hash without a `mode` field: not a read-write lock's,
 --                      which always has one, but a lock's (Java's getLock, getFairLock,
 --                      getSpinLock of the same name, or ours), on a first write and on a
---                      re-entry alike (REDISSON-FORMAT.md 7.1 has Java's write acquire take
+--                      re-entry alike (Redisson's format has Java's write acquire take
 --                      such a hash as free and join it; ours never does)
 --   "WRONGTYPE fence"  the counter holds something that is not a number
 --   Redis's own WRONGTYPE when the lock's key is not a hash.

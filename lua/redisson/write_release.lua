@@ -1,5 +1,5 @@
 -- redisson/write_release.lua: give back one write hold of a read-write lock in Redisson's
--- layout (REDISSON-FORMAT.md 7.5). The last one frees the lock and publishes "1", which
+-- layout (Redisson's format). The last one frees the lock and publishes "1", which
 -- wakes every waiter of every client, Java's and ours; if the writer's thread still reads,
 -- the lock turns to mode "read" instead, and nothing is published (a downgrade).
 --

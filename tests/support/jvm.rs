@@ -2,7 +2,7 @@
 //! interop with Java services without a JVM.
 //!
 //! [`Jvm`] plays one `RedissonClient`: one random UUID, owner fields `<uuid>:<thread id>`, the
-//! data layout, KEYS/ARGV order, replies and messages of `/work/shared/REDISSON-FORMAT.md`
+//! data layout, KEYS/ARGV order, replies and messages of Redisson 4.x
 //! (sections 2 to 12; section numbers below refer to it), and the way Java *waits*, as the
 //! real client was seen to: attempt; SUBSCRIBE (confirmed); attempt again; then sleep until a
 //! message or at most the ttl that attempt replied, attempt, and loop; the last waiter of a
