@@ -22,8 +22,8 @@
 //! needs `java` and `mvn`), `REPORT_CROWD` (200) for its crowd's threads. The servers section
 //! (`servers.rs`: the lock cycle and hand-offs on Redis 6.2, Redis 7.0 and Valkey 9.1 side by
 //! side) has its own knobs there; `REPORT_ONLY=servers` runs it alone, its JSON to
-//! `target/bench-report-servers.json`. `REPORT_ONLY=family`, `=redisson` and `=java` run those
-//! sections alone.
+//! `target/bench-report-servers.json`. `REPORT_ONLY=family` (with the latch), `=redisson` and
+//! `=java` (its JSON to `target/bench-report-java.json`) run those sections alone.
 //!
 //! The plot goes under `target/` so that a run leaves the tree clean; the README shows the
 //! copy in `docs/handoff-latency.svg`, which changes only on purpose: `REPORT_PLOT_TO_DOCS=1`
