@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::contenders::{Contender, Redlatch, RedlatchSemaphore, RedlatchWriters, connection};
+use super::figures::Figures;
 use super::scenario::{self, Contended, Outcome};
-use super::stats::percentile;
-use super::{Figures, ratio};
+use super::stats::{percentile, ratio};
 
 /// The kinds whose cycles are measured, in the order of their blocks.
 const KINDS: [&str; 4] = ["lock", "semaphore", "write", "read"];

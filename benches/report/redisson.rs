@@ -7,11 +7,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::contenders::{Contender, Handle, Polling, Redlatch};
+use super::figures::Figures;
 use super::scenario::{self, Contended};
-use super::stats::percentile;
+use super::stats::{percentile, quantile_ratio, ratio, time_one};
 use super::support::eventually;
 use super::support::jvm::{self, Jvm};
-use super::{Figures, quantile_ratio, ratio, time_one};
 
 /// Java's "no lease": the watchdog's 30 s, renewed.
 const JAVA_LEASE: i64 = -1;

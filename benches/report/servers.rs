@@ -19,9 +19,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::contenders::{Polling, Redlatch};
+use crate::figures::{Figures, format_value};
+use crate::knob;
 use crate::scenario::{self, Contended};
+use crate::stats::{quantile_ratio, ratio};
 use crate::support::RedisServer;
-use crate::{Figures, format_value, handoff_to_waiter_figures, knob, quantile_ratio, ratio};
+use crate::uncontended;
 
 /// The figures of the section, in table order: key, and what it is.
 const ROWS: [(&str, &str); 9] = [
@@ -186,7 +189,7 @@ fn start(name: &str) -> Option<Running> {
 /// One run of the section's scenarios on the server at `url`.
 fn measure(url: &str, secs: Duration) -> Vec<(&'static str, f64)> {
     let client = redlatch::Client::open(url).unwrap();
-    let cycles = crate::uncontended_cycles(url, &client.lock("servers-cycle"));
+    let cycles = uncontended::cycles(url, &client.lock("servers-cycle"));
     drop(client);
     let mut out = vec![
         (
@@ -200,15 +203,15 @@ fn measure(url: &str, secs: Duration) -> Vec<(&'static str, f64)> {
     // The report's own hand-off scenarios, into figures of their own, from which the ratios
     // are taken under the section's keys.
     let mut handoff = Figures::default();
-    handoff_to_waiter_figures(&mut handoff, url, secs);
+    crate::handoff::figures(&mut handoff, url, secs);
     for key in [
         "handoff_p50_over_polling",
         "handoff_p99_over_polling",
         "handoff_p50_over_polling_varied_hold",
         "handoff_p99_over_polling_varied_hold",
     ] {
-        if let Some(row) = handoff.rows.iter().find(|r| r.0 == key) {
-            out.push((key, row.1));
+        if let Some(value) = handoff.get(key) {
+            out.push((key, value));
         }
     }
 

@@ -1,4 +1,4 @@
-//! Percentiles and means of durations.
+//! Percentiles and means of durations, and the ratios every figure is taken as.
 
 use std::time::Duration;
 
@@ -31,4 +31,20 @@ pub fn time_each(n: usize, mut f: impl FnMut()) -> Vec<Duration> {
             t.elapsed()
         })
         .collect()
+}
+
+/// How long one call of `f` takes.
+pub fn time_one(f: impl FnOnce()) -> Duration {
+    let t = std::time::Instant::now();
+    f();
+    t.elapsed()
+}
+
+pub fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64()
+}
+
+/// Quantile `q` of `ours` over the same quantile of `theirs`.
+pub fn quantile_ratio(ours: &mut [Duration], theirs: &mut [Duration], q: f64) -> f64 {
+    ratio(percentile(ours, q), percentile(theirs, q))
 }

@@ -27,8 +27,8 @@ mod tally;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::Figures;
 use super::contenders::connection;
+use super::figures::Figures;
 use super::scenario::MAX_WAIT;
 use super::support::java::JavaService;
 
