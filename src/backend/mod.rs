@@ -304,21 +304,9 @@ impl Backend {
     /// (SCAN), which a cluster connection cannot route.
     pub fn on_every_master<T>(
         &self,
-        mut op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
+        op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
     ) -> RedisResult<Vec<T>> {
-        let Target::Cluster(_) = &self.target else {
-            return Ok(vec![self.run(op)?]);
-        };
-        let map = self.slot_map()?;
-        let mut masters: Vec<&str> = (0..crate::keys::SLOTS)
-            .filter_map(|slot| map.node_of(slot))
-            .collect();
-        masters.sort_unstable();
-        masters.dedup();
-        masters
-            .into_iter()
-            .map(|node| op(&mut self.link_to_node(node)?))
-            .collect()
+        self.on_every_node(false, op)
     }
 
     /// Runs `op` once on each server where a classic subscriber may listen: as
@@ -328,6 +316,16 @@ impl Backend {
     /// `PUBSUB NUMSUB` and `PUBSUB CHANNELS` count only the node asked.
     pub fn on_every_listening_node<T>(
         &self,
+        op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
+    ) -> RedisResult<Vec<T>> {
+        self.on_every_node(true, op)
+    }
+
+    /// Runs `op` on every master of a Cluster, and on its seed nodes `with_seeds`, each once;
+    /// once elsewhere.
+    fn on_every_node<T>(
+        &self,
+        with_seeds: bool,
         mut op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
     ) -> RedisResult<Vec<T>> {
         let Target::Cluster(cluster) = &self.target else {
@@ -337,14 +335,15 @@ impl Backend {
         let mut nodes: Vec<String> = (0..crate::keys::SLOTS)
             .filter_map(|slot| map.node_of(slot).map(str::to_string))
             .collect();
-        nodes.extend(cluster.nodes.iter().filter_map(
-            |seed| match seed.get_connection_info().addr() {
+        let seeds = cluster.nodes.iter().filter(|_| with_seeds);
+        nodes.extend(
+            seeds.filter_map(|seed| match seed.get_connection_info().addr() {
                 ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
                     Some(format!("{host}:{port}"))
                 }
                 _ => None,
-            },
-        ));
+            }),
+        );
         nodes.sort_unstable();
         nodes.dedup();
         nodes
