@@ -409,3 +409,35 @@ impl Dialect for Redisson {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scripts::ours::Ours;
+
+    /// The subscriber wakes waiters by what [`Dialect::message`] answers, with no branch of
+    /// its own for Redisson: a wake-up of one must read as `unlock` does, of all as `force`
+    /// does, and nothing of Redisson's may read as a grant, nor anything of ours.
+    #[test]
+    fn redissons_wake_ups_read_as_ours_and_never_grant() {
+        let lock = Some(Family::Lock);
+        assert_eq!(Redisson.message(lock, b"0"), Some(Message::Unlock));
+        assert_eq!(Redisson.message(lock, b"1"), Some(Message::Force));
+        let counting = Some(Family::Counting);
+        assert_eq!(Redisson.message(counting, b"3"), Some(Message::Force));
+        assert_eq!(Redisson.message(counting, b"0"), None);
+        // No waiter of this client there: nothing to wake.
+        assert_eq!(Redisson.message(None, b"0"), None);
+        for ours in [
+            &b"unlock"[..],
+            b"force",
+            b"grant 42 30000 c0ffee:7",
+            b"free 3",
+        ] {
+            assert_eq!(Redisson.message(lock, ours), None, "{ours:?}");
+        }
+        // Ours reads its own text, whatever the family, and none of Redisson's.
+        assert_eq!(Ours.message(None, b"unlock"), Some(Message::Unlock));
+        assert_eq!(Ours.message(lock, b"0"), None);
+    }
+}
