@@ -18,6 +18,7 @@ use crate::engine::hold::Holds;
 use crate::engine::leftover::Leftovers;
 use crate::keys::{Family, Layout, LockKeys};
 use crate::lost::ToRenewal;
+use crate::scripts::Dialect;
 use crate::stats::{Counters, Stats};
 use crate::subscriber::Subscriber;
 
@@ -28,6 +29,10 @@ pub(crate) struct Core {
     pub prefix: String,
     /// Whose key layout the client speaks: ours, or Redisson's.
     pub layout: Layout,
+    /// The scripts and rules of that layout, chosen from it once, when the client is built
+    /// (`scripts::dialect`): every call on an object goes through it. The keys this client
+    /// makes are in the same layout ([`Core::keys`]), which the dialect's calls rely on.
+    pub dialect: &'static dyn Dialect,
     pub watchdog_timeout: Duration,
     /// How long a fencing counter outlives the lease of its latest token.
     pub fence_retention: Duration,

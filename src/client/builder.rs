@@ -457,12 +457,21 @@ impl ClientBuilder {
         let (notices, notices_received) = crossbeam_channel::unbounded();
         let epoch = Instant::now();
         let counters = Arc::new(Counters::default());
-        let (subscriber, subscriber_task) =
-            Subscriber::new(backend.clone(), &prefix, &id, errands, counters.clone())?;
+        // The one place a client's layout chooses what it runs and how it reads messages.
+        let dialect = crate::scripts::dialect(self.layout);
+        let (subscriber, subscriber_task) = Subscriber::new(
+            backend.clone(),
+            &prefix,
+            &id,
+            dialect,
+            errands,
+            counters.clone(),
+        )?;
         let core = Arc::new(Core {
             id,
             prefix,
             layout: self.layout,
+            dialect,
             watchdog_timeout: self.watchdog_timeout,
             fence_retention: self.fence_retention,
             backend,

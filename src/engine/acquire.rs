@@ -13,7 +13,7 @@ use super::release::{lost, release, why_gone};
 use crate::cancel::{Cancel, Watched};
 use crate::core::{Core, Replicas};
 use crate::error::{Error, Result};
-use crate::keys::{Family, Layout, LockKeys};
+use crate::keys::LockKeys;
 use crate::lost::LossCause;
 use crate::scripts::{self, Acquire, Leftover, QueuePlace, Queueing, TakenBy};
 use crate::stats::Outcome;
@@ -284,9 +284,7 @@ impl Wait<'_> {
     /// without a reply: its place, named by its terms, is voided at the owner's next attempt.
     fn remember_place_taken(&self, queueing: &Queueing) {
         let keys = self.kind.keys();
-        // Only our own layout's lock queues by places (Redisson's fair lock names a waiter
-        // by its owner, which its next attempt finds).
-        if keys.family == Family::Lock && keys.layout == Layout::Redlatch {
+        if self.core.dialect.queues_by_place(keys) {
             let until = Instant::now() + queueing.queue_for + PLACE_MARGIN;
             let place = [(queueing.first_place(), until)];
             self.core

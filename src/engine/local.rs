@@ -16,18 +16,15 @@ use redis::RedisResult;
 use super::hold::Hold;
 use crate::cancel::Watched;
 use crate::core::Core;
-use crate::keys::{Family, Layout, LockKeys};
+use crate::keys::LockKeys;
 use crate::scripts::redisson::{self, Transfer};
 
 /// Whether releases of `keys` go to a waiting thread of the client: the one rule a release
-/// (`hand_over`) and a waiter signing up for them (`engine::acquire`) both follow. A lock's
-/// only: a fair lock keeps Redisson's queue, and our own layout hands over in its scripts;
-/// with replicas to wait for, only an attempt of the waiter's own can WAIT for them.
+/// (`hand_over`) and a waiter signing up for them (`engine::acquire`) both follow. Where the
+/// client's dialect says so ([`Dialect::hands_over_in_client`](crate::scripts::Dialect)),
+/// and not with replicas to wait for: only an attempt of the waiter's own can WAIT for them.
 pub(super) fn takes_place(core: &Core, keys: &LockKeys) -> bool {
-    keys.layout == Layout::Redisson
-        && keys.family == Family::Lock
-        && !keys.fair
-        && core.replicas.is_none()
+    core.dialect.hands_over_in_client(keys) && core.replicas.is_none()
 }
 
 /// What became of a release handed to a waiting thread.
@@ -70,14 +67,11 @@ pub(super) fn hand_over(core: &Core, keys: &LockKeys, hold: &Hold) -> Option<Red
 // calls to Redis and the decisions that need the client's `Core`, which `turn` must not
 // import: `Core` holds the turns).
 
-/// Whether releases of `keys` may open turns: a plain lock in Redisson's layout (a fair lock
-/// has Redisson's queue; our own layout hands the lock to the oldest waiter in the fleet),
-/// not on a Cluster (see `engine::turn`).
+/// Whether releases of `keys` may open turns: where they may go to a thread of this client
+/// (the turns give the other clients theirs; a layout that hands the lock to the oldest
+/// waiter in the fleet needs none), not on a Cluster (see `engine::turn`).
 pub(crate) fn takes_turns(core: &Core, keys: &LockKeys) -> bool {
-    keys.layout == Layout::Redisson
-        && keys.family == Family::Lock
-        && !keys.fair
-        && !core.backend.is_cluster()
+    core.dialect.hands_over_in_client(keys) && !core.backend.is_cluster()
 }
 
 /// Sleeps while this client leaves lock `keys` to the others (a turn of theirs is open), but

@@ -9,7 +9,7 @@ use super::local::{self, Handed};
 use super::{Kind, renew};
 use crate::core::Core;
 use crate::error::{Error, Result};
-use crate::keys::{Family, Layout, LockKeys};
+use crate::keys::{Family, LockKeys};
 use crate::lost::LossCause;
 use crate::scripts::{self, Release, Releasing};
 
@@ -67,10 +67,11 @@ pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>) -> Result<
             // what else the script rules out, and what it cannot), unless a force-unlock
             // freed it: release.lua leaves reading that mark to `why_gone`, off the usual
             // path. A mark that cannot be read leaves the release standing, as the retry
-            // found it. In Redisson's layout an earlier attempt may also leave it another's:
-            // its release wakes waiters that race for the lock, and no fence tells their hold
-            // from one that was there before (ours was, by its lease, when the call began).
-            let as_left = reply == Release::Gone || keys.layout == Layout::Redisson;
+            // found it. Where a release wakes waiters that race for the lock (Redisson's
+            // layout), an earlier attempt may also leave it another's, and no fence tells
+            // their hold from one that was there before (ours was, by its lease, when the
+            // call began).
+            let as_left = reply == Release::Gone || core.dialect.release_wakes_racers();
             if as_left && attempts > 1 && cause != LossCause::ForceUnlocked {
                 return Ok(());
             }
@@ -103,7 +104,7 @@ pub(crate) fn give_back(core: &Core, keys: &LockKeys, owner: &str, token: u64, l
     // One attempt: the renewal thread must not stall on an errand.
     match core
         .backend
-        .run_once_only(|con| scripts::give_back(con, keys, owner, token, lease, freeing))
+        .run_once_only(|con| (core.dialect).give_back(con, keys, owner, token, lease, freeing))
     {
         Ok(Release::Released) => {
             log::debug!(
@@ -153,7 +154,7 @@ pub(crate) fn why_gone(
     }
     match core
         .backend
-        .run_once_only(|con| scripts::was_forced(con, keys, token))
+        .run_once_only(|con| core.dialect.was_forced(con, keys, token))
     {
         Ok(true) => LossCause::ForceUnlocked,
         _ => otherwise,

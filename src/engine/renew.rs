@@ -73,7 +73,10 @@ pub(crate) fn renew(
                 break;
             }
             let sent = Instant::now();
-            match backend.run(|con| scripts::renew(con, &calls[call], lease, retention)) {
+            let renewal = |con: &mut dyn redis::ConnectionLike| {
+                scripts::renew(con, core.dialect, &calls[call], lease, retention)
+            };
+            match backend.run(renewal) {
                 Ok(replies) => done(call, sent, replies),
                 Err(e) => {
                     let refused = e.code().is_some();
@@ -105,9 +108,9 @@ pub(crate) fn renew(
         let pipelined: Vec<&[Renewal<'_>]> = rest.iter().map(|&i| calls[i].as_slice()).collect();
         // Once only: a refusal is answered below, and a transport failure must not hold the
         // round up with retries (the next round comes soon).
-        match backend
-            .run_once_only(|con| scripts::renew_pipelined(con, &pipelined, lease, retention))
-        {
+        match backend.run_once_only(|con| {
+            scripts::renew_pipelined(con, core.dialect, &pipelined, lease, retention)
+        }) {
             Ok(replies) => {
                 for (&call, replies) in rest.iter().zip(replies) {
                     done(call, sent, replies);

@@ -207,8 +207,9 @@ impl CountingSemaphore {
         check_permits("try_set_permits", n)?;
         let request = request_id();
         let keys = &self.keys;
+        let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            counting::try_set(con, keys, n, &request, freeing)
+            dialect.counting_try_set(con, keys, n, &request, freeing)
         })
     }
 
@@ -250,16 +251,18 @@ impl CountingSemaphore {
         self.check_name()?;
         let request = request_id();
         let keys = &self.keys;
+        let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            counting::drain(con, keys, &request, freeing)
+            dialect.counting_drain(con, keys, &request, freeing)
         })
     }
 
     fn add(&self, delta: i64, release: bool) -> Result<()> {
         let request = request_id();
         let keys = &self.keys;
+        let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            counting::add(con, keys, delta, release, &request, freeing)
+            dialect.counting_add(con, keys, delta, release, &request, freeing)
         })?
         .map(|_| ())
         .map_err(|count| {
@@ -290,7 +293,9 @@ impl CountingSemaphore {
             self.cancel.as_ref(),
             |con| {
                 Ok(Look {
-                    holds: counting::acquire(con, keys, n, &request, freeing)?,
+                    holds: core
+                        .dialect
+                        .counting_acquire(con, keys, n, &request, freeing)?,
                     at_us: None,
                 })
             },

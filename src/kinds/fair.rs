@@ -15,7 +15,7 @@ use redis::{ConnectionLike, RedisResult};
 
 use crate::engine::Kind;
 use crate::keys::LockKeys;
-use crate::scripts::{self, Acquire, Freeing, Queueing, Release, Releasing, redisson};
+use crate::scripts::{Acquire, Freeing, Queueing, Release, Releasing, redisson};
 
 /// The longest slot: a year.
 const LONGEST_SLOT: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -81,6 +81,6 @@ impl Kind for FairWait {
         how: Releasing,
         freeing: Freeing,
     ) -> RedisResult<Release> {
-        scripts::release(con, &self.keys, owner, token, how, freeing)
+        redisson::release(con, &self.keys, owner, token, how, freeing)
     }
 }

@@ -117,8 +117,9 @@ impl CountDownLatch {
         }
         let request = request_id();
         let keys = &self.keys;
+        let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            latch::set_count(con, keys, n, &request, freeing)
+            dialect.latch_set(con, keys, n, &request, freeing)
         })
     }
 
@@ -128,8 +129,9 @@ impl CountDownLatch {
         self.check_name()?;
         let request = request_id();
         let keys = &self.keys;
+        let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            latch::count_down(con, keys, &request, freeing)
+            dialect.latch_count_down(con, keys, &request, freeing)
         })
     }
 
@@ -195,8 +197,9 @@ impl CountDownLatch {
         self.check_name()?;
         let request = request_id();
         let keys = &self.keys;
+        let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            latch::delete(con, keys, &request, freeing)
+            dialect.latch_delete(con, keys, &request, freeing)
         })
     }
 

@@ -270,8 +270,9 @@ impl Lock {
         // Names this call, so that a retry after a lost reply answers the same rather than
         // deleting a lock somebody took in the meantime.
         let request = uuid::Uuid::new_v4().simple().to_string();
+        let dialect = self.core().dialect;
         let was_locked = engine::call(self.core(), keys, |con, freeing| {
-            scripts::force_unlock(con, keys, &request, freeing)
+            dialect.force_unlock(con, keys, &request, freeing)
         })?;
         if was_locked {
             engine::forced(self.core(), keys);
@@ -392,7 +393,8 @@ impl Kind for Lock {
         queueing: &Queueing,
     ) -> RedisResult<Acquire> {
         let retention = self.core().fence_retention;
-        scripts::acquire(con, &self.keys, owner, held, lease, queueing, retention)
+        let dialect = self.core().dialect;
+        dialect.acquire(con, &self.keys, owner, held, lease, queueing, retention)
     }
 
     fn withdraw(
@@ -403,7 +405,8 @@ impl Kind for Lock {
         queueing: &Queueing,
     ) -> RedisResult<Option<u64>> {
         let retention = self.core().fence_retention;
-        scripts::withdraw(con, &self.keys, owner, lease, queueing, retention)
+        let dialect = self.core().dialect;
+        dialect.withdraw(con, &self.keys, owner, lease, queueing, retention)
     }
 
     fn release(
@@ -414,7 +417,8 @@ impl Kind for Lock {
         how: Releasing,
         freeing: Freeing,
     ) -> RedisResult<Release> {
-        scripts::release(con, &self.keys, owner, token, how, freeing)
+        let dialect = self.core().dialect;
+        dialect.release(con, &self.keys, owner, token, how, freeing)
     }
 }
 

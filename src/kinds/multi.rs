@@ -7,7 +7,7 @@ use crate::engine::{self, Acquired, Hold, Kind, Terms, deadline_after, validate_
 use crate::error::{Error, Result};
 use crate::kinds::lock::{Lock, LockGuard};
 use crate::kinds::{check_composite, drop_lost};
-use crate::scripts::{self, AcquireMany, TakenBy};
+use crate::scripts::{AcquireMany, TakenBy};
 
 /// Several locks taken together, made by [`Client::multi_lock`].
 ///
@@ -191,7 +191,8 @@ impl MultiLock {
                 core,
                 |con| {
                     let retention = core.fence_retention;
-                    scripts::acquire_many(con, &keys, &owner, lease, retention, places)
+                    let dialect = core.dialect;
+                    dialect.acquire_many(con, &keys, &owner, lease, retention, places)
                 },
                 |reply| matches!(reply, AcquireMany::Acquired(_)),
             )

@@ -255,7 +255,7 @@ impl ReadWriteLock {
         // freeing holds taken in the meantime.
         let request = uuid::Uuid::new_v4().simple().to_string();
         let was_locked = engine::call(core, keys, |con, freeing| {
-            scripts::read_write::force_unlock(con, keys, &request, freeing)
+            core.dialect.rw_force_unlock(con, keys, &request, freeing)
         })?;
         if was_locked {
             engine::forced(core, keys);
@@ -264,11 +264,10 @@ impl ReadWriteLock {
     }
 
     fn inspect(&self) -> Result<scripts::read_write::RwInspection> {
-        engine::check_name(&self.runtime.core, self.keys.name())?;
+        let core = &self.runtime.core;
+        engine::check_name(core, self.keys.name())?;
         let keys = &self.keys;
-        engine::call(&self.runtime.core, keys, |con, _| {
-            scripts::read_write::inspect(con, keys)
-        })
+        engine::call(core, keys, |con, _| core.dialect.rw_inspect(con, keys))
     }
 
     fn hold_count(&self, read: bool) -> Result<u32> {

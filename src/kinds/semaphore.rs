@@ -8,9 +8,8 @@ use super::shares::{Share, Wants};
 use crate::core::Runtime;
 use crate::engine::{self, validate_duration, validate_lease};
 use crate::error::{Error, Result};
-use crate::keys::{Family, Layout, LockKeys};
-use crate::scripts::{self, redisson, shares};
-use crate::words::Count;
+use crate::keys::{Family, LockKeys};
+use crate::scripts;
 
 /// A handle on the semaphore called [`name`](Semaphore::name), made by
 /// [`Client::semaphore`](crate::Client::semaphore): at most [`set_permits`] permits in use at
@@ -118,8 +117,9 @@ impl Semaphore {
     pub fn set_permits(&self, total: u32) -> Result<()> {
         self.check_name()?;
         let keys = &self.keys;
+        let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            shares::set_permits(con, keys, total, freeing)
+            dialect.set_permits(con, keys, total, freeing)
         })
     }
 
@@ -128,8 +128,9 @@ impl Semaphore {
     pub fn available(&self) -> Result<u32> {
         self.check_name()?;
         let keys = &self.keys;
+        let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            shares::available(con, keys, freeing)
+            dialect.available(con, keys, freeing)
         })
     }
 
@@ -150,8 +151,9 @@ impl Semaphore {
     pub fn try_set_permits(&self, total: u32) -> Result<bool> {
         self.check_name()?;
         let keys = &self.keys;
+        let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            shares::try_set_permits(con, keys, total, freeing)
+            dialect.try_set_permits(con, keys, total, freeing)
         })
     }
 
@@ -183,8 +185,9 @@ impl Semaphore {
             )));
         }
         let keys = &self.keys;
+        let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            shares::add_permits(con, keys, delta, freeing)
+            dialect.add_permits(con, keys, delta, freeing)
         })?
         .map_err(|total| {
             Error::invalid(format!(
@@ -258,7 +261,8 @@ impl Semaphore {
         // taking back permits acquired in the meantime.
         let request = uuid::Uuid::new_v4().simple().to_string();
         let was_held = engine::call(core, keys, |con, freeing| {
-            shares::force_unlock(con, keys, &request, freeing)
+            core.dialect
+                .semaphore_force_unlock(con, keys, &request, freeing)
         })?;
         if was_held {
             engine::forced(core, keys);
@@ -269,8 +273,9 @@ impl Semaphore {
     fn count(&self, which: scripts::Count) -> Result<u32> {
         self.check_name()?;
         let keys = &self.keys;
+        let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            shares::count(con, keys, which, freeing)
+            dialect.count(con, keys, which, freeing)
         })
     }
 
@@ -311,17 +316,7 @@ impl Semaphore {
             ));
         }
         let core = &self.runtime.core;
-        let owner = match core.layout {
-            Layout::Redlatch => core.fresh_owner(),
-            Layout::Redisson if n > redisson::semaphore::MAX_PERMITS => {
-                return Err(Error::invalid(format!(
-                    "{n} permits in one acquisition: Layout::Redisson keeps an id per permit \
-                     and allows at most {}",
-                    Count(redisson::semaphore::MAX_PERMITS)
-                )));
-            }
-            Layout::Redisson => redisson::semaphore::owner(n),
-        };
+        let owner = core.dialect.permits_owner(n, &|| core.fresh_owner())?;
         let share = Share::new(core, self.keys.clone(), Wants::Permits(n));
         let held = share.acquire(&self.runtime, owner, wait, lease, self.cancel.as_ref())?;
         Ok(held.map(|held| Permits { held, count: n }))

@@ -16,8 +16,8 @@ use crate::core::{Core, Runtime};
 use crate::engine::{self, Kind, Terms};
 use crate::error::Result;
 use crate::keys::LockKeys;
-use crate::scripts::shares::{self, Need};
-use crate::scripts::{Acquire, Freeing, Queueing, Release, Releasing};
+use crate::scripts::shares::Need;
+use crate::scripts::{Acquire, Dialect, Freeing, Queueing, Release, Releasing};
 
 /// What one acquisition of a share asks for.
 #[derive(Debug, Clone)]
@@ -33,11 +33,12 @@ pub(crate) enum Wants {
 }
 
 /// The engine's view of one acquisition of a share: the object's keys, what is asked for,
-/// and what its scripts must know of the deployment (how grants are published, how long a
-/// fence is kept).
+/// the client's dialect, and what its scripts must know of the deployment (how grants are
+/// published, how long a fence is kept).
 pub(crate) struct Share {
     pub keys: Arc<LockKeys>,
     pub wants: Wants,
+    dialect: &'static dyn Dialect,
     freeing: Freeing,
 }
 
@@ -46,6 +47,7 @@ impl Share {
         Share {
             keys,
             wants,
+            dialect: core.dialect,
             freeing: engine::freeing(core),
         }
     }
@@ -100,7 +102,7 @@ impl Kind for Share {
         queueing: &Queueing,
     ) -> RedisResult<Acquire> {
         let need = self.need();
-        shares::acquire(
+        self.dialect.share_acquire(
             con,
             &self.keys,
             owner,
@@ -119,7 +121,7 @@ impl Kind for Share {
         lease: Duration,
         _queueing: &Queueing,
     ) -> RedisResult<Option<u64>> {
-        shares::withdraw(con, &self.keys, owner, lease, self.freeing)
+        (self.dialect).share_withdraw(con, &self.keys, owner, lease, self.freeing)
     }
 
     fn release(
@@ -130,6 +132,6 @@ impl Kind for Share {
         how: Releasing,
         freeing: Freeing,
     ) -> RedisResult<Release> {
-        shares::release(con, &self.keys, owner, token, how, freeing)
+        (self.dialect).share_release(con, &self.keys, owner, token, how, freeing)
     }
 }

@@ -53,7 +53,7 @@ pub(super) enum Optional<'a> {
 /// `redis::Cmd` instead (arguments, then the command, then its packed bytes) reallocated
 /// about 30 times per lock and unlock: callgrind counted 16,000 instructions per cycle in its
 /// `write_arg` alone.
-pub(super) struct Invocation<'a> {
+pub(crate) struct Invocation<'a> {
     lua: &'a Lua,
     keys: Args,
     args: Args,

@@ -1,45 +1,30 @@
-//! A count-down latch's scripts: start a round, count down, delete, read the count.
+//! A count-down latch's scripts in our layout: start a round, count down, delete; and read
+//! the count, which one script does for both layouts. Redisson's others are in
+//! `scripts::redisson::latch`.
 
 use std::sync::LazyLock;
 
 use redis::{ConnectionLike, RedisResult};
 
 use super::{Freeing, Lua, millis};
-use crate::keys::{Layout, LockKeys};
+use crate::keys::LockKeys;
 
 static SET: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/latch_set.lua")));
 static COUNT_DOWN: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/latch_count_down.lua")));
-static REDISSON_SET: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/latch_set.lua")));
-static REDISSON_COUNT_DOWN: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/latch_count_down.lua")));
 static DELETE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/latch_delete.lua")));
-static REDISSON_DELETE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/latch_delete.lua")));
 static COUNT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/latch_count.lua")));
 
 /// Sets the count to `n` unless a count is running; `request` names this call, so that a
 /// retry answers the same.
-pub(crate) fn set_count(
+pub(super) fn set_count(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     n: u64,
     request: &str,
     freeing: Freeing,
 ) -> RedisResult<bool> {
-    if keys.layout == Layout::Redisson {
-        let reply: i64 = REDISSON_SET
-            .key(keys.lock())
-            .key(keys.channel())
-            .key(keys.unlock_latch(request))
-            .arg(n)
-            .arg(freeing.publish)
-            .arg(millis(freeing.latch_ttl))
-            .invoke(con)?;
-        return Ok(reply == 1);
-    }
     let reply: i64 = SET
         .key(keys.lock())
         .key(keys.request_marker(request))
@@ -51,44 +36,40 @@ pub(crate) fn set_count(
 
 /// Counts down by one (opening the latch at zero); what remains. `request` as in
 /// [`set_count`].
-pub(crate) fn count_down(
+pub(super) fn count_down(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     request: &str,
     freeing: Freeing,
 ) -> RedisResult<u64> {
-    let scripts = [&COUNT_DOWN, &REDISSON_COUNT_DOWN];
-    let left: String = opening(con, keys, scripts, request, freeing)?;
+    let marker = keys.request_marker(request);
+    let left: String = opening(con, &COUNT_DOWN, keys, &marker, freeing)?;
     parse(&left)
 }
 
 /// Deletes the latch, waking its waiters: `true` if a count was running. `request` as in
 /// [`set_count`].
-pub(crate) fn delete(
+pub(super) fn delete(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     request: &str,
     freeing: Freeing,
 ) -> RedisResult<bool> {
-    let scripts = [&DELETE, &REDISSON_DELETE];
-    let reply: i64 = opening(con, keys, scripts, request, freeing)?;
+    let marker = keys.request_marker(request);
+    let reply: i64 = opening(con, &DELETE, keys, &marker, freeing)?;
     Ok(reply == 1)
 }
 
-/// Runs a call that may open the latch, with the script of this layout (`scripts`: ours,
-/// Redisson's): both take the latch, its channel and the call's request marker, then the
-/// marker's life and the publish command.
-fn opening<T: redis::FromRedisValue>(
+/// Runs `script`, a call that may open the latch: ours and Redisson's all take the latch,
+/// its channel and the call's request `marker` (where its reply is kept for a retry), then
+/// the marker's life and the publish command.
+pub(super) fn opening<T: redis::FromRedisValue>(
     con: &mut dyn ConnectionLike,
+    script: &Lua,
     keys: &LockKeys,
-    scripts: [&LazyLock<Lua>; 2],
-    request: &str,
+    marker: &str,
     freeing: Freeing,
 ) -> RedisResult<T> {
-    let (script, marker) = match keys.layout {
-        Layout::Redlatch => (scripts[0], keys.request_marker(request)),
-        Layout::Redisson => (scripts[1], keys.unlock_latch(request)),
-    };
     script
         .key(keys.lock())
         .key(keys.channel())
@@ -119,7 +100,7 @@ pub(crate) fn count_at(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisRe
     }
 }
 
-fn parse(count: &str) -> RedisResult<u64> {
+pub(super) fn parse(count: &str) -> RedisResult<u64> {
     count.parse().map_err(|_| {
         redis::RedisError::from((
             redis::ErrorKind::UnexpectedReturnType,

@@ -10,7 +10,7 @@ use super::{
     Acquire, Freeing, Invocation, Leftover, Lua, Optional, QueuePlace, Queueing, Release,
     Releasing, Renewal, millis,
 };
-use crate::keys::{Layout, LockKeys};
+use crate::keys::LockKeys;
 
 static ACQUIRE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(with_prelude!("places.lua", "acquire.lua")));
@@ -22,12 +22,10 @@ static FORCE_UNLOCK: LazyLock<Lua> =
 static WITHDRAW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(with_prelude!("places.lua", "withdraw.lua")));
 static INSPECT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/inspect.lua")));
-static REDISSON_ACQUIRE_MANY: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/redisson/acquire_many.lua")));
 static ACQUIRE_MANY: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(with_prelude!("places.lua", "acquire_many.lua")));
 
-pub(crate) fn acquire(
+pub(super) fn acquire(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     owner: &str,
@@ -36,9 +34,6 @@ pub(crate) fn acquire(
     queueing: &Queueing,
     fence_retention: Duration,
 ) -> RedisResult<Acquire> {
-    if keys.layout == Layout::Redisson {
-        return super::redisson::acquire(con, keys, owner, hold, lease);
-    }
     let (holds, token) = hold.unwrap_or((0, 0));
     let place = place_arg(queueing.place);
     let leftovers = leftovers_arg(&queueing.leftovers);
@@ -162,8 +157,8 @@ pub(crate) enum AcquireMany {
 
 /// Takes every lock of `locks` that is free for `owner`, or none of them; and voids
 /// `leftovers[i]`, places that earlier waits of the owner left in the queue of `locks[i]`,
-/// whatever the reply.
-pub(crate) fn acquire_many(
+/// whatever the reply (`acquire_many.lua`).
+pub(super) fn acquire_many(
     con: &mut dyn ConnectionLike,
     locks: &[&LockKeys],
     owner: &str,
@@ -171,27 +166,26 @@ pub(crate) fn acquire_many(
     fence_retention: Duration,
     leftovers: &[Vec<Leftover>],
 ) -> RedisResult<AcquireMany> {
-    let redisson = locks.first().is_some_and(|k| k.layout == Layout::Redisson);
-    let mut invocation = if redisson {
-        REDISSON_ACQUIRE_MANY.prepare_invoke()
-    } else {
-        ACQUIRE_MANY.prepare_invoke()
-    };
+    let mut invocation = ACQUIRE_MANY.prepare_invoke();
     for keys in locks {
-        invocation.key(keys.lock()).key(keys.fence());
-        if !redisson {
-            invocation.key(keys.queue());
-        }
+        invocation
+            .key(keys.lock())
+            .key(keys.fence())
+            .key(keys.queue());
     }
-    invocation.arg(owner).arg(millis(lease));
-    // Redisson's locks keep no queue, so no wait leaves a place in one.
-    if !redisson {
-        invocation.arg(millis(fence_retention));
-        for each in leftovers {
-            invocation.arg(leftovers_arg(each));
-        }
+    invocation
+        .arg(owner)
+        .arg(millis(lease))
+        .arg(millis(fence_retention));
+    for each in leftovers {
+        invocation.arg(leftovers_arg(each));
     }
-    let reply: RedisResult<Vec<i64>> = invocation.invoke(con);
+    many_reply(invocation.invoke(con))
+}
+
+/// What a script that takes many locks at once answered (`acquire_many.lua`, and Redisson's
+/// `redisson/acquire_many.lua`, which answers alike).
+pub(super) fn many_reply(reply: RedisResult<Vec<i64>>) -> RedisResult<AcquireMany> {
     let reply = match reply {
         Ok(reply) => reply,
         Err(e) if crate::error::refusal(&e).is_some_and(|(code, _)| code == "WRONGTYPE") => {
@@ -230,7 +224,7 @@ pub(crate) fn acquire_many(
 /// Takes the caller out of the queue (its place as `queueing` names it); `Some(token)` if the
 /// lock had been handed to it, which then holds it with at least `lease` and the hand-over's
 /// token.
-pub(crate) fn withdraw(
+pub(super) fn withdraw(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     owner: &str,
@@ -238,10 +232,6 @@ pub(crate) fn withdraw(
     queueing: &Queueing,
     fence_retention: Duration,
 ) -> RedisResult<Option<u64>> {
-    // Redisson's lock keeps no queue: a waiter that gives up has nothing to leave.
-    if keys.layout == Layout::Redisson {
-        return Ok(None);
-    }
     let (granted, token): (i64, i64) = WITHDRAW
         .key(keys.lock())
         .key(keys.fence())
@@ -257,7 +247,7 @@ pub(crate) fn withdraw(
 }
 
 /// Releases one of `owner`'s holds of the lock taken with `token`, as `how` says.
-pub(crate) fn release(
+pub(super) fn release(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     owner: &str,
@@ -265,9 +255,6 @@ pub(crate) fn release(
     how: Releasing,
     freeing: Freeing,
 ) -> RedisResult<Release> {
-    if keys.layout == Layout::Redisson {
-        return super::redisson::release(con, keys, owner, token, how, freeing);
-    }
     let mut invocation = RELEASE.key(keys.lock());
     invocation
         .key(keys.fence())
@@ -347,15 +334,12 @@ pub(super) fn extend(
 }
 
 /// Deletes the lock whoever holds it; `request` names this call so a retry answers the same.
-pub(crate) fn force_unlock(
+pub(super) fn force_unlock(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     request: &str,
     freeing: Freeing,
 ) -> RedisResult<bool> {
-    if keys.layout == Layout::Redisson {
-        return super::redisson::force_unlock(con, keys, request, freeing);
-    }
     let reply: i64 = FORCE_UNLOCK
         .key(keys.lock())
         .key(keys.channel())
@@ -390,15 +374,11 @@ pub(crate) fn inspect(
 
 /// Whether lock `keys` was force-unlocked lately (its mark is there): why a hold of it is
 /// gone.
-pub(crate) fn was_forced(
+pub(super) fn was_forced(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     token: u64,
 ) -> RedisResult<bool> {
-    // Redisson's layout keeps no such mark.
-    if keys.layout == Layout::Redisson {
-        return Ok(false);
-    }
     let freed: Option<String> = redis::cmd("GET").arg(keys.forced_mark()).query(con)?;
     // "<token>" (a lock, a read-write lock: every hold freed had it) or "<lowest> <highest>"
     // (a semaphore: each holder had a token of its own).

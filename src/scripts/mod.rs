@@ -9,7 +9,12 @@
 //! ([`Acquire`], [`Release`]), the error a refusal means ([`failure`]), and renewal. How a
 //! script is called is in [`call`], the parsed form of every message a script publishes in
 //! [`message`]; each family's scripts have a file of their own ([`lock`], [`shares`],
-//! [`latch`]), and Redisson's layout a directory ([`redisson`]).
+//! [`latch`], [`counting`], [`read_write`]), and Redisson's layout a directory
+//! ([`redisson`]).
+//!
+//! The rest of the client calls them through a [`Dialect`], one per layout ([`ours`],
+//! [`redisson::Redisson`]), which it chooses once from its layout ([`dialect`]): no call
+//! here asks which layout its keys are in.
 
 use std::time::Duration;
 
@@ -17,7 +22,7 @@ use redis::{ConnectionLike, RedisError, RedisResult};
 
 use crate::backend::Backend;
 use crate::error::Error;
-use crate::keys::{Family, Layout, LockKeys};
+use crate::keys::{Layout, LockKeys};
 
 /// The text of `lua/<file>` with `lua/<prelude>` in it: a prelude is code that several scripts
 /// share (`shares.lua`, `places.lua`), not a script of its own. It goes where the file has the
@@ -44,20 +49,30 @@ fn splice(prelude: &str, file: &str, marker: &str) -> String {
 
 mod call;
 pub(crate) mod counting;
+mod dialect;
 pub(crate) mod latch;
 mod lock;
 mod message;
+mod ours;
 pub(crate) mod read_write;
 pub(crate) mod redisson;
 pub(crate) mod shares;
 
 use call::{Invocation, Lua, Optional};
+pub(crate) use dialect::Dialect;
 pub(crate) use message::{Grants, Message};
 
-pub(crate) use lock::{
-    AcquireMany, Inspection, Place, acquire, acquire_many, force_unlock, inspect, release,
-    was_forced, withdraw,
-};
+pub(crate) use lock::{AcquireMany, Inspection, Place, inspect};
+
+/// The dialect of `layout`: the one place that chooses what a client runs and how it reads
+/// its channels by its layout. A client calls it once, when it is built, and keeps the
+/// answer (`Core::dialect`).
+pub(crate) fn dialect(layout: Layout) -> &'static dyn Dialect {
+    match layout {
+        Layout::Redlatch => &ours::Ours,
+        Layout::Redisson => &redisson::Redisson,
+    }
+}
 
 /// The error a failed script call on the lock `keys` means. Our scripts refuse foreign data
 /// with `WRONGTYPE <which>`, naming which of the lock's keys holds it (`lock`, `fence`,
@@ -251,41 +266,6 @@ impl Releasing {
     }
 }
 
-/// Gives back a hand-over to `owner` with `token` for `lease` that nobody took up (its thread
-/// no longer waited), with the release script of `keys`'s family; changes nothing if it was
-/// taken up.
-pub(crate) fn give_back(
-    con: &mut dyn ConnectionLike,
-    keys: &LockKeys,
-    owner: &str,
-    token: u64,
-    lease: Duration,
-    freeing: Freeing,
-) -> RedisResult<Release> {
-    let how = Releasing {
-        holds: 1,
-        taken_by: None,
-        lease,
-    };
-    if keys.layout == Layout::Redisson {
-        // Only a lock's in-client hand-over (transfer.lua) hands anything over in Redisson's
-        // layout: it leaves the owner's field at one hold, which its release takes away.
-        return match keys.family {
-            Family::Lock => redisson::release(con, keys, owner, token, how, freeing),
-            _ => Ok(Release::NotOurs),
-        };
-    }
-    match keys.family {
-        Family::Lock => lock::release(con, keys, owner, token, how, freeing),
-        Family::ReadWrite | Family::Semaphore => {
-            shares::release(con, keys, owner, token, how, freeing)
-        }
-        // A latch or a counting semaphore grants nothing, so nothing is handed to an owner
-        // that no longer waits.
-        Family::Latch | Family::Counting => Ok(Release::NotOurs),
-    }
-}
-
 /// One hold to renew: the lock, the owner whose field must still be there, and the fencing
 /// token the hold was taken with.
 pub(crate) struct Renewal<'a> {
@@ -294,14 +274,16 @@ pub(crate) struct Renewal<'a> {
     pub token: u64,
 }
 
-/// Renews every hold in `batch` in one script call; `true` where the lock is still ours.
+/// Renews every hold in `batch` in one script call of `dialect`; `true` where the lock is
+/// still ours.
 pub(crate) fn renew(
     con: &mut dyn ConnectionLike,
+    dialect: &dyn Dialect,
     batch: &[Renewal<'_>],
     lease: Duration,
     fence_retention: Duration,
 ) -> RedisResult<Vec<bool>> {
-    let replies: Vec<i64> = renewal(batch, lease, fence_retention).invoke(con)?;
+    let replies: Vec<i64> = dialect.renewal(batch, lease, fence_retention).invoke(con)?;
     Ok(replies.into_iter().map(|r| r == 1).collect())
 }
 
@@ -311,13 +293,14 @@ pub(crate) fn renew(
 /// `NOSCRIPT` too: run the batches one by one with [`renew`] then, which loads the script).
 pub(crate) fn renew_pipelined(
     con: &mut dyn ConnectionLike,
+    dialect: &dyn Dialect,
     batches: &[&[Renewal<'_>]],
     lease: Duration,
     fence_retention: Duration,
 ) -> RedisResult<Vec<Vec<bool>>> {
     let mut pipeline = Vec::new();
     for batch in batches {
-        pipeline.extend(renewal(batch, lease, fence_retention).packed_sha());
+        pipeline.extend(dialect.renewal(batch, lease, fence_retention).packed_sha());
     }
     // Straight to the connection: `Pipeline::query` refuses a cluster connection, which sends
     // a pipeline to the node of its first command.
@@ -329,62 +312,6 @@ pub(crate) fn renew_pipelined(
             Ok(reply.into_iter().map(|r| r == 1).collect())
         })
         .collect()
-}
-
-/// The call that renews `batch`, whose holds are all of one family.
-fn renewal<'a>(
-    batch: &[Renewal<'_>],
-    lease: Duration,
-    fence_retention: Duration,
-) -> Invocation<'a> {
-    let first = batch.first().map(|r| (r.keys.layout, r.keys.family));
-    match first {
-        Some((Layout::Redlatch, Family::Lock)) | None => {
-            lock::renewal(batch, lease, fence_retention)
-        }
-        // A holder's token is kept in its field, not checked against the fence.
-        Some((Layout::Redlatch, Family::ReadWrite | Family::Semaphore)) => {
-            shares::renewal(batch, lease)
-        }
-        Some((Layout::Redisson, Family::Lock)) => redisson::renewal(batch, lease),
-        Some((Layout::Redisson, Family::ReadWrite)) => redisson::read_write::renewal(batch, lease),
-        Some((Layout::Redisson, Family::Semaphore)) => redisson::semaphore::renewal(batch, lease),
-        // Nothing of a latch or a counting semaphore is held, so nothing of it is ever
-        // registered for renewal; were
-        // it, the lock's script would find no hold of it and answer "not ours".
-        Some((_, Family::Latch | Family::Counting)) => lock::renewal(batch, lease, fence_retention),
-    }
-}
-
-/// Gives the hold `owner` took of `keys` with `token` a lease of `lease` from now (set, not
-/// added to), with the script of its family and layout: `true` if it is still ours and the
-/// lease is set, `false` if it is gone (then nothing was written: a hold is never revived).
-/// Idempotent: a retry sets the same lease again, from a moment later.
-pub(crate) fn extend(
-    con: &mut dyn ConnectionLike,
-    keys: &LockKeys,
-    owner: &str,
-    token: u64,
-    lease: Duration,
-    freeing: Freeing,
-) -> RedisResult<bool> {
-    match (keys.layout, keys.family) {
-        (Layout::Redlatch, Family::Lock) => {
-            lock::extend(con, keys, owner, token, lease, freeing.fence_retention)
-        }
-        (Layout::Redlatch, Family::ReadWrite | Family::Semaphore) => {
-            shares::extend(con, keys, owner, token, lease)
-        }
-        (Layout::Redisson, Family::Lock) => redisson::extend(con, keys, owner, token, lease),
-        (Layout::Redisson, Family::ReadWrite) => {
-            redisson::read_write::extend(con, keys, owner, token, lease)
-        }
-        (Layout::Redisson, Family::Semaphore) => {
-            redisson::semaphore::extend(con, keys, owner, lease, freeing.publish)
-        }
-        // Nothing of a latch or a counting semaphore is held under a lease.
-        (_, Family::Latch | Family::Counting) => Ok(false),
-    }
 }
 
 /// Milliseconds for Redis; callers validated that the value fits.

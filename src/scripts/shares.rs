@@ -5,20 +5,19 @@
 //! is put in front of each script's own text (`with_prelude!`), so every script stays one
 //! EVALSHA with no library to load first.
 //!
-//! An object in Redisson's layout goes to `scripts::redisson`'s calls instead, with the same
-//! replies.
+//! These are our layout's; Redisson's are in `scripts::redisson`, with the same replies
+//! (each [`Dialect`](super::Dialect) calls its own).
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
-use super::redisson;
 use super::{
     Acquire, Count, Freeing, Invocation, Lua, Optional, Queueing, Release, Releasing, Renewal,
     millis,
 };
-use crate::keys::{Family, Layout, LockKeys};
+use crate::keys::{Family, LockKeys};
 
 static ACQUIRE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(with_prelude!("shares.lua", "shares_acquire.lua")));
@@ -71,7 +70,7 @@ fn prelude<'a>(lua: &'a Lua, keys: &LockKeys, freeing: Freeing) -> Invocation<'a
 
 /// Takes or re-enters a share for `owner`, or queues it (see `lua/shares_acquire.lua`).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn acquire(
+pub(super) fn acquire(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     owner: &str,
@@ -81,15 +80,6 @@ pub(crate) fn acquire(
     need: Need<'_>,
     freeing: Freeing,
 ) -> RedisResult<Acquire> {
-    if keys.layout == Layout::Redisson {
-        return match need {
-            Need::Read { writer, .. } => {
-                redisson::read_write::acquire(con, keys, owner, held, lease, Some(writer))
-            }
-            Need::Write => redisson::read_write::acquire(con, keys, owner, held, lease, None),
-            Need::Permits(_) => redisson::semaphore::acquire(con, keys, owner, lease, freeing),
-        };
-    }
     let (holds, token) = held.unwrap_or((0, 0));
     let (need, writer) = match need {
         Need::Read { writer, writing } => ("r".to_string(), if writing { writer } else { "" }),
@@ -122,17 +112,13 @@ pub(crate) fn acquire(
 }
 
 /// Takes `owner` out of the queue; `Some(token)` if it had been granted its share.
-pub(crate) fn withdraw(
+pub(super) fn withdraw(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     owner: &str,
     lease: Duration,
     freeing: Freeing,
 ) -> RedisResult<Option<u64>> {
-    // Redisson's layout keeps no queue: a waiter that gives up has nothing to leave.
-    if keys.layout == Layout::Redisson {
-        return Ok(None);
-    }
     let (granted, token): (i64, i64) = prelude(&WITHDRAW, keys, freeing)
         .arg(owner)
         .arg(millis(lease))
@@ -142,7 +128,7 @@ pub(crate) fn withdraw(
 
 /// Releases one of `owner`'s holds of the share taken with `token`, as `how` says (a share
 /// hands over on the object's channel whatever the lease: see `lua/shares.lua`).
-pub(crate) fn release(
+pub(super) fn release(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     owner: &str,
@@ -150,15 +136,6 @@ pub(crate) fn release(
     how: Releasing,
     freeing: Freeing,
 ) -> RedisResult<Release> {
-    match (keys.layout, keys.family) {
-        (Layout::Redisson, Family::Semaphore) => {
-            return redisson::semaphore::release(con, keys, owner, freeing);
-        }
-        (Layout::Redisson, _) => {
-            return redisson::read_write::release(con, keys, owner, token, how, freeing);
-        }
-        (Layout::Redlatch, _) => {}
-    }
     let reply: i64 = prelude(&RELEASE, keys, freeing)
         .arg(owner)
         .arg(how.holds)
@@ -212,31 +189,20 @@ pub(super) fn extend(
 }
 
 /// Sets a semaphore's total and grants the waiters that now fit.
-pub(crate) fn set_permits(
+pub(super) fn set_permits(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     total: u32,
     freeing: Freeing,
 ) -> RedisResult<()> {
-    if keys.layout == Layout::Redisson {
-        return redisson::semaphore::set_permits(con, keys, total, freeing);
-    }
     let _: i64 = prelude(&SET_PERMITS, keys, freeing)
         .arg(total)
         .invoke(con)?;
     Ok(())
 }
 
-/// The permits of a semaphore free now (in Redisson's layout, once those whose lease ended
-/// are given back, which publishes the new count).
-pub(crate) fn available(
-    con: &mut dyn ConnectionLike,
-    keys: &LockKeys,
-    freeing: Freeing,
-) -> RedisResult<u32> {
-    if keys.layout == Layout::Redisson {
-        return redisson::semaphore::available(con, keys, freeing);
-    }
+/// The permits of a semaphore free now.
+pub(super) fn available(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResult<u32> {
     // The total less what is held under a live lease, never below 0: the counts' one read.
     let (total, held): (i64, i64) = COUNTS
         .key(keys.lock())
@@ -248,15 +214,12 @@ pub(crate) fn available(
 
 /// Sets a semaphore's total if none is set yet, and grants the waiters that now fit: `true`
 /// if it was set.
-pub(crate) fn try_set_permits(
+pub(super) fn try_set_permits(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     total: u32,
     freeing: Freeing,
 ) -> RedisResult<bool> {
-    if keys.layout == Layout::Redisson {
-        return redisson::semaphore::try_set_permits(con, keys, total, freeing);
-    }
     let set: i64 = prelude(&TRY_SET_PERMITS, keys, freeing)
         .arg(total)
         .invoke(con)?;
@@ -266,62 +229,59 @@ pub(crate) fn try_set_permits(
 /// Moves a semaphore's total by `delta` and grants the waiters that now fit:
 /// `Ok(the new total)`, or `Err(the total as it is)` when the new one would leave
 /// `0..=u32::MAX` (nothing written then).
-pub(crate) fn add_permits(
+pub(super) fn add_permits(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     delta: i64,
     freeing: Freeing,
 ) -> RedisResult<std::result::Result<u32, i64>> {
-    let (done, total): (i64, i64) = if keys.layout == Layout::Redisson {
-        redisson::semaphore::add_permits(con, keys, delta, freeing)?
-    } else {
-        prelude(&ADD_PERMITS, keys, freeing)
-            .arg(delta)
-            .invoke(con)?
-    };
-    Ok(match u32::try_from(total) {
-        Ok(total) if done == 1 => Ok(total),
-        _ => Err(total),
-    })
+    let (done, total): (i64, i64) = prelude(&ADD_PERMITS, keys, freeing)
+        .arg(delta)
+        .invoke(con)?;
+    Ok(moved(done, total))
 }
 
-/// A semaphore's total or the permits held now (in Redisson's layout, once those whose
-/// lease ended are given back, which publishes the new count); a total below 0, which only
-/// Java's `addPermits` can make, reads as 0.
-pub(crate) fn count(
+/// What a script that moves a semaphore's total answered, `(1, the new total)` or `(0, the
+/// total as it is)`, as [`add_permits`] tells it (Redisson's `semaphore_add.lua` answers
+/// alike).
+pub(super) fn moved(done: i64, total: i64) -> std::result::Result<u32, i64> {
+    match u32::try_from(total) {
+        Ok(total) if done == 1 => Ok(total),
+        _ => Err(total),
+    }
+}
+
+/// A semaphore's total or the permits held now.
+pub(super) fn count(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     which: Count,
-    freeing: Freeing,
 ) -> RedisResult<u32> {
-    let n = if keys.layout == Layout::Redisson {
-        redisson::semaphore::count(con, keys, which, freeing)?
-    } else {
-        let (total, held): (i64, i64) = COUNTS
-            .key(keys.lock())
-            .key(keys.leases())
-            .key(keys.permits())
-            .invoke(con)?;
-        match which {
-            Count::Permits => total,
-            Count::Acquired => held,
-        }
-    };
-    Ok(n.clamp(0, i64::from(u32::MAX)) as u32)
+    let (total, held): (i64, i64) = COUNTS
+        .key(keys.lock())
+        .key(keys.leases())
+        .key(keys.permits())
+        .invoke(con)?;
+    Ok(clamped(match which {
+        Count::Permits => total,
+        Count::Acquired => held,
+    }))
 }
 
-/// Frees semaphore `keys` whoever holds its permits and grants its waiters that now fit (in
-/// Redisson's layout, puts every permit back and publishes the new count); `true` if a
-/// permit was held. `request` names the call, so that a retry answers the same.
-pub(crate) fn force_unlock(
+/// A count as a number of permits: a total below 0, which only Java's `addPermits` can make,
+/// reads as 0.
+pub(super) fn clamped(n: i64) -> u32 {
+    n.clamp(0, i64::from(u32::MAX)) as u32
+}
+
+/// Frees semaphore `keys` whoever holds its permits and grants its waiters that now fit;
+/// `true` if a permit was held. `request` names the call, so that a retry answers the same.
+pub(super) fn force_unlock(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     request: &str,
     freeing: Freeing,
 ) -> RedisResult<bool> {
-    if keys.layout == Layout::Redisson {
-        return redisson::semaphore::force_unlock(con, keys, request, freeing);
-    }
     let reply: i64 = prelude(&super::read_write::FORCE_UNLOCK, keys, freeing)
         .key(keys.force_latch(request))
         .key(keys.forced_mark())

@@ -45,6 +45,7 @@ use parking_lot::Mutex;
 
 use crate::backend::Backend;
 use crate::keys::LockKeys;
+use crate::scripts::Dialect;
 use crate::stats::Counters;
 
 mod polled;
@@ -102,6 +103,8 @@ struct Shared {
     client_id: String,
     /// The key prefix, to name a lock from its channel.
     key_prefix: String,
+    /// The client's dialect, which reads the messages on its channels.
+    dialect: &'static dyn Dialect,
     stop: AtomicBool,
     /// Wakes the thread out of its poll, in process (no round trip).
     waker: mio::Waker,
@@ -128,6 +131,7 @@ impl Subscriber {
         backend: Arc<Backend>,
         key_prefix: &str,
         client_id: &str,
+        dialect: &'static dyn Dialect,
         errands: Sender<Errand>,
         counters: Arc<Counters>,
     ) -> crate::error::Result<(Subscriber, SubscriberTask)> {
@@ -137,6 +141,7 @@ impl Subscriber {
             owner_prefix: format!("{client_id}:"),
             client_id: client_id.to_string(),
             key_prefix: key_prefix.to_string(),
+            dialect,
             stop: AtomicBool::new(false),
             waker: poll.waker().map_err(crate::error::Error::Thread)?,
             errands,

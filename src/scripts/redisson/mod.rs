@@ -7,19 +7,27 @@
 //! publishes a wake-up ("0", or "1" for all; a semaphore's count), and waiters attempt again.
 //!
 //! This file has the lock's scripts and the messages ([`Wakes`]); [`read_write`] and
-//! [`semaphore`] those of the kinds with shares. `scripts::lock` and `scripts::shares` call
-//! them when the object's keys are in this layout, so the kinds and the engine need not know.
+//! [`semaphore`] those of the kinds with shares, `latch` and `counting` those of the latch
+//! and the counting semaphore. The [`Redisson`] dialect calls them for a client in this
+//! layout, so the kinds and the engine need not know.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult, Value};
 
-use super::{Acquire, Freeing, Invocation, Lua, Optional, Release, Releasing, Renewal, millis};
+use super::{
+    Acquire, AcquireMany, Freeing, Invocation, Lua, Optional, Release, Releasing, Renewal, millis,
+};
 use crate::keys::{Family, LockKeys};
 
+mod counting;
+mod dialect;
+mod latch;
 pub(crate) mod read_write;
 pub(crate) mod semaphore;
+
+pub(crate) use dialect::Redisson;
 
 static ACQUIRE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/acquire.lua")));
@@ -39,10 +47,12 @@ static FAIR_WITHDRAW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/fair_withdraw.lua")));
 static FAIR_RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/fair_release.lua")));
+static ACQUIRE_MANY: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/acquire_many.lua")));
 
 /// Takes or re-enters lock `keys` for `owner` (who holds `hold`: its guard count and token,
 /// if it holds it already) with `lease` (`redisson/acquire.lua`).
-pub(crate) fn acquire(
+pub(in crate::scripts) fn acquire(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     owner: &str,
@@ -52,6 +62,22 @@ pub(crate) fn acquire(
     let mut invocation = ACQUIRE.key(keys.lock());
     invocation.key(keys.fence()).arg(owner).arg(millis(lease));
     attempt(con, invocation, hold)
+}
+
+/// Takes every lock of `locks` that is free for `owner`, or none of them
+/// (`redisson/acquire_many.lua`, which answers as our `acquire_many.lua` does).
+fn acquire_many(
+    con: &mut dyn ConnectionLike,
+    locks: &[&LockKeys],
+    owner: &str,
+    lease: Duration,
+) -> RedisResult<AcquireMany> {
+    let mut invocation = ACQUIRE_MANY.prepare_invoke();
+    for keys in locks {
+        invocation.key(keys.lock()).key(keys.fence());
+    }
+    invocation.arg(owner).arg(millis(lease));
+    super::lock::many_reply(invocation.invoke(con))
 }
 
 /// Runs an acquisition script of this layout, after the re-entry's arguments (the guard
@@ -263,7 +289,7 @@ fn request_id(owner: &str, token: u64, holds: u32) -> String {
 }
 
 /// The call of `redisson/renew.lua` that renews the lock holds in `batch`.
-pub(super) fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) -> Invocation<'a> {
+pub(in crate::scripts) fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) -> Invocation<'a> {
     let mut invocation = RENEW.prepare_invoke();
     invocation.arg(millis(lease));
     for r in batch {

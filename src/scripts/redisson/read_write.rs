@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, RedisResult};
 
+use super::super::read_write::{RwInspection, ttl};
 use super::super::{Acquire, Freeing, Invocation, Lua, Release, Releasing, Renewal, millis};
 use super::{attempt, free};
 use crate::keys::LockKeys;
@@ -28,6 +29,10 @@ static RENEW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/rw_renew.lua")));
 static EXTEND: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/rw_extend.lua")));
+static INSPECT: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/rw_inspect.lua")));
+static FORCE_UNLOCK: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/rw_force_unlock.lua")));
 
 /// The timeout keys of reader `owner` of lock `keys`, without the hold's number:
 /// `{name}:<owner>:rwlock_timeout`.
@@ -139,4 +144,37 @@ pub(in crate::scripts) fn renewal<'a>(batch: &[Renewal<'_>], lease: Duration) ->
         }
     }
     invocation
+}
+
+/// Reads read-write lock `keys`'s state, changing nothing (`redisson/rw_inspect.lua`).
+pub(in crate::scripts) fn inspect(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+) -> RedisResult<RwInspection> {
+    let (mode, pttl): (i64, i64) = INSPECT.key(keys.lock()).invoke(con)?;
+    Ok(RwInspection {
+        locked: mode != 0,
+        writing: mode == 2,
+        ttl: if mode == 0 { None } else { ttl(pttl) },
+    })
+}
+
+/// Frees read-write lock `keys` whoever holds it and wakes its waiters; `true` if it was
+/// held. `request` names the call, so that a retry answers the same
+/// (`redisson/rw_force_unlock.lua`).
+pub(in crate::scripts) fn force_unlock(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    request: &str,
+    freeing: Freeing,
+) -> RedisResult<bool> {
+    let reply: i64 = FORCE_UNLOCK
+        .key(keys.lock())
+        .key(keys.channel())
+        .key(keys.tagged_name())
+        .key(keys.unlock_latch(request))
+        .arg(freeing.publish)
+        .arg(millis(freeing.latch_ttl))
+        .invoke(con)?;
+    Ok(reply == 1)
 }

@@ -25,7 +25,15 @@ fn task() -> (Subscriber, PolledTask, std::net::TcpListener, String) {
     let backend =
         Arc::new(Backend::new(&Deployment::Url("redis://127.0.0.1:1/".into()), settings).unwrap());
     let (errands, _) = crossbeam_channel::unbounded();
-    let (sub, task) = Subscriber::new(backend, "p", "c0ffee", errands, Default::default()).unwrap();
+    let (sub, task) = Subscriber::new(
+        backend,
+        "p",
+        "c0ffee",
+        crate::scripts::dialect(crate::Layout::Redlatch),
+        errands,
+        Default::default(),
+    )
+    .unwrap();
     let SubscriberTask(mut task) = task;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let node = listener.local_addr().unwrap().to_string();
@@ -347,8 +355,15 @@ fn cluster_nodes_are_dialled_over_tls_when_the_seeds_are() {
         let deployment = Deployment::Cluster(vec![seed.to_string()]);
         let backend = Arc::new(Backend::new(&deployment, settings).unwrap());
         let (errands, _) = crossbeam_channel::unbounded();
-        let (_sub, SubscriberTask(mut task)) =
-            Subscriber::new(backend, "p", "c0ffee", errands, Default::default()).unwrap();
+        let (_sub, SubscriberTask(mut task)) = Subscriber::new(
+            backend,
+            "p",
+            "c0ffee",
+            crate::scripts::dialect(crate::Layout::Redlatch),
+            errands,
+            Default::default(),
+        )
+        .unwrap();
         task.routes.routing = Routing::Slots; // as once `check` found SPUBLISH
         for (node, addr) in [
             ("127.0.0.1:7000", "127.0.0.1:7000"),

@@ -6,8 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{Entry, HandOver};
-use crate::keys::{Layout, LockKeys};
-use crate::scripts::redisson::Wakes;
+use crate::keys::LockKeys;
 use crate::scripts::{Grants, Message};
 use crate::subscriber::{Errand, Shared};
 
@@ -22,10 +21,10 @@ impl Shared {
         };
         let channel = self.object_channel(channel);
         let entry = self.entries.lock().get(channel).cloned();
-        if let Some(entry) = entry.as_ref().filter(|e| e.keys.layout == Layout::Redisson) {
-            return Entry::deliver_redisson(entry, payload);
-        }
-        match Message::parse(payload) {
+        // What the message asks of the waiters, in the client's dialect: Redisson's
+        // wake-ups read as our `unlock` (one) and `force` (all), and never grant.
+        let family = entry.as_ref().map(|e| e.keys.family);
+        match self.dialect.message(family, payload) {
             Some(Message::Grant { lease, grants }) => {
                 self.deliver_grants(channel, entry, lease, grants)
             }
@@ -152,21 +151,5 @@ impl Shared {
             token,
             lease,
         });
-    }
-}
-
-impl Entry {
-    /// A message on a channel of Redisson's layout: a wake-up, never a hand-over (see
-    /// `scripts::redisson`).
-    pub(super) fn deliver_redisson(entry: &Entry, payload: &[u8]) {
-        let Some(wakes) = Wakes::parse(entry.keys.family, payload) else {
-            return;
-        };
-        let mut state = entry.state.lock();
-        state.wakes += 1;
-        match wakes {
-            Wakes::One => Entry::wake_one(&state),
-            Wakes::All => Entry::wake_all(&state),
-        }
     }
 }

@@ -36,7 +36,15 @@ fn subscriber() -> (Subscriber, Receiver<Errand>, Arc<LockKeys>) {
         .unwrap(),
     );
     let (errands, errands_received) = crossbeam_channel::unbounded();
-    let (sub, _task) = Subscriber::new(backend, "p", CLIENT, errands, Default::default()).unwrap();
+    let (sub, _task) = Subscriber::new(
+        backend,
+        "p",
+        CLIENT,
+        crate::scripts::dialect(crate::Layout::Redlatch),
+        errands,
+        Default::default(),
+    )
+    .unwrap();
     (sub, errands_received, Arc::new(LockKeys::new("p", "x")))
 }
 
