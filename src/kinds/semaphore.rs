@@ -41,7 +41,7 @@ use crate::scripts;
 /// In Redis it is `p:{name}:semaphore` and its companions (see the guide's [data layout](crate::guide::data_layout)): a
 /// semaphore and a [`Lock`](crate::Lock) of the same name are two objects.
 ///
-/// # In [`Layout::Redisson`]
+/// # In [`Layout::Redisson`](crate::Layout::Redisson)
 /// It is Java's `getPermitExpirableSemaphore(name)`: the string `name` counts the permits
 /// free, and the zset `{name}:timeout` keeps each permit held under an id of 16 random bytes,
 /// scored by the end of its lease in epoch ms by the acquiring client's clock (so the clients'
@@ -137,7 +137,7 @@ impl Semaphore {
     /// Sets the total number of permits only if none is set yet: `Ok(true)` if this call set
     /// it, `Ok(false)` if a total was there (it is left as it is). Every service may call it
     /// at start-up without resetting a count in use. When it sets the total, waiters that
-    /// now fit are granted at once. In [`Layout::Redisson`] it is Java's `trySetPermits`.
+    /// now fit are granted at once. In [`Layout::Redisson`](crate::Layout::Redisson) it is Java's `trySetPermits`.
     ///
     /// ```no_run
     /// # fn main() -> redlatch::Result<()> {
@@ -163,7 +163,7 @@ impl Semaphore {
     /// rises, the waiters that now fit are granted at once.
     ///
     /// `Err(Error::InvalidArgument)`, with nothing changed, when the new total would fall
-    /// below 0 or rise above `u32::MAX`. In [`Layout::Redisson`] it is Java's `addPermits`,
+    /// below 0 or rise above `u32::MAX`. In [`Layout::Redisson`](crate::Layout::Redisson) it is Java's `addPermits`,
     /// whose count of permits free goes below 0 while more is held than the new total (Java's
     /// does the same); Java would also let the total itself go below 0, which is refused here.
     ///
@@ -200,7 +200,7 @@ impl Semaphore {
     }
 
     /// The total number of permits: those free and those held (0 when none is set). In
-    /// [`Layout::Redisson`] it is Java's `getPermits` (which gives back first the permits
+    /// [`Layout::Redisson`](crate::Layout::Redisson) it is Java's `getPermits` (which gives back first the permits
     /// whose lease ended; a total Java's `addPermits` took below 0 reads as 0).
     ///
     /// ```no_run
@@ -215,7 +215,7 @@ impl Semaphore {
     }
 
     /// How many permits are held now, by every holder (those whose lease ended are not). In
-    /// [`Layout::Redisson`] it is Java's `acquiredPermits`.
+    /// [`Layout::Redisson`](crate::Layout::Redisson) it is Java's `acquiredPermits`.
     ///
     /// ```no_run
     /// # fn main() -> redlatch::Result<()> {
@@ -232,7 +232,7 @@ impl Semaphore {
     /// freeing permits a stuck holder keeps (`redlatch force-unlock NAME --kind semaphore`).
     ///
     /// In our layout the waiters that now fit are granted their permits in arrival order, as
-    /// after a release. In [`Layout::Redisson`] (where Java has no such call) every permit id
+    /// after a release. In [`Layout::Redisson`](crate::Layout::Redisson) (where Java has no such call) every permit id
     /// goes from `{name}:timeout` and its permit is added back to the count `name`, and the
     /// new count is published on `redisson_sc:{name}`, as Java's release does, so Java's
     /// waiters wake too.
@@ -365,7 +365,7 @@ impl Permits {
 
     /// The owner id these permits are held under in Redis: `<client id>:p<n>`, this
     /// acquisition's own, never a thread's. For tracing and for matching what the operator's
-    /// tools show. In [`Layout::Redisson`], the permit ids in hex as
+    /// tools show. In [`Layout::Redisson`](crate::Layout::Redisson), the permit ids in hex as
     /// Java shows them (32 digits each), separated by commas.
     pub fn owner_id(&self) -> &str {
         self.held.owner_id()
@@ -394,7 +394,7 @@ impl Permits {
     /// Gives the permits a new lease: it now ends `lease` from now (set, not added to: it may
     /// end sooner than before; Redis keeps whole milliseconds). [`remaining_lease`](Self::remaining_lease),
     /// [`is_lost`](Self::is_lost) and the [`on_lock_lost`](crate::ClientBuilder::on_lock_lost)
-    /// notice of an expiry follow the new lease. In [`Layout::Redisson`] it is Java's
+    /// notice of an expiry follow the new lease. In [`Layout::Redisson`](crate::Layout::Redisson) it is Java's
     /// `updateLeaseTime` for each of the acquisition's permit ids.
     ///
     /// `Err(Error::LockLost)` if the permits are already gone (their lease ran out): it is never revived. `Err(Error::InvalidArgument)` for permits the
