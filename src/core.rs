@@ -32,7 +32,7 @@ pub(crate) struct Core {
     /// The scripts and rules of that layout, chosen from it once, when the client is built
     /// (`scripts::dialect`): every call on an object goes through it. The keys this client
     /// makes are in the same layout ([`Core::keys`]), which the dialect's calls rely on.
-    pub dialect: &'static dyn Dialect,
+    pub dialect: &'static Dialect,
     pub watchdog_timeout: Duration,
     /// How long a fencing counter outlives the lease of its latest token.
     pub fence_retention: Duration,

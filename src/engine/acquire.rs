@@ -284,7 +284,7 @@ impl Wait<'_> {
     /// without a reply: its place, named by its terms, is voided at the owner's next attempt.
     fn remember_place_taken(&self, queueing: &Queueing) {
         let keys = self.kind.keys();
-        if self.core.dialect.queues_by_place(keys) {
+        if (self.core.dialect.queues_by_place)(keys) {
             let until = Instant::now() + queueing.queue_for + PLACE_MARGIN;
             let place = [(queueing.first_place(), until)];
             self.core

@@ -41,7 +41,7 @@ pub(crate) fn extend(core: &Core, hold: &Hold, lease: Duration) -> Result<()> {
     let sent = Instant::now();
     let ours = core
         .backend
-        .run(|con| (core.dialect).extend(con, keys, &hold.owner, hold.token, lease, freeing))
+        .run(|con| (core.dialect.extend)(con, keys, &hold.owner, hold.token, lease, freeing))
         .map_err(|e| scripts::failure(keys, e))?;
     if !ours {
         hold.mark_lost(why_gone(core, keys, hold.token, LossCause::FoundGone));

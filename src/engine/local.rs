@@ -24,7 +24,7 @@ use crate::scripts::redisson::{self, Transfer};
 /// client's dialect says so ([`Dialect::hands_over_in_client`](crate::scripts::Dialect)),
 /// and not with replicas to wait for: only an attempt of the waiter's own can WAIT for them.
 pub(super) fn takes_place(core: &Core, keys: &LockKeys) -> bool {
-    core.dialect.hands_over_in_client(keys) && core.replicas.is_none()
+    (core.dialect.hands_over_in_client)(keys) && core.replicas.is_none()
 }
 
 /// What became of a release handed to a waiting thread.
@@ -71,7 +71,7 @@ pub(super) fn hand_over(core: &Core, keys: &LockKeys, hold: &Hold) -> Option<Red
 /// (the turns give the other clients theirs; a layout that hands the lock to the oldest
 /// waiter in the fleet needs none), not on a Cluster (see `engine::turn`).
 pub(crate) fn takes_turns(core: &Core, keys: &LockKeys) -> bool {
-    core.dialect.hands_over_in_client(keys) && !core.backend.is_cluster()
+    (core.dialect.hands_over_in_client)(keys) && !core.backend.is_cluster()
 }
 
 /// Sleeps while this client leaves lock `keys` to the others (a turn of theirs is open), but

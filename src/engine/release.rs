@@ -71,7 +71,7 @@ pub(crate) fn release(core: &Core, kind: &dyn Kind, hold: &Arc<Hold>) -> Result<
             // layout), an earlier attempt may also leave it another's, and no fence tells
             // their hold from one that was there before (ours was, by its lease, when the
             // call began).
-            let as_left = reply == Release::Gone || core.dialect.release_wakes_racers();
+            let as_left = reply == Release::Gone || core.dialect.release_wakes_racers;
             if as_left && attempts > 1 && cause != LossCause::ForceUnlocked {
                 return Ok(());
             }
@@ -104,7 +104,7 @@ pub(crate) fn give_back(core: &Core, keys: &LockKeys, owner: &str, token: u64, l
     // One attempt: the renewal thread must not stall on an errand.
     match core
         .backend
-        .run_once_only(|con| (core.dialect).give_back(con, keys, owner, token, lease, freeing))
+        .run_once_only(|con| (core.dialect.give_back)(con, keys, owner, token, lease, freeing))
     {
         Ok(Release::Released) => {
             log::debug!(
@@ -154,7 +154,7 @@ pub(crate) fn why_gone(
     }
     match core
         .backend
-        .run_once_only(|con| core.dialect.was_forced(con, keys, token))
+        .run_once_only(|con| (core.dialect.was_forced)(con, keys, token))
     {
         Ok(true) => LossCause::ForceUnlocked,
         _ => otherwise,

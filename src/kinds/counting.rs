@@ -209,7 +209,7 @@ impl CountingSemaphore {
         let keys = &self.keys;
         let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            dialect.counting_try_set(con, keys, n, &request, freeing)
+            dialect.counting.try_set(con, keys, n, &request, freeing)
         })
     }
 
@@ -253,7 +253,7 @@ impl CountingSemaphore {
         let keys = &self.keys;
         let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            dialect.counting_drain(con, keys, &request, freeing)
+            dialect.counting.drain(con, keys, &request, freeing)
         })
     }
 
@@ -262,7 +262,9 @@ impl CountingSemaphore {
         let keys = &self.keys;
         let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            dialect.counting_add(con, keys, delta, release, &request, freeing)
+            dialect
+                .counting
+                .add(con, keys, delta, release, &request, freeing)
         })?
         .map(|_| ())
         .map_err(|count| {
@@ -295,7 +297,8 @@ impl CountingSemaphore {
                 Ok(Look {
                     holds: core
                         .dialect
-                        .counting_acquire(con, keys, n, &request, freeing)?,
+                        .counting
+                        .acquire(con, keys, n, &request, freeing)?,
                     at_us: None,
                 })
             },

@@ -119,7 +119,7 @@ impl CountDownLatch {
         let keys = &self.keys;
         let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            dialect.latch_set(con, keys, n, &request, freeing)
+            (dialect.latch_set)(con, keys, n, &request, freeing)
         })
     }
 
@@ -131,7 +131,7 @@ impl CountDownLatch {
         let keys = &self.keys;
         let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            dialect.latch_count_down(con, keys, &request, freeing)
+            (dialect.latch_count_down)(con, keys, &request, freeing)
         })
     }
 
@@ -199,7 +199,7 @@ impl CountDownLatch {
         let keys = &self.keys;
         let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            dialect.latch_delete(con, keys, &request, freeing)
+            (dialect.latch_delete)(con, keys, &request, freeing)
         })
     }
 

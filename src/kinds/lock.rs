@@ -272,7 +272,7 @@ impl Lock {
         let request = uuid::Uuid::new_v4().simple().to_string();
         let dialect = self.core().dialect;
         let was_locked = engine::call(self.core(), keys, |con, freeing| {
-            dialect.force_unlock(con, keys, &request, freeing)
+            (dialect.force_unlock)(con, keys, &request, freeing)
         })?;
         if was_locked {
             engine::forced(self.core(), keys);
@@ -394,7 +394,7 @@ impl Kind for Lock {
     ) -> RedisResult<Acquire> {
         let retention = self.core().fence_retention;
         let dialect = self.core().dialect;
-        dialect.acquire(con, &self.keys, owner, held, lease, queueing, retention)
+        (dialect.acquire)(con, &self.keys, owner, held, lease, queueing, retention)
     }
 
     fn withdraw(
@@ -406,7 +406,7 @@ impl Kind for Lock {
     ) -> RedisResult<Option<u64>> {
         let retention = self.core().fence_retention;
         let dialect = self.core().dialect;
-        dialect.withdraw(con, &self.keys, owner, lease, queueing, retention)
+        (dialect.withdraw)(con, &self.keys, owner, lease, queueing, retention)
     }
 
     fn release(
@@ -418,7 +418,7 @@ impl Kind for Lock {
         freeing: Freeing,
     ) -> RedisResult<Release> {
         let dialect = self.core().dialect;
-        dialect.release(con, &self.keys, owner, token, how, freeing)
+        (dialect.release)(con, &self.keys, owner, token, how, freeing)
     }
 }
 

@@ -192,7 +192,7 @@ impl MultiLock {
                 |con| {
                     let retention = core.fence_retention;
                     let dialect = core.dialect;
-                    dialect.acquire_many(con, &keys, &owner, lease, retention, places)
+                    (dialect.acquire_many)(con, &keys, &owner, lease, retention, places)
                 },
                 |reply| matches!(reply, AcquireMany::Acquired(_)),
             )

@@ -255,7 +255,7 @@ impl ReadWriteLock {
         // freeing holds taken in the meantime.
         let request = uuid::Uuid::new_v4().simple().to_string();
         let was_locked = engine::call(core, keys, |con, freeing| {
-            core.dialect.rw_force_unlock(con, keys, &request, freeing)
+            (core.dialect.rw_force_unlock)(con, keys, &request, freeing)
         })?;
         if was_locked {
             engine::forced(core, keys);
@@ -267,7 +267,7 @@ impl ReadWriteLock {
         let core = &self.runtime.core;
         engine::check_name(core, self.keys.name())?;
         let keys = &self.keys;
-        engine::call(core, keys, |con, _| core.dialect.rw_inspect(con, keys))
+        engine::call(core, keys, |con, _| (core.dialect.rw_inspect)(con, keys))
     }
 
     fn hold_count(&self, read: bool) -> Result<u32> {

@@ -119,7 +119,7 @@ impl Semaphore {
         let keys = &self.keys;
         let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            dialect.set_permits(con, keys, total, freeing)
+            (dialect.set_permits)(con, keys, total, freeing)
         })
     }
 
@@ -130,7 +130,7 @@ impl Semaphore {
         let keys = &self.keys;
         let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            dialect.available(con, keys, freeing)
+            (dialect.available)(con, keys, freeing)
         })
     }
 
@@ -153,7 +153,7 @@ impl Semaphore {
         let keys = &self.keys;
         let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            dialect.try_set_permits(con, keys, total, freeing)
+            (dialect.try_set_permits)(con, keys, total, freeing)
         })
     }
 
@@ -187,7 +187,7 @@ impl Semaphore {
         let keys = &self.keys;
         let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            dialect.add_permits(con, keys, delta, freeing)
+            (dialect.add_permits)(con, keys, delta, freeing)
         })?
         .map_err(|total| {
             Error::invalid(format!(
@@ -261,8 +261,7 @@ impl Semaphore {
         // taking back permits acquired in the meantime.
         let request = uuid::Uuid::new_v4().simple().to_string();
         let was_held = engine::call(core, keys, |con, freeing| {
-            core.dialect
-                .semaphore_force_unlock(con, keys, &request, freeing)
+            (core.dialect.semaphore_force_unlock)(con, keys, &request, freeing)
         })?;
         if was_held {
             engine::forced(core, keys);
@@ -275,7 +274,7 @@ impl Semaphore {
         let keys = &self.keys;
         let dialect = self.runtime.core.dialect;
         engine::call(&self.runtime.core, keys, |con, freeing| {
-            dialect.count(con, keys, which, freeing)
+            (dialect.count)(con, keys, which, freeing)
         })
     }
 
@@ -316,7 +315,7 @@ impl Semaphore {
             ));
         }
         let core = &self.runtime.core;
-        let owner = core.dialect.permits_owner(n, &|| core.fresh_owner())?;
+        let owner = (core.dialect.permits_owner)(n, &|| core.fresh_owner())?;
         let share = Share::new(core, self.keys.clone(), Wants::Permits(n));
         let held = share.acquire(&self.runtime, owner, wait, lease, self.cancel.as_ref())?;
         Ok(held.map(|held| Permits { held, count: n }))

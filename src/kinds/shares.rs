@@ -38,7 +38,7 @@ pub(crate) enum Wants {
 pub(crate) struct Share {
     pub keys: Arc<LockKeys>,
     pub wants: Wants,
-    dialect: &'static dyn Dialect,
+    dialect: &'static Dialect,
     freeing: Freeing,
 }
 
@@ -102,7 +102,7 @@ impl Kind for Share {
         queueing: &Queueing,
     ) -> RedisResult<Acquire> {
         let need = self.need();
-        self.dialect.share_acquire(
+        (self.dialect.share_acquire)(
             con,
             &self.keys,
             owner,
@@ -121,7 +121,7 @@ impl Kind for Share {
         lease: Duration,
         _queueing: &Queueing,
     ) -> RedisResult<Option<u64>> {
-        (self.dialect).share_withdraw(con, &self.keys, owner, lease, self.freeing)
+        (self.dialect.share_withdraw)(con, &self.keys, owner, lease, self.freeing)
     }
 
     fn release(
@@ -132,6 +132,6 @@ impl Kind for Share {
         how: Releasing,
         freeing: Freeing,
     ) -> RedisResult<Release> {
-        (self.dialect).share_release(con, &self.keys, owner, token, how, freeing)
+        (self.dialect.share_release)(con, &self.keys, owner, token, how, freeing)
     }
 }

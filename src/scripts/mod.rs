@@ -12,9 +12,9 @@
 //! [`latch`], [`counting`], [`read_write`]), and Redisson's layout a directory
 //! ([`redisson`]).
 //!
-//! The rest of the client calls them through a [`Dialect`], one per layout ([`ours`],
-//! [`redisson::Redisson`]), which it chooses once from its layout ([`dialect`]): no call
-//! here asks which layout its keys are in.
+//! The rest of the client calls them through a [`Dialect`], a table of them per layout
+//! ([`ours::OURS`], [`redisson::REDISSON`]), which it chooses once from its layout
+//! ([`dialect`]): no call here asks which layout its keys are in.
 
 use std::time::Duration;
 
@@ -67,10 +67,10 @@ pub(crate) use lock::{AcquireMany, Inspection, Place, inspect};
 /// The dialect of `layout`: the one place that chooses what a client runs and how it reads
 /// its channels by its layout. A client calls it once, when it is built, and keeps the
 /// answer (`Core::dialect`).
-pub(crate) fn dialect(layout: Layout) -> &'static dyn Dialect {
+pub(crate) fn dialect(layout: Layout) -> &'static Dialect {
     match layout {
-        Layout::Redlatch => &ours::Ours,
-        Layout::Redisson => &redisson::Redisson,
+        Layout::Redlatch => &ours::OURS,
+        Layout::Redisson => &redisson::REDISSON,
     }
 }
 
@@ -255,6 +255,17 @@ pub(crate) struct Releasing {
 }
 
 impl Releasing {
+    /// A give-back: one hold of a hand-over nobody took up, for at most `lease`.
+    pub fn given_back(lease: Duration) -> Releasing {
+        Releasing {
+            holds: 1,
+            taken_by: None,
+            lease,
+        }
+    }
+}
+
+impl Releasing {
     /// How `shares_release.lua` is told the hold was taken (its ARGV[8], left off for "0"): "0" by an attempt,
     /// "2" from a message, "1" not taken up. (`release.lua` tells only "1" apart.)
     fn mode(&self) -> &'static str {
@@ -278,12 +289,12 @@ pub(crate) struct Renewal<'a> {
 /// still ours.
 pub(crate) fn renew(
     con: &mut dyn ConnectionLike,
-    dialect: &dyn Dialect,
+    dialect: &Dialect,
     batch: &[Renewal<'_>],
     lease: Duration,
     fence_retention: Duration,
 ) -> RedisResult<Vec<bool>> {
-    let replies: Vec<i64> = dialect.renewal(batch, lease, fence_retention).invoke(con)?;
+    let replies: Vec<i64> = (dialect.renewal)(batch, lease, fence_retention).invoke(con)?;
     Ok(replies.into_iter().map(|r| r == 1).collect())
 }
 
@@ -293,14 +304,14 @@ pub(crate) fn renew(
 /// `NOSCRIPT` too: run the batches one by one with [`renew`] then, which loads the script).
 pub(crate) fn renew_pipelined(
     con: &mut dyn ConnectionLike,
-    dialect: &dyn Dialect,
+    dialect: &Dialect,
     batches: &[&[Renewal<'_>]],
     lease: Duration,
     fence_retention: Duration,
 ) -> RedisResult<Vec<Vec<bool>>> {
     let mut pipeline = Vec::new();
     for batch in batches {
-        pipeline.extend(dialect.renewal(batch, lease, fence_retention).packed_sha());
+        pipeline.extend((dialect.renewal)(batch, lease, fence_retention).packed_sha());
     }
     // Straight to the connection: `Pipeline::query` refuses a cluster connection, which sends
     // a pipeline to the node of its first command.

@@ -104,7 +104,7 @@ struct Shared {
     /// The key prefix, to name a lock from its channel.
     key_prefix: String,
     /// The client's dialect, which reads the messages on its channels.
-    dialect: &'static dyn Dialect,
+    dialect: &'static Dialect,
     stop: AtomicBool,
     /// Wakes the thread out of its poll, in process (no round trip).
     waker: mio::Waker,
@@ -131,7 +131,7 @@ impl Subscriber {
         backend: Arc<Backend>,
         key_prefix: &str,
         client_id: &str,
-        dialect: &'static dyn Dialect,
+        dialect: &'static Dialect,
         errands: Sender<Errand>,
         counters: Arc<Counters>,
     ) -> crate::error::Result<(Subscriber, SubscriberTask)> {

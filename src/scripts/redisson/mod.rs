@@ -8,7 +8,7 @@
 //!
 //! This file has the lock's scripts and the messages ([`Wakes`]); [`read_write`] and
 //! [`semaphore`] those of the kinds with shares, `latch` and `counting` those of the latch
-//! and the counting semaphore. The [`Redisson`] dialect calls them for a client in this
+//! and the counting semaphore. The [`REDISSON`] dialect calls them for a client in this
 //! layout, so the kinds and the engine need not know.
 
 use std::sync::LazyLock;
@@ -27,7 +27,7 @@ mod latch;
 pub(crate) mod read_write;
 pub(crate) mod semaphore;
 
-pub(crate) use dialect::Redisson;
+pub(crate) use dialect::REDISSON;
 
 static ACQUIRE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../../lua/redisson/acquire.lua")));

@@ -24,7 +24,7 @@ impl Shared {
         // What the message asks of the waiters, in the client's dialect: Redisson's
         // wake-ups read as our `unlock` (one) and `force` (all), and never grant.
         let family = entry.as_ref().map(|e| e.keys.family);
-        match self.dialect.message(family, payload) {
+        match (self.dialect.message)(family, payload) {
             Some(Message::Grant { lease, grants }) => {
                 self.deliver_grants(channel, entry, lease, grants)
             }
