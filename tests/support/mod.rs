@@ -255,7 +255,13 @@ pub fn wait_through_errors(
             let left = deadline.saturating_duration_since(Instant::now());
             match lock.try_lock(left, None) {
                 Ok(guard) => return (Instant::now(), guard.is_some()),
-                Err(e) => eprintln!("waiter: {e}"),
+                Err(e) => {
+                    eprintln!("waiter: {e}");
+                    // A refused connection fails at once: pause as a caller would, so that
+                    // ten errors span a failover instead of a millisecond of it.
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    std::thread::sleep(left.min(Duration::from_millis(500)));
+                }
             }
         }
         (Instant::now(), false)
