@@ -9,11 +9,13 @@
 //! Unlike the kinds, this module talks to the servers directly (SCAN on every master, a
 //! subscription of its own): an operator's view is not a policy over the engine.
 //!
-//! This file has the public types, `list` and `inspect`; `detect` tells a name's kind,
-//! `report` reads and prints one object of our own layout, `redisson` one of Redisson's,
-//! `watch` follows a channel.
+//! This file has the public types and `inspect`; `listing` finds the objects, `clients` who
+//! is connected, `detect` tells a name's kind, `report` reads and prints one object of our
+//! own layout, `redisson` one of Redisson's, `watch` follows a channel.
 
+mod clients;
 mod detect;
+mod listing;
 mod redisson;
 mod report;
 mod watch;
@@ -28,6 +30,10 @@ use crate::engine;
 use crate::error::{Error, Result};
 use crate::keys::{Family, Layout, LockKeys};
 
+/// The fuzz targets read `CLIENT LIST` through `crate::fuzzing`.
+#[cfg(fuzzing)]
+pub(crate) use clients::parse_client_list;
+use clients::{client_id_of, clients_by};
 pub use detect::Detected;
 
 /// The kinds of object [`Client::inspect`] can look at.
@@ -233,103 +239,6 @@ pub struct ConnectedClient {
 }
 
 impl Client {
-    /// The objects under this client's prefix whose name matches `pattern` (a Redis glob:
-    /// `*` for all, `invoice:*`), found with SCAN, on a Cluster on every master; sorted. Never
-    /// `KEYS`, so it is safe on a server in use, and costs one SCAN step per thousand keys.
-    /// [`listing`](Client::listing)'s objects: fencing counters kept after their object
-    /// went are not objects.
-    pub fn list(&self, pattern: &str) -> Result<Vec<Listed>> {
-        Ok(self.listing(pattern)?.objects)
-    }
-
-    /// [`list`](Client::list), with what is left of objects that went: their fencing
-    /// counters, and in [`Layout::Redisson`] how many bare counts could be latches or
-    /// anyone's counters ([`Listing`]).
-    ///
-    /// ```no_run
-    /// # fn main() -> redlatch::Result<()> {
-    /// let client = redlatch::Client::open("redis://127.0.0.1/")?;
-    /// let listing = client.listing("invoice:*")?;
-    /// for object in &listing.objects {
-    ///     println!("{} {}", object.kind.as_str(), object.name);
-    /// }
-    /// println!("{} fencing counters kept", listing.kept_fences.len());
-    /// # Ok(()) }
-    /// ```
-    pub fn listing(&self, pattern: &str) -> Result<Listing> {
-        let core = self.core();
-        let mut listing = if core.layout == Layout::Redisson {
-            let listeners = Listeners::of(core);
-            let per_master = core
-                .backend
-                .on_every_master(|con| redisson::list(con, pattern, listeners))
-                .map_err(Error::Redis)?;
-            let mut all = Listing::default();
-            for one in per_master {
-                all.objects.extend(one.objects);
-                all.kept_fences.extend(one.kept_fences);
-                all.unattributed_counts += one.unattributed_counts;
-            }
-            all
-        } else {
-            let scan_for = format!("{}:{{{pattern}}}*", core.prefix);
-            // A counting semaphore's waiters leave no key (no queue: they only listen), so
-            // whether one is waited for is read from the channels with listeners.
-            let counting = ObjectKind::CountingSemaphore.suffix();
-            let listened_for = format!("{}:{{{pattern}{counting}:unlocked", core.prefix);
-            let sharded = core.backend.sharded_pubsub();
-            let keys = core
-                .backend
-                .on_every_master(|con| scan(con, &scan_for))
-                .map_err(Error::Redis)?;
-            let listened = if sharded {
-                core.backend
-                    .on_every_master(|con| channels(con, &listened_for, sharded))
-            } else {
-                core.backend
-                    .on_every_listening_node(|con| channels(con, &listened_for, sharded))
-            }
-            .map_err(Error::Redis)?;
-            ours(
-                keys.into_iter().flatten(),
-                listened.into_iter().flatten(),
-                &format!("{}:{{", core.prefix),
-            )
-        };
-        listing.objects.sort();
-        listing.objects.dedup();
-        listing.kept_fences.sort();
-        listing.kept_fences.dedup();
-        Ok(listing)
-    }
-
-    /// The redlatch clients with a connection open to Redis (on a Cluster, to any master),
-    /// by the names their connections carry (see [`ClientBuilder::name`]), one entry per
-    /// client. Empty where the ACL does not allow `CLIENT LIST` (it is `@admin
-    /// @dangerous`): knowing who is connected is a courtesy to the operator, not a need.
-    ///
-    /// [`ClientBuilder::name`]: crate::ClientBuilder::name
-    pub fn connected_clients(&self) -> Result<Vec<ConnectedClient>> {
-        let core = self.core();
-        let list = |con: &mut dyn ConnectionLike| -> RedisResult<String> {
-            redis::cmd("CLIENT").arg("LIST").query(con)
-        };
-        let lists = match core.backend.on_every_master(list) {
-            Ok(lists) => lists,
-            Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
-                log::debug!("CLIENT LIST refused ({e}): owners are shown without names");
-                return Ok(Vec::new());
-            }
-            Err(e) => return Err(Error::Redis(e)),
-        };
-        Ok(one_per_client(
-            lists
-                .iter()
-                .flat_map(|list| parse_client_list(list))
-                .collect(),
-        ))
-    }
-
     /// Who holds object `name` of `kind`, its lease, its fencing counter, who waits for it
     /// and how many clients listen on its channel, with the name and address of each
     /// holder's and waiter's client where `CLIENT LIST` (on the server that keeps the object)
@@ -377,83 +286,6 @@ fn lock_places(con: &mut dyn ConnectionLike, keys: &LockKeys) -> RedisResult<Vec
         .query(con)
 }
 
-/// The objects of our layout among `keys` (each starting with `tag`, `<prefix>:{`): each kind
-/// by its own keys (ObjectKind::suffix); in use by its main key, idle by a semaphore's total,
-/// and a fencing counter alone is kept, not an object. A counting semaphore is an object by
-/// its count or by a channel of `listened` (its waiters'), and in use only by the latter:
-/// its count stays for good, whoever uses it.
-fn ours(
-    keys: impl Iterator<Item = String>,
-    listened: impl Iterator<Item = String>,
-    tag: &str,
-) -> Listing {
-    // (kind, name) -> (main key seen, total seen, fence seen)
-    let mut seen: std::collections::BTreeMap<(ObjectKind, String), (bool, bool, bool)> =
-        std::collections::BTreeMap::new();
-    let counting = ObjectKind::CountingSemaphore;
-    let mut waited = std::collections::BTreeSet::new();
-    for channel in listened {
-        if let Some(name) = channel
-            .strip_prefix(tag)
-            .and_then(|c| c.strip_suffix(":unlocked"))
-            .and_then(|c| c.strip_suffix(counting.suffix()))
-        {
-            seen.entry((counting, name.to_string())).or_default();
-            waited.insert(name.to_string());
-        }
-    }
-    for key in keys {
-        let Some(tagged) = key.strip_prefix(tag) else {
-            continue;
-        };
-        for kind in ObjectKind::ALL {
-            let (rest, role) = match tagged.strip_suffix(":fence") {
-                Some(rest) => (rest, 2),
-                None => match tagged.strip_suffix(":permits") {
-                    Some(rest) if kind == ObjectKind::Semaphore => (rest, 1),
-                    _ => (tagged, 0),
-                },
-            };
-            if let Some(name) = rest.strip_suffix(kind.suffix()) {
-                let flags = seen.entry((kind, name.to_string())).or_default();
-                match role {
-                    0 => flags.0 = true,
-                    1 => flags.1 = true,
-                    _ => flags.2 = true,
-                }
-            }
-        }
-    }
-    let mut listing = Listing::default();
-    for ((kind, name), (main, total, _)) in seen {
-        let (object, active) = match kind {
-            ObjectKind::CountingSemaphore => {
-                let waited = waited.contains(&name);
-                (main || waited, waited)
-            }
-            _ => (main || total, main),
-        };
-        let listed = Listed { kind, name, active };
-        if object {
-            listing.objects.push(listed);
-        } else {
-            listing.kept_fences.push(listed);
-        }
-    }
-    listing
-}
-
-/// The channels with listeners matching `pattern` on one server (its shard channels where
-/// the cluster publishes that way).
-fn channels(
-    con: &mut dyn ConnectionLike,
-    pattern: &str,
-    sharded: bool,
-) -> RedisResult<Vec<String>> {
-    let which = if sharded { "SHARDCHANNELS" } else { "CHANNELS" };
-    redis::cmd("PUBSUB").arg(which).arg(pattern).query(con)
-}
-
 /// How many clients listen on a channel, counted where they may listen. With sharded pub/sub
 /// (a Redis 7 Cluster) every listener of a channel is on the master of its slot, which the
 /// inspection asks anyway; on one server, or the master Sentinel names, there is one place.
@@ -497,101 +329,9 @@ impl<'a> Listeners<'a> {
     }
 }
 
-/// Every key matching `pattern` on one server, by SCAN.
-fn scan(con: &mut dyn ConnectionLike, pattern: &str) -> RedisResult<Vec<String>> {
-    let mut keys = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query(con)?;
-        keys.extend(batch);
-        if next == 0 {
-            return Ok(keys);
-        }
-        cursor = next;
-    }
-}
-
-/// The clients connected to the server that keeps object `keys` (on a Cluster the master of
-/// its slot, where its holders and waiters have their connections), to name the owners in a
-/// report. None when they cannot be asked (an ACL without CLIENT LIST, a server away): the
-/// report stands without names.
-fn clients_by(core: &Core, keys: &LockKeys) -> Vec<ConnectedClient> {
-    let list = |con: &mut dyn ConnectionLike| redis::cmd("CLIENT").arg("LIST").query(con);
-    let listed: RedisResult<String> = if core.backend.is_cluster() {
-        core.backend
-            .link_for_slot(keys.slot())
-            .and_then(|mut link| list(&mut link))
-    } else {
-        core.backend.run(list)
-    };
-    match listed {
-        Ok(list) => one_per_client(parse_client_list(&list)),
-        Err(e) => {
-            log::debug!("CLIENT LIST failed ({e}): owners are shown without names");
-            Vec::new()
-        }
-    }
-}
-
-/// `clients` sorted by id, the first connection of each.
-fn one_per_client(mut clients: Vec<ConnectedClient>) -> Vec<ConnectedClient> {
-    clients.sort_by(|a, b| a.id.cmp(&b.id));
-    clients.dedup_by(|later, earlier| later.id == earlier.id);
-    clients
-}
-
-/// The client id an owner id starts with (`<client id>:<thread>...`).
-fn client_id_of(owner: &str) -> &str {
-    owner.split(':').next().unwrap_or_default()
-}
-
-/// The redlatch clients in one server's `CLIENT LIST`: connections named `<name>:<client
-/// id>` (see `ClientBuilder::name`), one entry per connection.
-pub(crate) fn parse_client_list(list: &str) -> Vec<ConnectedClient> {
-    list.lines()
-        .filter_map(|line| {
-            let field = |name: &str| {
-                line.split(' ')
-                    .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
-            };
-            let (name, id) = field("name")?.rsplit_once(':')?;
-            uuid::Uuid::try_parse(id).ok()?;
-            Some(ConnectedClient {
-                id: id.to_string(),
-                name: name.to_string(),
-                addr: field("addr")?.to_string(),
-            })
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn connections_named_by_redlatch_are_read_from_client_list() {
-        let id = "4e73c6e3-5b6f-4a8c-9d3e-0123456789ab";
-        let list = format!(
-            "id=3 addr=10.0.0.7:53422 laddr=10.0.0.1:6379 fd=8 name=api@host-7:{id} age=2\n\
-             id=4 addr=10.0.0.8:1000 laddr=10.0.0.1:6379 fd=9 name= age=1\n\
-             id=5 addr=10.0.0.9:1001 laddr=10.0.0.1:6379 fd=9 name=other:not-a-uuid age=1\n\
-             id=6 addr=10.0.0.7:53423 laddr=10.0.0.1:6379 fd=10 name=a:b:{id} age=1"
-        );
-        let clients = parse_client_list(&list);
-        assert_eq!(clients.len(), 2);
-        assert_eq!(clients[0].id, id);
-        assert_eq!(clients[0].name, "api@host-7");
-        assert_eq!(clients[0].addr, "10.0.0.7:53422");
-        assert_eq!(clients[1].name, "a:b", "a name may hold colons");
-        assert_eq!(client_id_of(&format!("{id}:12:r")), id);
-    }
 
     #[test]
     fn terms_read_in_words() {
