@@ -96,13 +96,10 @@ impl Scripts {
             .invoke(con);
         match reply {
             Ok(count) => Ok(Ok(count)),
-            Err(e) if crate::error::refusal(&e).is_some_and(|(code, _)| code == "RANGE") => {
-                let count = crate::error::refusal(&e)
-                    .and_then(|(_, detail)| detail.parse().ok())
-                    .unwrap_or(0);
-                Ok(Err(count))
-            }
-            Err(e) => Err(e),
+            Err(e) => match crate::error::refusal(&e) {
+                Some((code, detail)) if code == "RANGE" => Ok(Err(detail.parse().unwrap_or(0))),
+                _ => Err(e),
+            },
         }
     }
 
