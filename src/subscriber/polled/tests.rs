@@ -11,21 +11,24 @@ use std::collections::VecDeque;
 use std::io::Write;
 use std::net::SocketAddr;
 
-/// A subscriber and its polled task, routing by slots, every slot on `node`.
-fn task() -> (Subscriber, PolledTask, std::net::TcpListener, String) {
+/// A subscriber of our layout on `deployment`, and its polled task, routing by slots (as once
+/// `check` found SPUBLISH); `response_timeout` for its connections.
+fn routed_by_slots(
+    deployment: &Deployment,
+    response_timeout: Duration,
+) -> (Subscriber, PolledTask) {
     let settings = Settings {
         pool_size: 1,
         link: crate::backend::link::LinkSettings {
             connect_timeout: Duration::from_millis(10),
-            response_timeout: Duration::from_secs(10),
+            response_timeout,
             tls: Default::default(),
             name: None,
         },
     };
-    let backend =
-        Arc::new(Backend::new(&Deployment::Url("redis://127.0.0.1:1/".into()), settings).unwrap());
+    let backend = Arc::new(Backend::new(deployment, settings).unwrap());
     let (errands, _) = crossbeam_channel::unbounded();
-    let (sub, task) = Subscriber::new(
+    let (sub, SubscriberTask(mut task)) = Subscriber::new(
         backend,
         "p",
         "c0ffee",
@@ -34,10 +37,16 @@ fn task() -> (Subscriber, PolledTask, std::net::TcpListener, String) {
         Default::default(),
     )
     .unwrap();
-    let SubscriberTask(mut task) = task;
+    task.routes.routing = Routing::Slots;
+    (sub, task)
+}
+
+/// A subscriber and its polled task, routing by slots, every slot on `node`.
+fn task() -> (Subscriber, PolledTask, std::net::TcpListener, String) {
+    let deployment = Deployment::Url("redis://127.0.0.1:1/".into());
+    let (sub, mut task) = routed_by_slots(&deployment, Duration::from_secs(10));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let node = listener.local_addr().unwrap().to_string();
-    task.routes.routing = Routing::Slots;
     task.routes.slots = Some(Arc::new(SlotMap::new(vec![(0, 16383, node.clone())])));
     task.routes.stale = false; // the map above is the one read
     (sub, task, listener, node)
@@ -343,28 +352,8 @@ fn cluster_nodes_are_dialled_over_tls_when_the_seeds_are() {
         ("rediss://127.0.0.1:1/", true),
         ("redis://127.0.0.1:1/", false),
     ] {
-        let settings = Settings {
-            pool_size: 1,
-            link: crate::backend::link::LinkSettings {
-                connect_timeout: Duration::from_millis(10),
-                response_timeout: Duration::from_millis(10),
-                tls: Default::default(),
-                name: None,
-            },
-        };
         let deployment = Deployment::Cluster(vec![seed.to_string()]);
-        let backend = Arc::new(Backend::new(&deployment, settings).unwrap());
-        let (errands, _) = crossbeam_channel::unbounded();
-        let (_sub, SubscriberTask(mut task)) = Subscriber::new(
-            backend,
-            "p",
-            "c0ffee",
-            crate::scripts::dialect(crate::Layout::Redlatch),
-            errands,
-            Default::default(),
-        )
-        .unwrap();
-        task.routes.routing = Routing::Slots; // as once `check` found SPUBLISH
+        let (_sub, task) = routed_by_slots(&deployment, Duration::from_millis(10));
         for (node, addr) in [
             ("127.0.0.1:7000", "127.0.0.1:7000"),
             ("[::1]:7001", "[::1]:7001"),
