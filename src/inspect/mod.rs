@@ -269,8 +269,15 @@ impl Client {
                 waiter.client_addr = Some(client.addr.clone());
             }
         }
-        let mut link = core.backend.link_for_slot(keys.slot())?;
-        report.subscribers = Listeners::of(core).on(&mut link, keys.channel())?;
+        let listeners = Listeners::of(core);
+        let listening = |con: &mut dyn ConnectionLike| listeners.on(con, keys.channel());
+        // On a Cluster the slot's master (a cluster connection cannot route PUBSUB);
+        // elsewhere a pooled connection, not one made for the call.
+        report.subscribers = if core.backend.is_cluster() {
+            listening(&mut core.backend.link_for_slot(keys.slot())?)?
+        } else {
+            core.backend.run(listening)?
+        };
         Ok(report)
     }
 }
