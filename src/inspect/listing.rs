@@ -3,7 +3,7 @@
 
 use redis::{ConnectionLike, RedisResult};
 
-use super::{Listed, Listeners, Listing, ObjectKind, redisson};
+use super::{Listed, Listeners, Listing, ObjectKind, redisson, scan};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::Layout;
@@ -155,24 +155,4 @@ fn channels(
 ) -> RedisResult<Vec<String>> {
     let which = if sharded { "SHARDCHANNELS" } else { "CHANNELS" };
     redis::cmd("PUBSUB").arg(which).arg(pattern).query(con)
-}
-
-/// Every key matching `pattern` on one server, by SCAN.
-pub(super) fn scan(con: &mut dyn ConnectionLike, pattern: &str) -> RedisResult<Vec<String>> {
-    let mut keys = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query(con)?;
-        keys.extend(batch);
-        if next == 0 {
-            return Ok(keys);
-        }
-        cursor = next;
-    }
 }

@@ -336,6 +336,26 @@ impl<'a> Listeners<'a> {
     }
 }
 
+/// Every key matching `pattern` on one server, by SCAN.
+fn scan(con: &mut dyn ConnectionLike, pattern: &str) -> RedisResult<Vec<String>> {
+    let mut keys = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query(con)?;
+        keys.extend(batch);
+        if next == 0 {
+            return Ok(keys);
+        }
+        cursor = next;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

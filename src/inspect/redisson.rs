@@ -326,7 +326,7 @@ pub(super) fn list(
     listeners: Listeners,
 ) -> RedisResult<Listing> {
     let mut listing = Listing::default();
-    for key in super::listing::scan(con, pattern)? {
+    for key in super::scan(con, pattern)? {
         if key.starts_with("redisson_") || key.contains(":rwlock_timeout:") {
             continue; // Redisson's own keys beside an object, not objects
         }
@@ -345,7 +345,7 @@ pub(super) fn list(
     // Counters of names without braces only: the counter of `a{b}` is
     // `redisson_lock_token:a{b}`, which no pattern of the name finds.
     let counters = redisson_tagged("redisson_lock_token", pattern);
-    for counter in super::listing::scan(con, &counters)? {
+    for counter in super::scan(con, &counters)? {
         if let Some(name) = counter
             .strip_prefix("redisson_lock_token:{")
             .and_then(|n| n.strip_suffix('}'))
