@@ -130,17 +130,32 @@ fn neither_kind_of_guard_re_enters_the_other_nor_an_owned_one_itself() {
     );
     mine.unlock().unwrap();
 
-    // A hold with a fixed lease ends by itself: the owned acquisition waits for that, as any
-    // waiter would, and gets the lock.
-    let leased = lock.lock_with_lease(Duration::from_millis(300)).unwrap();
+    // A hold with a fixed lease would end only by running out under its own guard, which
+    // would lose it: refused at once too (issue 40: it waited out the 5 s lease).
+    let leased = lock.lock_with_lease(Duration::from_secs(5)).unwrap();
     let started = std::time::Instant::now();
-    let owned = lock.lock_owned().unwrap();
+    match lock.lock_owned() {
+        Err(redlatch::Error::WouldDeadlock { name }) => assert_eq!(name, lock.name()),
+        other => panic!("expected WouldDeadlock, got {other:?}"),
+    }
+    assert!(matches!(
+        lock.lock_owned_with_lease(Duration::from_secs(1)),
+        Err(redlatch::Error::WouldDeadlock { .. })
+    ));
     assert!(
-        started.elapsed() >= Duration::from_millis(200),
-        "{:?}",
+        started.elapsed() < Duration::from_secs(1),
+        "refused at once, not after the lease: {:?}",
         started.elapsed()
     );
+    assert!(!leased.is_lost());
+    leased.unlock().unwrap();
+
+    // A hold that is already lost (its lease ran out) is no hold: the owned acquisition
+    // takes the lock like any waiter.
+    let leased = lock.lock_with_lease(Duration::from_millis(200)).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
     assert!(leased.is_lost());
+    let owned = lock.lock_owned().unwrap();
     drop(leased);
     owned.unlock().unwrap();
     assert!(!lock.is_locked().unwrap());

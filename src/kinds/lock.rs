@@ -172,12 +172,13 @@ impl Lock {
     /// Waits as long as it takes, then holds the lock with the watchdog under an owner id of
     /// this acquisition's own: see [`OwnedLockGuard`].
     ///
-    /// A thread that holds the lock through a [`LockGuard`] taken with the watchdog would wait
-    /// here for itself forever (that guard cannot move to another thread to be released), so
-    /// it gets [`Error::WouldDeadlock`](crate::Error::WouldDeadlock) at once: release first.
-    /// With a fixed lease it waits, like any waiter, until that lease ends. One that holds it
-    /// through an [`OwnedLockGuard`] waits, since that guard may be released by another
-    /// thread.
+    /// A thread that holds the lock through a [`LockGuard`] would wait here for itself (that
+    /// guard cannot move to another thread to be released), so it gets
+    /// [`Error::WouldDeadlock`](crate::Error::WouldDeadlock) at once, whatever the guard's
+    /// lease: release first. Under the watchdog the wait would never end; under a fixed lease
+    /// it would end only by that lease running out under its own guard, which is a lost hold,
+    /// not a hand-over. One that holds it through an [`OwnedLockGuard`] waits, since that
+    /// guard may be released by another thread.
     pub fn lock_owned(&self) -> Result<OwnedLockGuard> {
         self.lock_owned_waiting(None)
     }
@@ -188,11 +189,10 @@ impl Lock {
     }
 
     fn lock_owned_waiting(&self, lease: Option<Duration>) -> Result<OwnedLockGuard> {
-        // Only a watchdog hold is sure never to end while its guard lives: one with a fixed
-        // lease ends with it, and the owned acquisition then takes the lock like any waiter.
+        // Any live hold of this thread's: a wait without end could only end by losing it.
         let core = self.core();
         let own = core.holds.get(self.keys.lock(), &core.thread_owner());
-        if own.is_some_and(|hold| hold.is_watchdog() && !hold.is_lost()) {
+        if own.is_some_and(|hold| !hold.is_lost()) {
             return Err(Error::WouldDeadlock {
                 name: self.name().to_string(),
             });
