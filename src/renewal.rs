@@ -17,6 +17,10 @@
 //! The thread also carries out the subscriber's [errands](Errand) (the engine's
 //! [`give_back`](engine::give_back)), so that neither a waiter nor the subscriber thread
 //! spends a round trip on them, and no thread is added for them.
+//!
+//! None of its round trips outlasts the first lease deadline among the holds (see
+//! `answer_by`): whatever a server that stopped answering costs, a hold whose lease runs out
+//! is found lost, and announced, when it does.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +35,31 @@ use crate::subscriber::Errand;
 
 /// Pause between attempts while Redis cannot be reached.
 const RETRY: Duration = Duration::from_millis(250);
+
+/// The least time a round trip of this thread is given, however close the next lease
+/// deadline: a healthy server answers well within it.
+const LEAST_BUDGET: Duration = Duration::from_millis(20);
+
+/// The latest instant this thread's round trips may last until: the first lease deadline
+/// among `holds` (it must be free then to find that hold lost and announce it, not a response
+/// timeout later), but no sooner than [`LEAST_BUDGET`] from now; `None` when nothing is held.
+fn answer_by(holds: &[Arc<Hold>]) -> Option<Instant> {
+    let first = holds
+        .iter()
+        .filter(|hold| hold.lease_known() && !hold.is_lost())
+        .map(|hold| hold.lease_deadline())
+        .min()?;
+    Some(first.max(Instant::now() + LEAST_BUDGET))
+}
+
+/// Runs `f` (round trips of this thread) answered by the first lease deadline of the holds
+/// there are, if any.
+fn by_first_deadline<T>(holds: &[Arc<Hold>], f: impl FnOnce() -> T) -> T {
+    match answer_by(holds) {
+        Some(deadline) => crate::backend::link::answer_by(deadline, f),
+        None => f(),
+    }
+}
 
 /// What the thread listens to.
 pub(crate) struct Inbox {
@@ -66,7 +95,9 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
             recv(stop) -> _ => return,
             recv(errands) -> errand => match errand {
                 Ok(Errand::GiveBack { keys, owner, token, lease }) => {
-                    engine::give_back(&core, &keys, &owner, token, lease)
+                    by_first_deadline(&core.holds.live(), || {
+                        engine::give_back(&core, &keys, &owner, token, lease)
+                    })
                 }
                 Err(_) => {}
             },
@@ -93,7 +124,8 @@ fn round(core: &Core, lease: Duration, period: Duration, stop: &Receiver<()>) ->
     let horizon = now + period / 4;
     let mut next = now + period;
     let mut due: Vec<Arc<Hold>> = Vec::new();
-    for hold in core.holds.live() {
+    let live = core.holds.live();
+    for hold in &live {
         if !hold.lease_known() {
             continue; // being registered: its acquisition records the lease in a moment
         }
@@ -108,14 +140,15 @@ fn round(core: &Core, lease: Duration, period: Duration, stop: &Receiver<()>) ->
         }
         let renew_at = hold.renew_at();
         if renew_at <= horizon {
-            due.push(hold);
+            due.push(hold.clone());
         } else {
             next = next.min(renew_at);
         }
     }
     let holds: Vec<&Hold> = due.iter().map(|hold| &**hold).collect();
     let stopping = || !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty));
-    let Renewed { outcome, failure } = engine::renew(core, &holds, lease, &stopping);
+    let Renewed { outcome, failure } =
+        by_first_deadline(&live, || engine::renew(core, &holds, lease, &stopping));
     let counters = &core.counters;
     for (hold, outcome) in due.iter().zip(outcome) {
         match outcome {
@@ -142,6 +175,10 @@ fn round(core: &Core, lease: Duration, period: Duration, stop: &Receiver<()>) ->
     if let Some(e) = failure {
         log::warn!("lock renewal failed ({e}); retrying in {RETRY:?}");
         next = next.min(Instant::now() + RETRY);
+        // A renewal cut short by a hold's deadline: wake at that deadline to announce it.
+        if let Some(first) = answer_by(&live) {
+            next = next.min(first + Duration::from_millis(1));
+        }
     }
     next
 }

@@ -401,3 +401,56 @@ fn a_semaphore_force_unlock_gives_every_permit_back_and_wakes_the_waiters_in_bot
         assert_eq!(sem.available().unwrap(), free);
     }
 }
+
+/// Issue 40: with the server stopped, a watchdog hold's loss was announced when the renewal
+/// thread's round trip gave up (a response timeout after it was sent), not when the lease
+/// ran out. The renewal thread's round trips now end by the first lease deadline, so the
+/// callback comes then, whatever the response timeout.
+#[test]
+fn a_loss_is_announced_when_the_lease_ends_not_when_a_round_trip_gives_up() {
+    let server = RedisServer::start();
+    let (tx, rx) = unbounded();
+    let watchdog = Duration::from_millis(1500);
+    let client = Client::builder(&server.url())
+        .watchdog_timeout(watchdog)
+        // Far longer than the lease: a round trip that waited for it would announce late.
+        .response_timeout(Duration::from_secs(8))
+        .on_lock_lost(move |lost| {
+            let _ = tx.send((lost.clone(), Instant::now()));
+        })
+        .build()
+        .unwrap();
+    let name = unique("lost-on-time");
+    let guard = client.lock(&name).lock().unwrap();
+    let leased = client
+        .lock(&unique("lost-on-time-fixed"))
+        .lock_with_lease(Duration::from_millis(2500))
+        .unwrap();
+    support::signal(server.pid(), "-STOP"); // SIGKILLed at the end, stopped or not
+    let stopped = Instant::now();
+    let (lost, at) = rx
+        .recv_timeout(Duration::from_secs(6))
+        .expect("no loss announced within 6 s of the stop");
+    assert_eq!(lost.name, name);
+    assert_eq!(lost.cause, LossCause::NotRenewedInTime);
+    // The fixed lease ends while the thread waits on the stopped server too.
+    let second = rx.recv_timeout(Duration::from_secs(4));
+    support::signal(server.pid(), "-CONT");
+    let deadline_passed = guard.remaining_lease() == ZERO;
+    assert!(deadline_passed && guard.is_lost());
+    // The lease ran at most one watchdog timeout past the stop (renewed just before it, at
+    // the latest); the announcement must follow its end closely, not up to 8 s later.
+    let late = at.saturating_duration_since(stopped);
+    assert!(
+        late <= watchdog + Duration::from_millis(700),
+        "announced {late:?} after the stop, with a {watchdog:?} lease"
+    );
+    let (second, second_at) = second.expect("the fixed lease's end was not announced");
+    assert_eq!(second.cause, LossCause::LeaseExpired);
+    let late = second_at.saturating_duration_since(stopped);
+    assert!(
+        late <= Duration::from_millis(2500 + 700),
+        "the fixed lease's end announced {late:?} after the stop"
+    );
+    drop(leased);
+}

@@ -55,6 +55,44 @@ pub(crate) struct LinkSettings {
 
 thread_local! {
     static LENT: RefCell<Option<LinkSettings>> = const { RefCell::new(None) };
+    /// The latest instant by which every request of this thread must be answered, whatever
+    /// the timeouts: see [`answer_by`].
+    static ANSWER_BY: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Runs `f` with every link request made on this thread meanwhile (connecting included)
+/// answered by `deadline` at the latest, on top of the link's own timeouts; a request that
+/// is not fails as a timeout would, and [`Backend::run`](super::Backend::run) does not retry
+/// past it.
+///
+/// For the renewal thread: it must be free to announce a lost hold when the hold's lease
+/// deadline passes, not when a round trip to a server that stopped answering gives up, up to
+/// a response timeout later.
+pub(crate) fn answer_by<T>(deadline: Instant, f: impl FnOnce() -> T) -> T {
+    let previous = ANSWER_BY.with(|cap| cap.replace(Some(deadline)));
+    // Put back even if `f` panics: a later call on this thread must not see it.
+    struct Restore(Option<Instant>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ANSWER_BY.with(|cap| cap.set(self.0));
+        }
+    }
+    let _restore = Restore(previous);
+    f()
+}
+
+/// `deadline`, or this thread's [`answer_by`] if that comes first.
+pub(crate) fn capped(deadline: Instant) -> Instant {
+    ANSWER_BY
+        .with(Cell::get)
+        .map_or(deadline, |cap| cap.min(deadline))
+}
+
+/// Whether this thread's [`answer_by`] has passed.
+pub(crate) fn answer_by_passed() -> bool {
+    ANSWER_BY
+        .with(Cell::get)
+        .is_some_and(|cap| Instant::now() >= cap)
 }
 
 impl LinkSettings {
@@ -103,7 +141,7 @@ impl Link {
     /// the connect timeout. Requests are then answered within the response timeout each. A
     /// failure names the server and the step (see `stream::with_context`), once.
     pub fn connect(info: &ConnectionInfo, settings: &LinkSettings) -> RedisResult<Link> {
-        let deadline = Instant::now() + settings.connect_timeout;
+        let deadline = capped(Instant::now() + settings.connect_timeout);
         let addr = info.addr().to_string();
         let socket = Socket::connect(info.addr(), deadline, &settings.tls)
             .map_err(|e| with_context(e, &addr))?;
@@ -288,7 +326,10 @@ impl Link {
 
     /// When a request sent now must be answered by.
     fn deadline(&self) -> Option<Instant> {
-        self.response_timeout.get().map(|t| Instant::now() + t)
+        match self.response_timeout.get() {
+            Some(t) => Some(capped(Instant::now() + t)),
+            None => ANSWER_BY.with(Cell::get),
+        }
     }
 }
 

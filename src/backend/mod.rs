@@ -46,7 +46,8 @@ pub(crate) use cluster::SlotMap;
 use hello::{Mode, check_hello};
 pub(crate) use link::{Link, LinkSettings};
 use pool::{Pool, PooledConnection};
-use retry::{Retries, is_transport_error};
+pub(crate) use retry::is_transport_error;
+use retry::Retries;
 use sentinel::{SentinelSpec, Sentinels};
 /// The fuzz targets (`fuzz/`) read HELLO and CLUSTER SLOTS replies through `crate::fuzzing`.
 #[cfg(fuzzing)]
@@ -241,6 +242,8 @@ impl Backend {
         let mut retries = Retries::new();
         loop {
             match self.run_once(&mut op) {
+                // Past the thread's own deadline (the renewal thread's), no retry can help.
+                Err(e) if link::answer_by_passed() => return Err(e),
                 Err(e) => match self.retry_pause(&e, &mut retries) {
                     Some(pause) => {
                         log::debug!("redis command failed ({e}), retrying in {pause:?}");
@@ -267,7 +270,7 @@ impl Backend {
     ) -> RedisResult<T> {
         let (mut con, epoch) = match self
             .pool
-            .take(Instant::now() + self.settings.link.connect_timeout)?
+            .take(link::capped(Instant::now() + self.settings.link.connect_timeout))?
         {
             Some(idle) => idle,
             // The epoch from before connecting: a failover noticed meanwhile must not adopt a
