@@ -15,6 +15,7 @@ use crossbeam_channel::Sender;
 use crate::backend::Backend;
 use crate::cancel::Cancel;
 use crate::engine::hold::Holds;
+use crate::engine::doubt::Doubts;
 use crate::engine::leftover::Leftovers;
 use crate::keys::{Family, Layout, LockKeys};
 use crate::lost::ToRenewal;
@@ -40,6 +41,8 @@ pub(crate) struct Core {
     pub holds: Holds,
     /// Places in queues that failed waits left, voided by their owner's next attempt.
     pub leftovers: Leftovers,
+    /// Attempts whose reply was lost, settled by the renewal thread once the server answers.
+    pub doubts: Doubts,
     pub subscriber: Subscriber,
     /// Origin of the holds' compact timestamps.
     pub epoch: Instant,

@@ -97,6 +97,16 @@ impl ToRenewal {
 
     /// A fixed lease ends at `end`: wakes the thread then, unless it wakes earlier anyway.
     pub fn expires(&self, end: std::time::Instant) {
+        self.wake_by(end);
+    }
+
+    /// An attempt whose reply was lost waits to be settled (`engine::doubt`): wakes the
+    /// thread now, unless it is awake anyway.
+    pub fn settle_soon(&self) {
+        self.wake_by(std::time::Instant::now());
+    }
+
+    fn wake_by(&self, end: std::time::Instant) {
         let at = self.micros(end);
         if self.next.fetch_min(at, std::sync::atomic::Ordering::AcqRel) > at {
             let _ = self.tx.send(Notice::Expires(end));

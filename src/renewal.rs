@@ -16,7 +16,8 @@
 //!
 //! The thread also carries out the subscriber's [errands](Errand) (the engine's
 //! [`give_back`](engine::give_back)), so that neither a waiter nor the subscriber thread
-//! spends a round trip on them, and no thread is added for them.
+//! spends a round trip on them, and no thread is added for them; and it settles the
+//! attempts whose reply was lost ([`engine::doubt`]) once the server answers again.
 //!
 //! None of its round trips outlasts the first lease deadline among the holds (see
 //! `answer_by`): whatever a server that stopped answering costs, a hold whose lease runs out
@@ -88,6 +89,12 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
         if Instant::now() >= next {
             core.to_renewal.in_round();
             next = round(&core, lease, period, &stop);
+        }
+        if core.doubts.next_due().is_some_and(|due| due <= Instant::now()) {
+            by_first_deadline(&core.holds.live(), || core.doubts.settle_due(&core));
+        }
+        if let Some(due) = core.doubts.next_due() {
+            next = next.min(due);
         }
         // A lease end sent meanwhile is in the inbox, and lowers `next` below.
         core.to_renewal.wakes_at(next);

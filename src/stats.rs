@@ -14,7 +14,7 @@ use crate::words::Words;
 /// bounds they are):
 ///
 /// ```text
-/// acquisitions 100 (at once 98, after wait 1, handed over 1), timeouts 1, cancelled 0, wait p50 <= 300 µs, p99 <= 40 ms, renewals ok 12 failed 0, lost 0, reconnects 0, waiting threads 3, subscriptions 1
+/// acquisitions 100 (at once 98, after wait 1, handed over 1), timeouts 1, cancelled 0, wait p50 <= 300 µs, p99 <= 40 ms, renewals ok 12 failed 0, lost 0, reconnects 0, waiting threads 3, subscriptions 1, lost replies settled 0
 /// ```
 ///
 /// Its `Debug` is the struct, field by field, durations exact.
@@ -61,6 +61,10 @@ pub struct Stats {
     pub waiting_threads: u64,
     /// Channels subscribed now (one per object some thread waits for).
     pub subscriptions: u64,
+    /// Attempts whose reply was lost (a timeout, a connection that failed after the request
+    /// was sent), settled once the server answered again: whatever they took in Redis,
+    /// should they have run after all, was given back (see the guide's reliability page).
+    pub lost_replies_settled: u64,
 }
 
 impl fmt::Display for Stats {
@@ -69,7 +73,7 @@ impl fmt::Display for Stats {
             f,
             "acquisitions {} (at once {}, after wait {}, handed over {}), timeouts {}, \
              cancelled {}, wait p50 {}, p99 {}, renewals ok {} failed {}, lost {}, \
-             reconnects {}, waiting threads {}, subscriptions {}",
+             reconnects {}, waiting threads {}, subscriptions {}, lost replies settled {}",
             self.acquisitions,
             self.acquired_at_once,
             self.acquired_after_wait,
@@ -83,7 +87,8 @@ impl fmt::Display for Stats {
             self.locks_lost,
             self.reconnects,
             self.waiting_threads,
-            self.subscriptions
+            self.subscriptions,
+            self.lost_replies_settled
         )
     }
 }
@@ -161,6 +166,7 @@ pub(crate) struct Counters {
     pub renewals_failed: AtomicU64,
     pub locks_lost: AtomicU64,
     pub reconnects: AtomicU64,
+    pub lost_replies_settled: AtomicU64,
 }
 
 impl Default for Counters {
@@ -176,6 +182,7 @@ impl Default for Counters {
             renewals_failed: AtomicU64::new(0),
             locks_lost: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
+            lost_replies_settled: AtomicU64::new(0),
         }
     }
 }
@@ -222,6 +229,7 @@ impl Counters {
             reconnects: read(&self.reconnects),
             waiting_threads: waiting,
             subscriptions,
+            lost_replies_settled: read(&self.lost_replies_settled),
         }
     }
 }
@@ -325,12 +333,13 @@ mod tests {
             reconnects: 0,
             waiting_threads: 3,
             subscriptions: 1,
+            lost_replies_settled: 0,
         };
         assert_eq!(
             stats.to_string(),
             "acquisitions 100 (at once 98, after wait 1, handed over 1), timeouts 1, \
              cancelled 0, wait p50 <= 300 µs, p99 <= 1 ms 250 µs, renewals ok 12 failed 2, lost 1, \
-             reconnects 0, waiting threads 3, subscriptions 1"
+             reconnects 0, waiting threads 3, subscriptions 1, lost replies settled 0"
         );
         let fresh = Stats::default().to_string();
         assert!(fresh.contains(", wait p50 -, p99 -, "), "{fresh}");

@@ -1344,3 +1344,97 @@ fn a_write_release_that_reaches_redis_late_leaves_a_newer_write_alone() {
     assert!(!again.is_lost());
     again.unlock().unwrap();
 }
+
+/// Issue 40: a client holds a lock with a 4 s lease; another client's two threads wait for
+/// it (`try_lock(20 s)` and `lock()`); the server is stopped for 8 s. Both waits fail (the
+/// server does not answer), as they may; but on SIGCONT the server ran their attempts, which
+/// took the lock (the holder's lease had run out) and places in its queue, for threads that
+/// had given up: the lock was unusable for everyone for the rest of a 30 s lease. Each
+/// attempt whose reply was lost is now settled once the server answers: within moments the
+/// lock is free, with nobody of the failed client's in its queue.
+#[test]
+fn attempts_whose_reply_was_lost_are_settled_once_the_server_answers() {
+    for layout in [redlatch::Layout::Redlatch, redlatch::Layout::Redisson] {
+        let server = RedisServer::start();
+        let holder = Client::builder(&server.url()).layout(layout).build().unwrap();
+        // The default watchdog: a lost run's hold has a 30 s lease, a place 5 s or more.
+        let waiting = Client::builder(&server.url())
+            .layout(layout)
+            .build()
+            .unwrap();
+        let name = unique("lost-attempt");
+        let key = match layout {
+            redlatch::Layout::Redisson => name.clone(),
+            _ => format!("redlatch:{{{name}}}"),
+        };
+        let held = holder
+            .lock(&name)
+            .lock_with_lease(Duration::from_secs(4))
+            .unwrap();
+        let waiters: Vec<_> = [Some(Duration::from_secs(20)), None]
+            .into_iter()
+            .map(|wait| {
+                let lock = waiting.lock(&name);
+                thread::spawn(move || match wait {
+                    Some(wait) => lock.try_lock(wait, None).map(|g| g.is_some()),
+                    None => lock.lock().map(|_| true),
+                })
+            })
+            .collect();
+        let mut admin = server.admin();
+        if layout == redlatch::Layout::Redlatch {
+            assert!(
+                eventually(Duration::from_secs(5), || {
+                    support::queued_owners(&mut admin, &name).len() == 2
+                }),
+                "both threads queue"
+            );
+        } else {
+            thread::sleep(Duration::from_millis(300));
+        }
+        support::signal(server.pid(), "-STOP");
+        let stopped = Instant::now();
+        let ended = support::join_all(waiters, Duration::from_secs(30), "the waits");
+        // Both failed, or (had a thread been quick) took the lock; either is fine here.
+        let failed = ended.iter().filter(|r| r.is_err()).count();
+        let left = Duration::from_secs(8).saturating_sub(stopped.elapsed());
+        thread::sleep(left);
+        support::signal(server.pid(), "-CONT");
+        let resumed = Instant::now();
+        drop(held); // its lease ran out in the stop: nothing of it left to release
+        assert!(failed >= 1, "{layout:?}: the waits failed while stopped: {ended:?}");
+
+        // Free, with nobody in the queue, within moments: the settlement sent while the
+        // server was stopped is answered once it resumes, or the next one 250 ms later.
+        let settled = eventually(Duration::from_secs(3), || {
+            let pttl = support::pttl(&mut admin, &key);
+            let queue = match layout {
+                redlatch::Layout::Redlatch => support::queued_owners(&mut admin, &name),
+                _ => Vec::new(),
+            };
+            pttl == -2 && queue.is_empty()
+        });
+        let hash: Vec<String> = redis::cmd("HGETALL").arg(&key).query(&mut admin).unwrap();
+        let queue: Vec<String> = redis::cmd("ZRANGE")
+            .arg(format!("{key}:queue"))
+            .arg(0)
+            .arg(-1)
+            .query(&mut admin)
+            .unwrap();
+        assert!(
+            settled,
+            "{layout:?}: {:?} after SIGCONT the lock is {hash:?} (PTTL {}), its queue \
+             {queue:?}; the waits ended {ended:?}",
+            resumed.elapsed(),
+            support::pttl(&mut admin, &key)
+        );
+        assert!(
+            waiting.stats().lost_replies_settled >= 1,
+            "{layout:?}: {}",
+            waiting.stats()
+        );
+        // And it is usable at once by anyone.
+        let again = holder.lock(&name).try_lock(Duration::ZERO, None).unwrap();
+        assert!(again.is_some(), "{layout:?}: the lock is free for others");
+    }
+}

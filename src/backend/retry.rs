@@ -150,7 +150,7 @@ fn is_readonly(e: &RedisError) -> bool {
 
 /// Errors after which the connection cannot be trusted: the transport failed, so the command
 /// may or may not have run.
-pub(super) fn is_transport_error(e: &RedisError) -> bool {
+pub(crate) fn is_transport_error(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
 }
 

@@ -477,6 +477,7 @@ impl ClientBuilder {
             backend,
             holds: Holds::default(),
             leftovers: Default::default(),
+            doubts: Default::default(),
             subscriber,
             epoch,
             replicas: self.replicas,

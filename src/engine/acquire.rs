@@ -6,11 +6,13 @@ use std::time::{Duration, Instant};
 use redis::ConnectionLike;
 
 use super::Kind;
+use super::doubt::Doubt;
 use super::hold::Hold;
 use super::lease::{Terms, deadline_after};
 use super::local;
 use super::release::{lost, release, why_gone};
 use crate::cancel::{Cancel, Watched};
+use crate::backend::is_transport_error;
 use crate::core::{Core, Replicas};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
@@ -320,12 +322,34 @@ impl Wait<'_> {
                 self.kind
                     .withdraw(con, &self.owner, terms.lease_set(), queueing)
             })
-            .map_err(|e| scripts::failure(keys, e))?;
+            .map_err(|e| {
+                // Its lost run may have taken up a hand-over, or not run yet.
+                in_doubt(core, self.kind, &self.owner, terms.lease_set(), queueing, &e);
+                scripts::failure(keys, e)
+            })?;
         Ok(token.map(|token| {
             let hold = register(core, keys, self.owner.clone(), token, TakenBy::Attempt);
             hold.extend(sent, terms.lease_set(), terms.renew_every());
             Acquired { hold }
         }))
+    }
+}
+
+/// A call of `owner`'s on `kind` with `lease`, queueing as `queueing` says, failed with `e`:
+/// if the request may have reached the server, it may still run there, and is remembered to
+/// be settled ([`doubt`](super::doubt)).
+fn in_doubt(
+    core: &Core,
+    kind: &dyn Kind,
+    owner: &Arc<str>,
+    lease: Duration,
+    queueing: &Queueing,
+    e: &redis::RedisError,
+) {
+    if is_transport_error(e) && !e.is_connection_refusal() {
+        let doubt = Doubt::new(kind, owner, lease, queueing);
+        core.doubts.remember(kind.keys().lock(), doubt);
+        core.to_renewal.settle_soon();
     }
 }
 
@@ -350,6 +374,8 @@ pub(super) fn attempt(
     if existing.as_ref().is_some_and(|h| h.is_lost()) {
         return Err(lost(keys));
     }
+    // This attempt takes up whatever a lost one of the owner's took: no settling needed.
+    core.doubts.forget(keys.lock(), owner);
     let held = existing.as_ref().map(|h| (h.guards(), h.token));
     let lease = terms.lease_set();
     let sent = Instant::now();
@@ -358,7 +384,13 @@ pub(super) fn attempt(
         |con| kind.attempt(con, owner, held, lease, queueing),
         |reply| matches!(reply, Acquire::Acquired { .. }),
     )
-    .map_err(|e| scripts::failure(keys, e))?;
+    .map_err(|e| {
+        // A re-entry's lost run only set a count that the hold's release sets again.
+        if existing.is_none() {
+            in_doubt(core, kind, owner, lease, queueing, &e);
+        }
+        scripts::failure(keys, e)
+    })?;
     match reply {
         Acquire::Acquired { token } => {
             let hold = match existing {

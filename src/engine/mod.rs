@@ -26,6 +26,7 @@
 //! renewal thread.
 
 mod acquire;
+pub(crate) mod doubt;
 mod extend;
 pub(crate) mod hold;
 mod lease;
@@ -84,6 +85,11 @@ pub(crate) trait Kind {
         lease: Duration,
         queueing: &Queueing,
     ) -> RedisResult<Option<u64>>;
+
+    /// The same scripts on their own, holding nothing that keeps the client's threads alive:
+    /// what the renewal thread keeps to settle an attempt whose reply was lost
+    /// ([`doubt`]).
+    fn detached(&self) -> Arc<dyn Kind + Send + Sync>;
 
     /// Releases one of `owner`'s guards of the hold taken with `token`, as `how` says; the
     /// last one frees the object and grants it as the kind grants (see the module docs).

@@ -21,6 +21,7 @@ use crate::scripts::{Acquire, Freeing, Queueing, Release, Releasing, redisson};
 const LONGEST_SLOT: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// One acquisition of a fair lock: its waiter's keys, and its slot.
+#[derive(Clone)]
 pub(crate) struct FairWait {
     keys: Arc<LockKeys>,
     /// Java's `wait` for the deadlines: the caller's wait, or the client's
@@ -71,6 +72,10 @@ impl Kind for FairWait {
     ) -> RedisResult<Option<u64>> {
         redisson::fair_withdraw(con, &self.keys, owner, self.slot)?;
         Ok(None)
+    }
+
+    fn detached(&self) -> Arc<dyn Kind + Send + Sync> {
+        Arc::new(self.clone())
     }
 
     fn release(

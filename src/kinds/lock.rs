@@ -14,7 +14,7 @@ use crate::core::{Core, Runtime};
 use crate::engine::{self, Acquired, Kind, Terms, validate_duration, validate_lease};
 use crate::error::{Error, Result};
 use crate::keys::{Family, LockKeys};
-use crate::scripts::{self, Acquire, Freeing, Queueing, Release, Releasing};
+use crate::scripts::{self, Acquire, Dialect, Freeing, Queueing, Release, Releasing};
 
 mod guards;
 pub use guards::{LockGuard, OwnedLockGuard};
@@ -389,9 +389,7 @@ impl Kind for Lock {
         lease: Duration,
         queueing: &Queueing,
     ) -> RedisResult<Acquire> {
-        let retention = self.core().fence_retention;
-        let dialect = self.core().dialect;
-        (dialect.acquire)(con, &self.keys, owner, held, lease, queueing, retention)
+        self.scripts().attempt(con, owner, held, lease, queueing)
     }
 
     fn withdraw(
@@ -401,9 +399,11 @@ impl Kind for Lock {
         lease: Duration,
         queueing: &Queueing,
     ) -> RedisResult<Option<u64>> {
-        let retention = self.core().fence_retention;
-        let dialect = self.core().dialect;
-        (dialect.withdraw)(con, &self.keys, owner, lease, queueing, retention)
+        self.scripts().withdraw(con, owner, lease, queueing)
+    }
+
+    fn detached(&self) -> Arc<dyn Kind + Send + Sync> {
+        Arc::new(self.scripts())
     }
 
     fn release(
@@ -414,7 +414,73 @@ impl Kind for Lock {
         how: Releasing,
         freeing: Freeing,
     ) -> RedisResult<Release> {
-        let dialect = self.core().dialect;
-        (dialect.release)(con, &self.keys, owner, token, how, freeing)
+        self.scripts().release(con, owner, token, how, freeing)
+    }
+}
+
+impl Lock {
+    /// The lock's scripts, as this client's layout and settings call them.
+    fn scripts(&self) -> LockScripts {
+        let core = self.core();
+        LockScripts {
+            keys: self.keys.clone(),
+            dialect: core.dialect,
+            retention: core.fence_retention,
+        }
+    }
+}
+
+/// A lock's scripts without the handle: its keys, the client's dialect and fence retention.
+/// It keeps nothing of the client's alive, which is what the renewal thread needs to settle
+/// an attempt whose reply was lost.
+#[derive(Clone)]
+struct LockScripts {
+    keys: Arc<LockKeys>,
+    dialect: &'static Dialect,
+    retention: Duration,
+}
+
+/// What a [`Lock`]'s engine calls run.
+impl Kind for LockScripts {
+    fn keys(&self) -> &Arc<LockKeys> {
+        &self.keys
+    }
+
+    fn attempt(
+        &self,
+        con: &mut dyn ConnectionLike,
+        owner: &str,
+        held: Option<(u32, u64)>,
+        lease: Duration,
+        queueing: &Queueing,
+    ) -> RedisResult<Acquire> {
+        let (keys, retention) = (&self.keys, self.retention);
+        (self.dialect.acquire)(con, keys, owner, held, lease, queueing, retention)
+    }
+
+    fn withdraw(
+        &self,
+        con: &mut dyn ConnectionLike,
+        owner: &str,
+        lease: Duration,
+        queueing: &Queueing,
+    ) -> RedisResult<Option<u64>> {
+        let (keys, retention) = (&self.keys, self.retention);
+        (self.dialect.withdraw)(con, keys, owner, lease, queueing, retention)
+    }
+
+    fn detached(&self) -> Arc<dyn Kind + Send + Sync> {
+        Arc::new(self.clone())
+    }
+
+    fn release(
+        &self,
+        con: &mut dyn ConnectionLike,
+        owner: &str,
+        token: u64,
+        how: Releasing,
+        freeing: Freeing,
+    ) -> RedisResult<Release> {
+        (self.dialect.release)(con, &self.keys, owner, token, how, freeing)
     }
 }

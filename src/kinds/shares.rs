@@ -35,6 +35,7 @@ pub(crate) enum Wants {
 /// The engine's view of one acquisition of a share: the object's keys, what is asked for,
 /// the client's dialect, and what its scripts must know of the deployment (how grants are
 /// published, how long a fence is kept).
+#[derive(Clone)]
 pub(crate) struct Share {
     pub keys: Arc<LockKeys>,
     pub wants: Wants,
@@ -122,6 +123,10 @@ impl Kind for Share {
         _queueing: &Queueing,
     ) -> RedisResult<Option<u64>> {
         (self.dialect.share_withdraw)(con, &self.keys, owner, lease, self.freeing)
+    }
+
+    fn detached(&self) -> Arc<dyn Kind + Send + Sync> {
+        Arc::new(self.clone())
     }
 
     fn release(

@@ -1,0 +1,257 @@
+//! Attempts whose reply was lost, settled once the server answers again.
+//!
+//! An attempt that timed out, or whose connection failed after it was sent, may still run: a
+//! stopped server (SIGSTOP, a VM frozen, a long fork) runs what it had read when it resumes,
+//! long after its caller got an error and gave up. That run may take the object, a hold that
+//! nobody renews or releases, for its full lease; or a place in the queue, to which a later
+//! release hands the object, again for a full lease. Retrying a call is not enough when its
+//! caller has stopped asking: every attempt whose reply was lost is *settled*. The engine
+//! remembers it here ([`Doubts::remember`]), and the renewal thread settles it
+//! ([`Doubts::settle_due`]): the owner leaves the queue (taking up a hand-over made to its
+//! place), then makes one attempt of the same terms that queues nowhere (every attempt script
+//! takes up the owner's own field when it finds it: what the lost run took), and releases
+//! whatever either got, which hands the object to the next waiter.
+//!
+//! A settlement runs as soon as the server answers (the first try right away, then every
+//! [`RETRY`]), and once more a renewal period later, for a run that came later still (a
+//! request delayed in the network rather than in a stopped server). The owner's own next
+//! attempt on the object also settles it, by taking up what the lost run took: it forgets
+//! the doubt ([`Doubts::forget`]), after waiting for a settlement under way, so that the
+//! two never race for the owner's field.
+//!
+//! Nothing here runs a script but through the kind it was given; the common case (no
+//! doubt) costs one atomic load per attempt.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::RedisResult;
+
+use super::Kind;
+use crate::core::Core;
+use crate::scripts::{Acquire, Queueing, Releasing, TakenBy};
+use crate::stats::bump;
+
+/// Pause between settlements while the server does not answer.
+const RETRY: Duration = Duration::from_millis(250);
+
+/// How long a doubt is kept at most, settled or not: past this, a lost run that has not come
+/// can only take what its own lease (or its place's validity) gives back by itself soon.
+const KEPT_AT_MOST: Duration = Duration::from_secs(15 * 60);
+
+/// An attempt whose reply was lost.
+pub(crate) struct Doubt {
+    /// The object's scripts, with nothing that keeps the client alive ([`Kind::detached`]).
+    kind: Arc<dyn Kind + Send + Sync>,
+    owner: Arc<str>,
+    /// The lease the attempt asked for.
+    lease: Duration,
+    /// How it treated the queue: its withdrawal names the same place.
+    queueing: Queueing,
+    /// Settlements still to run.
+    passes: u8,
+    /// When the next one is due.
+    due: Instant,
+    /// When the attempt failed.
+    since: Instant,
+}
+
+impl Doubt {
+    /// An attempt of `kind` for `owner` with `lease`, queueing as `queueing` says, whose reply
+    /// was lost.
+    pub fn new(
+        kind: &dyn Kind,
+        owner: &Arc<str>,
+        lease: Duration,
+        queueing: &Queueing,
+    ) -> Doubt {
+        let now = Instant::now();
+        Doubt {
+            kind: kind.detached(),
+            owner: owner.clone(),
+            lease,
+            queueing: queueing.clone(),
+            passes: 2,
+            due: now,
+            since: now,
+        }
+    }
+}
+
+/// A lock key and an owner id.
+type LockAndOwner = (Arc<str>, Arc<str>);
+
+/// One doubt, locked while it is settled: the owner's next attempt waits for that.
+type Entry = Arc<Mutex<Option<Doubt>>>;
+
+/// This client's attempts whose reply was lost, by lock key and owner.
+#[derive(Default)]
+pub(crate) struct Doubts {
+    map: Mutex<HashMap<LockAndOwner, Entry>>,
+    /// `map.len()`, read without the lock.
+    len: AtomicUsize,
+}
+
+/// What settling a doubt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// The owner held the object (the lost run took it, it was handed to the lost run's
+    /// place, or it was free and the settlement's attempt took it): given back now.
+    GaveBack,
+    /// Nothing of the owner's was there (any place of its is gone now).
+    Nothing,
+}
+
+impl Doubts {
+    /// Remembers `doubt`, for the object `lock_key`; one per owner and object (a later one
+    /// replaces an earlier: settling either settles both).
+    pub fn remember(&self, lock_key: &str, doubt: Doubt) {
+        let mut map = self.map.lock();
+        let key = (Arc::from(lock_key), doubt.owner.clone());
+        map.insert(key, Arc::new(Mutex::new(Some(doubt))));
+        self.len.store(map.len(), Ordering::Release);
+    }
+
+    /// Whether any doubt waits to be settled: one atomic load.
+    pub fn any(&self) -> bool {
+        self.len.load(Ordering::Acquire) > 0
+    }
+
+    /// When the next settlement is due, if any is.
+    pub fn next_due(&self) -> Option<Instant> {
+        if !self.any() {
+            return None;
+        }
+        let entries: Vec<Entry> = self.map.lock().values().cloned().collect();
+        entries
+            .iter()
+            .filter_map(|entry| entry.try_lock().and_then(|d| d.as_ref().map(|d| d.due)))
+            .min()
+    }
+
+    /// The owner `owner` attempts object `lock_key` again: its attempt takes up whatever a
+    /// lost one took, so the doubt is forgotten; a settlement under way is waited for first
+    /// (one round trip at most), so that the two never race for the owner's field.
+    pub fn forget(&self, lock_key: &str, owner: &Arc<str>) {
+        if !self.any() {
+            return;
+        }
+        let entry = {
+            let mut map = self.map.lock();
+            let entry = map.remove(&(Arc::from(lock_key), owner.clone()));
+            self.len.store(map.len(), Ordering::Release);
+            entry
+        };
+        if let Some(entry) = entry {
+            entry.lock().take();
+        }
+    }
+
+    /// Settles every doubt that is due (on the renewal thread): each with one round trip or
+    /// a few, without retries, so that a server that does not answer costs one response
+    /// timeout per doubt at most; it is tried again [`RETRY`] later.
+    pub fn settle_due(&self, core: &Core) {
+        if !self.any() {
+            return;
+        }
+        let now = Instant::now();
+        let entries: Vec<(LockAndOwner, Entry)> = self
+            .map
+            .lock()
+            .iter()
+            .map(|(key, entry)| (key.clone(), entry.clone()))
+            .collect();
+        for (key, entry) in entries {
+            let mut slot = entry.lock();
+            let Some(doubt) = slot.as_mut() else {
+                continue;
+            };
+            if doubt.due > now {
+                continue;
+            }
+            let done = match settle(core, doubt) {
+                Ok(settled) => {
+                    if doubt.passes == 2 {
+                        bump(&core.counters.lost_replies_settled, 1);
+                    }
+                    if settled == Settled::GaveBack {
+                        log::debug!(
+                            "{:?}: settled an attempt whose reply was lost: what the owner \
+                             held (the lost run's hold, or a free object just taken) was \
+                             given back",
+                            doubt.kind.keys().name()
+                        );
+                    }
+                    doubt.passes -= 1;
+                    doubt.due = Instant::now() + core.watchdog_timeout / 3;
+                    doubt.passes == 0
+                }
+                Err(e) => {
+                    log::debug!(
+                        "{:?}: settling an attempt whose reply was lost failed ({e}); \
+                         trying again in {RETRY:?}",
+                        doubt.kind.keys().name()
+                    );
+                    doubt.due = Instant::now() + RETRY;
+                    doubt.since.elapsed() > KEPT_AT_MOST
+                }
+            };
+            if done {
+                slot.take();
+                let mut map = self.map.lock();
+                if map.get(&key).is_some_and(|e| Arc::ptr_eq(e, &entry)) {
+                    map.remove(&key);
+                }
+                self.len.store(map.len(), Ordering::Release);
+            }
+        }
+    }
+}
+
+/// One settlement of `doubt`: out of the queue (taking up a hand-over made to its place),
+/// then one attempt that queues nowhere and takes up whatever the lost run took; what either
+/// got is released at once, handing the object to the next waiter.
+fn settle(core: &Core, doubt: &Doubt) -> RedisResult<Settled> {
+    let (kind, owner, lease) = (&*doubt.kind, &*doubt.owner, doubt.lease);
+    let backend = &core.backend;
+    let handed = backend.run_once_only(|con| kind.withdraw(con, owner, lease, &doubt.queueing))?;
+    let mut settled = Settled::Nothing;
+    if let Some(token) = handed {
+        give_back(core, kind, owner, token, lease.max(doubt.queueing.handover_lease))?;
+        settled = Settled::GaveBack;
+    }
+    let once = Queueing {
+        leftovers: doubt.queueing.leftovers.clone(),
+        ..Queueing::NONE
+    };
+    let taken = backend.run_once_only(|con| kind.attempt(con, owner, None, lease, &once))?;
+    if let Acquire::Acquired { token } = taken {
+        // The lost run's hold, taken up; or the object was free, and is given back as it was.
+        // The reply does not tell the two apart.
+        give_back(core, kind, owner, token, lease)?;
+        settled = Settled::GaveBack;
+    }
+    Ok(settled)
+}
+
+/// Releases the owner's one hold, taken with `token` for at most `lease`.
+fn give_back(
+    core: &Core,
+    kind: &dyn Kind,
+    owner: &str,
+    token: u64,
+    lease: Duration,
+) -> RedisResult<()> {
+    let freeing = super::freeing(core);
+    let how = Releasing {
+        holds: 1,
+        taken_by: Some(TakenBy::Attempt),
+        lease,
+    };
+    core.backend
+        .run_once_only(|con| kind.release(con, owner, token, how, freeing))
+        .map(drop)
+}
