@@ -6,6 +6,7 @@
 -- ARGV[1]  permits      at least 1
 -- ARGV[2]  ttl          ms the marker lives
 -- ARGV[3]  publish      PUBLISH (or SPUBLISH on a sharded cluster)
+--                       by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 --
 -- Reply: 1 if this call set the count (and published "free <permits>", which wakes every
 -- waiter), 0 if a count was there (nothing changed).
@@ -28,6 +29,6 @@ if current then
   return 0
 end
 redis.call('set', count, ARGV[1])
-redis.call(ARGV[3], channel, 'free ' .. ARGV[1])
+redis.pcall(ARGV[3], channel, 'free ' .. ARGV[1])
 redis.call('set', marker, '1', 'px', ARGV[2])
 return 1

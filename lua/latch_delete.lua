@@ -6,6 +6,7 @@
 -- KEYS[3]  the marker   <prefix>:{<name>}:latch:req:<request id> this call's reply
 -- ARGV[1]  ttl          ms the marker lives: the longest a retry of this call can take
 -- ARGV[2]  publish      PUBLISH (or SPUBLISH on a sharded cluster)
+--                       by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 --
 -- Reply: 1 if a count was running (above 0), 0 if not (never set, or at 0 and kept a while:
 -- that key goes too).
@@ -34,7 +35,7 @@ if current then
   if current ~= '0' then
     reply = 1
     local time = redis.call('time')
-    redis.call(ARGV[2], channel, string.format('open %d%06d', time[1], time[2]))
+    redis.pcall(ARGV[2], channel, string.format('open %d%06d', time[1], time[2]))
   end
 end
 redis.call('set', marker, reply, 'px', ARGV[1])

@@ -21,6 +21,7 @@
 --   <KEYS[1]>:permits   string: a semaphore's total (a read-write lock never reads it)
 -- ARGV[1]  policy          "rw" (read-write lock) or "sem" (semaphore)
 -- ARGV[2]  publish command PUBLISH (or SPUBLISH on a sharded cluster), for grants
+--                          by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 -- ARGV[3]  fence retention ms the fencing counter outlives the lease of the latest token
 --
 -- An owner's count is its hold count (a read-write lock: reads and writes re-enter) or the
@@ -269,7 +270,7 @@ local function grant_waiters(released_end)
       table.insert(words, list[i].token)
       table.insert(words, list[i].owner)
     end
-    redis.call(publish, to, table.concat(words, ' '))
+    redis.pcall(publish, to, table.concat(words, ' '))
   end
   if #granted == 0 then
     return blocked

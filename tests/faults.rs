@@ -1344,3 +1344,141 @@ fn a_write_release_that_reaches_redis_late_leaves_a_newer_write_alone() {
     assert!(!again.is_lost());
     again.unlock().unwrap();
 }
+
+/// The ACLs of issue 40 (item 1) that leave a user without our channels: none granted, none
+/// and no PUBLISH either, or the channels granted but PUBLISH refused. `keys` are the user's
+/// key patterns.
+fn channel_less_acls(keys: &[&str], channels: &str) -> Vec<Vec<String>> {
+    // Redis 6.2 has no SPUBLISH, and refuses to remove what it does not know.
+    let no_publish: &[&str] = if support::sharded_pubsub() {
+        &["-publish", "-spublish"]
+    } else {
+        &["-publish"]
+    };
+    let base = |extra: &[&str]| {
+        let mut rules = vec!["resetkeys".to_string()];
+        rules.extend(keys.iter().map(|k| k.to_string()));
+        rules.extend(["+@all", "-@dangerous"].map(String::from));
+        rules.extend(extra.iter().map(|r| r.to_string()));
+        rules
+    };
+    vec![
+        base(&[]),
+        base(no_publish),
+        base(&[&[channels], no_publish].concat()),
+    ]
+}
+
+/// A release by a user whose ACL refuses our channels (or PUBLISH) succeeds and frees the lock
+/// at once, where the refused PUBLISH made the whole script fail and the lock stay held for
+/// its lease; the waiter, who hears nothing, has it by the end of the lease it knew of. So
+/// does every other call that publishes, of every kind.
+fn a_release_succeeds_whatever_the_channel_permission(layout: redlatch::Layout) {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (keys, channels): (&[&str], _) = match layout {
+        redlatch::Layout::Redisson => (
+            &["~redlatch:*", "~redisson_*", "~{redlatch:*"],
+            "&redisson_*",
+        ),
+        _ => (&["~redlatch:*"], "&redlatch:*"),
+    };
+    for (i, rules) in channel_less_acls(keys, channels).into_iter().enumerate() {
+        let rules: Vec<&str> = rules.iter().map(String::as_str).collect();
+        let url = server.acl_user(&format!("u{i}"), &rules);
+        let client = |url: &str| {
+            Client::builder(url)
+                .layout(layout)
+                .response_timeout(Duration::from_secs(2))
+                .build()
+                .unwrap()
+        };
+        let (a, b) = (client(&url), client(&url));
+        // Redisson's keys are the names themselves: under `redlatch:` for the ACL's sake.
+        let name = format!("redlatch:{}", unique("acl-release"));
+        let key = match layout {
+            redlatch::Layout::Redisson => name.clone(),
+            _ => format!("redlatch:{{{name}}}"),
+        };
+        let lease = Duration::from_secs(2);
+        let held = a.lock(&name).lock_with_lease(lease).unwrap();
+        let taken = Instant::now();
+        let holder = a.current_thread_owner_id();
+        let waiter_lock = b.lock(&name);
+        let waiter = thread::spawn(move || {
+            waiter_lock
+                .try_lock(Duration::from_secs(10), None)
+                .map(|g| g.map(|g| (Instant::now(), g.owner_id().to_string())))
+        });
+        thread::sleep(Duration::from_millis(300)); // the waiter tried, and sleeps
+        assert!(!waiter.is_finished(), "{rules:?}: the waiter must wait");
+        held.unlock()
+            .unwrap_or_else(|e| panic!("{rules:?}: the release failed: {e}"));
+        // Free, or handed to the waiter: not the holder's any more.
+        let pttl = support::pttl(&mut admin, &key);
+        let fields: Vec<String> = redis::cmd("HKEYS").arg(&key).query(&mut admin).unwrap();
+        assert!(
+            pttl == -2 || !fields.contains(&holder),
+            "{rules:?}: still held after the release: PTTL {pttl}, fields {fields:?}"
+        );
+        let (got, owner) = waiter
+            .join()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{rules:?}: the wait failed: {e}"))
+            .unwrap_or_else(|| panic!("{rules:?}: the waiter did not get the lock"));
+        assert!(
+            got.duration_since(taken) < lease + Duration::from_secs(1),
+            "{rules:?}: the waiter had the lock {:?} after it was taken",
+            got.duration_since(taken)
+        );
+        assert!(owner.starts_with(b.id()), "{owner}");
+
+        // Every other call that publishes, each kind on a name of its own (in Redisson's
+        // layout a lock and a read-write lock of one name are one hash).
+        let other = |kind: &str| format!("redlatch:{}", unique(&format!("acl-{kind}")));
+        let lock = a.lock(&other("lock"));
+        let held = lock.lock().unwrap();
+        assert!(b.lock(lock.name()).force_unlock().unwrap(), "{rules:?}");
+        drop(held);
+        let rw = a.read_write_lock(&other("rw"));
+        rw.write().unwrap().unlock().unwrap();
+        rw.read().unwrap().unlock().unwrap();
+        assert!(!rw.is_locked().unwrap());
+        let write = rw.write().unwrap();
+        assert!(
+            b.read_write_lock(rw.name()).force_unlock().unwrap(),
+            "{rules:?}"
+        );
+        drop(write);
+        let sem = a.semaphore(&other("sem"));
+        sem.set_permits(2).unwrap();
+        assert!(!sem.try_set_permits(3).unwrap());
+        assert_eq!(sem.add_permits(1).unwrap(), 3);
+        sem.acquire(1).unwrap().release().unwrap();
+        let permit = sem.acquire(1).unwrap();
+        assert!(b.semaphore(sem.name()).force_unlock().unwrap(), "{rules:?}");
+        drop(permit);
+        let counting = a.counting_semaphore(&other("counting"));
+        assert!(counting.try_set_permits(1).unwrap());
+        counting.add_permits(1).unwrap();
+        counting.acquire(1).unwrap();
+        counting.release(1).unwrap();
+        assert_eq!(counting.available().unwrap(), 2);
+        let latch = a.count_down_latch(&other("latch"));
+        assert!(latch.try_set_count(2).unwrap());
+        assert_eq!(latch.count_down().unwrap(), 1);
+        assert_eq!(latch.count_down().unwrap(), 0);
+        assert!(latch.try_set_count(1).unwrap());
+        assert!(latch.delete().unwrap());
+    }
+}
+
+#[test]
+fn a_release_succeeds_whatever_the_channel_permission_in_our_layout() {
+    a_release_succeeds_whatever_the_channel_permission(redlatch::Layout::Redlatch);
+}
+
+#[test]
+fn a_release_succeeds_whatever_the_channel_permission_in_redissons_layout() {
+    a_release_succeeds_whatever_the_channel_permission(redlatch::Layout::Redisson);
+}

@@ -9,6 +9,7 @@
 -- ARGV[1]  delta        a whole number, below 0 to take permits away
 -- ARGV[2]  ttl          ms the marker lives
 -- ARGV[3]  publish      PUBLISH or SPUBLISH
+--                       by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 --
 -- Reply: the new count, as a decimal string (a missing count was 0; it may be below 0).
 -- Errors: "WRONGTYPE lock" when the key holds something that is not a count; "RANGE <count>"
@@ -33,6 +34,6 @@ if new > 9007199254740991 or new < -9007199254740991 then
 end
 local reply = string.format('%d', new)
 redis.call('set', count, reply)
-redis.call(ARGV[3], channel, reply)
+redis.pcall(ARGV[3], channel, reply)
 redis.call('set', marker, reply, 'px', ARGV[2])
 return reply

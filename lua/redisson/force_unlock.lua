@@ -10,6 +10,7 @@
 -- KEYS[5]  the latch        redisson_unlock_latch:{<name>}:<request id>
 -- ARGV[1]  now              epoch ms, the caller's clock (a fair queue's deadlines are too)
 -- ARGV[2]  publish command  PUBLISH or SPUBLISH
+--                           by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 -- ARGV[3]  latch ttl        ms
 --
 -- Reply: 1 if the lock was there, else 0; a retry of the same request answers the same.
@@ -34,7 +35,7 @@ if found ~= 'hash' and found ~= 'none'
 end
 local deleted = redis.call('del', lock)
 if deleted == 1 then
-  redis.call(ARGV[2], KEYS[4], '1')
+  redis.pcall(ARGV[2], KEYS[4], '1')
   local now = tonumber(ARGV[1])
   while true do
     local head = redis.call('lindex', queue, 0)
@@ -43,7 +44,7 @@ if deleted == 1 then
     end
     local deadline = redis.call('zscore', deadlines, head)
     if not deadline or tonumber(deadline) > now then
-      redis.call(ARGV[2], KEYS[4] .. ':' .. head, '0')
+      redis.pcall(ARGV[2], KEYS[4] .. ':' .. head, '0')
       break
     end
     redis.call('zrem', deadlines, head)

@@ -7,6 +7,7 @@
 -- KEYS[3]  the marker   redisson_unlock_latch:{<name>}:<request id> this call's reply
 -- ARGV[1]  ttl          ms the marker lives
 -- ARGV[2]  publish      PUBLISH or SPUBLISH
+--                       by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 --
 -- Reply: what remains after this call, as a decimal string; "0" when no count was running
 -- (nothing changed: Java's DECR of a missing key would make and delete a -1, the same).
@@ -34,7 +35,7 @@ if current and tonumber(current) > 0 then
   local left = redis.call('decr', count)
   if left <= 0 then
     redis.call('del', count)
-    redis.call(ARGV[2], KEYS[2], '0')
+    redis.pcall(ARGV[2], KEYS[2], '0')
   else
     reply = tostring(left)
   end

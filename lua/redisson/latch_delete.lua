@@ -7,6 +7,7 @@
 -- KEYS[3]  the marker   redisson_unlock_latch:{<name>}:<request id> this call's reply
 -- ARGV[1]  ttl          ms the marker lives
 -- ARGV[2]  publish      PUBLISH or SPUBLISH
+--                       by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 --
 -- Reply: 1 if a count was running (the key was there: Java's delete answers the same), 0 if
 -- not.
@@ -31,7 +32,7 @@ end
 local reply = 0
 if kind == 'string' then
   redis.call('del', count)
-  redis.call(ARGV[2], KEYS[2], '0')
+  redis.pcall(ARGV[2], KEYS[2], '0')
   reply = 1
 end
 redis.call('set', marker, reply, 'px', ARGV[1])

@@ -6,6 +6,7 @@
 -- KEYS[3]  the marker   redisson_unlock_latch:{<name>}:<request id> this call's reply
 -- ARGV[1]  count        1 to 2^63 - 1
 -- ARGV[2]  publish      PUBLISH or SPUBLISH
+--                       by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 -- ARGV[3]  ttl          ms the marker lives
 --
 -- Reply: 1 if the round started ("1" published: Java's "new count"), 0 if a count runs.
@@ -25,7 +26,7 @@ end
 local reply = 0
 if kind == 'none' then
   redis.call('set', count, ARGV[1])
-  redis.call(ARGV[2], KEYS[2], '1')
+  redis.pcall(ARGV[2], KEYS[2], '1')
   reply = 1
 end
 redis.call('set', marker, reply, 'px', ARGV[3])

@@ -9,6 +9,7 @@
 --                                                       <that>:<x>:rwlock_timeout:<k>
 -- KEYS[4]  the latch        <granted prefix>:<request id>
 -- ARGV[1]  publish command  PUBLISH or SPUBLISH
+--                           by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 -- ARGV[2]  latch ttl        ms
 --
 -- Reply: 1 if the lock was held, else 0; a retry of the same request answers the same.
@@ -43,6 +44,6 @@ for i = 1, #fields, 2 do
     end
   end
 end
-redis.call(ARGV[1], channel, '1')
+redis.pcall(ARGV[1], channel, '1')
 redis.call('set', latch, 1, 'px', ARGV[2])
 return 1

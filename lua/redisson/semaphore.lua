@@ -32,7 +32,8 @@ local function foreign()
 end
 
 -- Java's reclaim: the permits whose lease ended by `now` (at most `limit` of them; all
--- without one) are free again; if any were, the new count is published when above 0.
+-- without one) are free again; if any were, the new count is published when above 0 (by
+-- pcall: refused by an ACL, it fails nothing; see lua/release.lua).
 -- Returns that count, or nil when nothing had ended.
 local function reclaim(now, limit, publish)
   local ended
@@ -49,7 +50,7 @@ local function reclaim(now, limit, publish)
   end
   local free = redis.call('incrby', sem, #ended)
   if free > 0 then
-    redis.call(publish, channel, free)
+    redis.pcall(publish, channel, free)
   end
   return free
 end
