@@ -1369,21 +1369,65 @@ fn channel_less_acls(keys: &[&str], channels: &str) -> Vec<Vec<String>> {
     ]
 }
 
+/// What the client logged, at every level, in every test of this file (each test picks its
+/// own lines by its server's port).
+static LOGGED: std::sync::Mutex<Vec<(log::Level, String)>> = std::sync::Mutex::new(Vec::new());
+
+struct Capture;
+
+impl log::Log for Capture {
+    fn enabled(&self, _: &log::Metadata) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record) {
+        let line = record.args().to_string();
+        LOGGED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((record.level(), line));
+    }
+    fn flush(&self) {}
+}
+
+/// Starts capturing the client's log (once per test binary); lines already logged stay.
+fn capture_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        log::set_logger(&Capture).unwrap();
+        log::set_max_level(log::LevelFilter::Debug);
+    });
+}
+
+/// How many lines at `level` mention `port` and contain `text`.
+fn logged(level: log::Level, port: u16, text: &str) -> usize {
+    let port = format!(":{port}");
+    LOGGED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|(l, line)| *l == level && line.contains(&port) && line.contains(text))
+        .count()
+}
+
 /// A release by a user whose ACL refuses our channels (or PUBLISH) succeeds and frees the lock
 /// at once, where the refused PUBLISH made the whole script fail and the lock stay held for
 /// its lease; the waiter, who hears nothing, has it by the end of the lease it knew of. So
 /// does every other call that publishes, of every kind.
 fn a_release_succeeds_whatever_the_channel_permission(layout: redlatch::Layout) {
+    capture_logs();
     let server = RedisServer::start();
     let mut admin = server.admin();
-    let (keys, channels): (&[&str], _) = match layout {
+    let (keys, channels, grant): (&[&str], _, _) = match layout {
         redlatch::Layout::Redisson => (
             &["~redlatch:*", "~redisson_*", "~{redlatch:*"],
             "&redisson_*",
+            "&redisson_lock__channel:*",
         ),
-        _ => (&["~redlatch:*"], "&redlatch:*"),
+        _ => (&["~redlatch:*"], "&redlatch:*", "&redlatch:*"),
     };
     for (i, rules) in channel_less_acls(keys, channels).into_iter().enumerate() {
+        let warned = logged(log::Level::Warn, server.port, "refused");
+        let repeated = logged(log::Level::Debug, server.port, "refused");
         let rules: Vec<&str> = rules.iter().map(String::as_str).collect();
         let url = server.acl_user(&format!("u{i}"), &rules);
         let client = |url: &str| {
@@ -1432,6 +1476,24 @@ fn a_release_succeeds_whatever_the_channel_permission(layout: redlatch::Layout) 
             got.duration_since(taken)
         );
         assert!(owner.starts_with(b.id()), "{owner}");
+        // The refused SUBSCRIBE, retried all along the wait, is said once, with what to
+        // grant; the ACL that grants the channels refuses none.
+        let said = logged(
+            log::Level::Warn,
+            server.port,
+            &format!("ACL SETUSER <user> {grant}"),
+        );
+        let warned = logged(log::Level::Warn, server.port, "refused") - warned;
+        let repeated = logged(log::Level::Debug, server.port, "refused") - repeated;
+        if rules.iter().any(|r| r.starts_with('&')) {
+            assert_eq!((warned, repeated), (0, 0), "{rules:?}");
+        } else {
+            assert_eq!(warned, 1, "{rules:?}: warned {warned} times");
+            assert!(
+                said >= 1 && repeated >= 1,
+                "{rules:?}: said {said}, {repeated} at debug"
+            );
+        }
 
         // Every other call that publishes, each kind on a name of its own (in Redisson's
         // layout a lock and a read-write lock of one name are one hash).
