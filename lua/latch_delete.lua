@@ -26,7 +26,10 @@ if done then
 end
 -- A key of another type fails the GET (the pcall's table): foreign data, nothing written.
 local current = redis.pcall('get', count)
-if type(current) == 'table' or (current and not string.match(current, '^%d+$')) then
+-- Digits of a 64-bit count (a longer run of digits is no count of ours).
+if type(current) == 'table'
+    or (current and not (string.match(current, '^%d+$')
+      and (#current < 19 or (#current == 19 and current <= '9223372036854775807')))) then
   return redis.error_reply('WRONGTYPE latch')
 end
 local reply = 0

@@ -130,7 +130,8 @@ if ARGV[5] == '1' and mode ~= '1' then
       local next_token = clock
       if type(old) == 'table' then
         next_token = nil
-      elseif old and not string.match(old, '^%d+$') then
+      elseif old and not (string.match(old, '^%d+$') and (#old < 16
+          or (#old == 16 and old <= '9007199254740991') or tonumber(old) <= 9007199254740991)) then
         redis.call('set', fence, old) -- not a counter: put back, for the general way to name
         next_token = nil
       elseif old and not (#old < #clock or (#old == #clock and old < clock))

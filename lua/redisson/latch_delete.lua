@@ -11,7 +11,9 @@
 --
 -- Reply: 1 if a count was running (the key was there: Java's delete answers the same), 0 if
 -- not.
--- Errors: "WRONGTYPE latch" when the key is not a string; nothing is written then.
+-- Errors: "WRONGTYPE latch" when the key is not a string, or one that is not a decimal
+-- 64-bit count (Java's delete deletes any key: ours leaves what is no latch alone); nothing
+-- is written then.
 --
 -- Java's delete publishes "1" (its "new count"), which only closes Java's waiters' latch
 -- again: a Java await() waits on, with no timeout, until some other message comes. This
@@ -26,7 +28,12 @@ if done then
   return tonumber(done)
 end
 local kind = redis.call('type', count).ok
-if kind ~= 'none' and kind ~= 'string' then
+local current = kind == 'string' and redis.call('get', count)
+-- Another type, or a string that is no count (digits of a 64-bit count, as Java's long:
+-- tonumber would take "inf", "1.5", "0x10"...). Java's own call would not look; a call of
+-- ours leaves foreign data alone (only a count that runs costs the GET).
+if (kind ~= 'none' and not current) or (current and not (string.match(current, '^%-?%d+$')
+    and (#current < 19 or (#current == 19 and current <= '9223372036854775807')))) then
   return redis.error_reply('WRONGTYPE latch')
 end
 local reply = 0
