@@ -906,6 +906,9 @@ fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'st
         .unwrap_or_else(|_| panic!("no answer within {limit:?}"))
 }
 
+/// A call that takes a lock of some kind on a name, with a client of its own.
+type TakeOn = Box<dyn FnOnce(Client, String) -> redlatch::Result<()> + Send>;
+
 fn assert_wrong_type<T: std::fmt::Debug>(what: &str, key: &str, got: redlatch::Result<T>) {
     match got {
         Err(Error::WrongType { key: k }) => assert_eq!(k, key, "{what}"),
@@ -930,10 +933,7 @@ fn an_applications_hash_without_a_ttl_is_not_a_lock_and_is_left_alone() {
     let before: Vec<u8> = redis::cmd("DUMP").arg(&name).query(&mut admin).unwrap();
     let limit = Duration::from_secs(5);
     let free = unique("free");
-    let calls: Vec<(
-        &str,
-        Box<dyn FnOnce(Client, String) -> redlatch::Result<()> + Send>,
-    )> = vec![
+    let calls: Vec<(&str, TakeOn)> = vec![
         ("lock", Box::new(|c, n| c.lock(&n).lock().map(drop))),
         (
             "try_lock",
