@@ -1477,7 +1477,8 @@ fn a_release_succeeds_whatever_the_channel_permission(layout: redlatch::Layout) 
         );
         assert!(owner.starts_with(b.id()), "{owner}");
         // The refused SUBSCRIBE, retried all along the wait, is said once, with what to
-        // grant; the ACL that grants the channels refuses none.
+        // grant; the ACL that grants the channels refuses none (debug lines may still come
+        // from the last ACL's clients, whose subscriber threads end after they are dropped).
         let said = logged(
             log::Level::Warn,
             server.port,
@@ -1486,7 +1487,7 @@ fn a_release_succeeds_whatever_the_channel_permission(layout: redlatch::Layout) 
         let warned = logged(log::Level::Warn, server.port, "refused") - warned;
         let repeated = logged(log::Level::Debug, server.port, "refused") - repeated;
         if rules.iter().any(|r| r.starts_with('&')) {
-            assert_eq!((warned, repeated), (0, 0), "{rules:?}");
+            assert_eq!(warned, 0, "{rules:?}");
         } else {
             assert_eq!(warned, 1, "{rules:?}: warned {warned} times");
             assert!(
