@@ -133,7 +133,12 @@ local function next_token()
   if not old then
     return clock
   end
-  if not string.match(old, '^%d+$') then
+  -- A token of ours is digits below 2^53 (what Lua counts exactly; the clock in µs stays
+  -- below it until the year 2255): tonumber would read "1e3" or a longer run of digits, and
+  -- the token after it would be wrong.
+  -- (Compared as text first: the usual 16 digits cost no number's conversion.)
+  if not (string.match(old, '^%d+$') and (#old < 16
+      or (#old == 16 and old <= '9007199254740991') or tonumber(old) <= 9007199254740991)) then
     redis.call('set', fence, old) -- not ours: put it back
     return nil, redis.error_reply('WRONGTYPE fence')
   end
@@ -310,7 +315,10 @@ end
 if holds == 0 then
   -- Our field without a hold of ours: take it up.
   local fenced = redis.pcall('get', fence)
-  if type(fenced) == 'table' or (fenced and not string.match(fenced, '^%d+$')) then
+  if type(fenced) == 'table'
+      or (fenced and not (string.match(fenced, '^%d+$') and (#fenced < 16
+        or (#fenced == 16 and fenced <= '9007199254740991')
+        or tonumber(fenced) <= 9007199254740991))) then
     -- Not a fence of ours: neither its text is a token, nor can one follow it (next_token).
     return failed(redis.error_reply('WRONGTYPE fence'))
   end
@@ -341,7 +349,7 @@ end
 
 -- A re-entry: the field must belong to the caller's current hold.
 local fenced = redis.pcall('get', fence)
-if type(fenced) == 'table' or not tonumber(fenced) then
+if type(fenced) == 'table' or not (fenced and string.match(fenced, '^%d+$')) then
   return done(redis.error_reply('WRONGTYPE fence'))
 end
 if fenced ~= held_token then

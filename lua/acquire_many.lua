@@ -56,7 +56,10 @@ for i = 1, n do
   if type(last) == 'table' then
     return done(redis.error_reply('WRONGTYPE fence ' .. i))
   end
-  if last and not string.match(last, '^%d+$') then
+  -- A token of ours: digits below 2^53 (see acquire.lua's next_token).
+  if last and not (string.match(last, '^%d+$')
+      and (#last < 16 or (#last == 16 and last <= '9007199254740991')
+        or tonumber(last) <= 9007199254740991)) then
     return done(redis.error_reply('WRONGTYPE fence ' .. i))
   end
   lasts[i] = tonumber(last) or 0

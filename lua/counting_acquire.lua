@@ -28,7 +28,10 @@ local current = redis.pcall('get', count)
 if not current then
   return 0
 end
-if type(current) == 'table' or not string.match(current, '^%-?%d+$') then
+-- A count is decimal, within what Lua counts exactly (tonumber would take "inf", "1.5"...).
+if type(current) == 'table'
+    or not (string.match(current, '^%-?%d+$')
+      and math.abs(tonumber(current)) <= 9007199254740991) then
   return redis.error_reply('WRONGTYPE lock')
 end
 if tonumber(current) < permits then

@@ -7,6 +7,7 @@
 -- ARGV[1]  delta        a whole number (a release's is above 0)
 -- ARGV[2]  ttl          ms the marker lives
 -- ARGV[3]  publish      PUBLISH (or SPUBLISH on a sharded cluster)
+--                       by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 --
 -- Reply: the new count, as a decimal string (a missing count was 0; it may be below 0).
 -- Errors: "WRONGTYPE lock" when the key holds something that is not a count; "RANGE <count>"
@@ -27,7 +28,10 @@ if done then
   return done
 end
 local current = redis.pcall('get', count)
-if type(current) == 'table' or (current and not string.match(current, '^%-?%d+$')) then
+-- A count is decimal, within what Lua counts exactly (tonumber would take "inf", "1.5"...).
+if type(current) == 'table'
+    or (current and not (string.match(current, '^%-?%d+$')
+      and math.abs(tonumber(current)) <= 9007199254740991)) then
   return redis.error_reply('WRONGTYPE lock')
 end
 local new = tonumber(current or '0') + delta
@@ -37,7 +41,7 @@ end
 local reply = string.format('%d', new)
 redis.call('set', count, reply)
 if new > 0 then
-  redis.call(publish, channel, 'free ' .. reply)
+  redis.pcall(publish, channel, 'free ' .. reply)
 end
 redis.call('set', marker, reply, 'px', ttl)
 return reply

@@ -11,7 +11,10 @@ local current = redis.pcall('get', KEYS[1])
 if not current then
   return '0'
 end
-if type(current) == 'table' or not string.match(current, '^%-?%d+$') then
+-- A count is decimal, within what Lua counts exactly (tonumber would take "inf", "1.5"...).
+if type(current) == 'table'
+    or not (string.match(current, '^%-?%d+$')
+      and math.abs(tonumber(current)) <= 9007199254740991) then
   return redis.error_reply('WRONGTYPE lock')
 end
 return current

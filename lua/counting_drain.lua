@@ -19,7 +19,10 @@ if done then
   return done
 end
 local current = redis.pcall('get', count)
-if type(current) == 'table' or (current and not string.match(current, '^%-?%d+$')) then
+-- A count is decimal, within what Lua counts exactly (tonumber would take "inf", "1.5"...).
+if type(current) == 'table'
+    or (current and not (string.match(current, '^%-?%d+$')
+      and math.abs(tonumber(current)) <= 9007199254740991)) then
   return redis.error_reply('WRONGTYPE lock')
 end
 local reply = '0'

@@ -6,6 +6,7 @@
 -- ARGV[1]  permits      at least 1
 -- ARGV[2]  ttl          ms the marker lives
 -- ARGV[3]  publish      PUBLISH (or SPUBLISH on a sharded cluster)
+--                       by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 --
 -- Reply: 1 if this call set the count (and published "free <permits>", which wakes every
 -- waiter), 0 if a count was there (nothing changed).
@@ -21,13 +22,16 @@ if done then
   return tonumber(done)
 end
 local current = redis.pcall('get', count)
-if type(current) == 'table' or (current and not string.match(current, '^%-?%d+$')) then
+-- A count is decimal, within what Lua counts exactly (tonumber would take "inf", "1.5"...).
+if type(current) == 'table'
+    or (current and not (string.match(current, '^%-?%d+$')
+      and math.abs(tonumber(current)) <= 9007199254740991)) then
   return redis.error_reply('WRONGTYPE lock')
 end
 if current then
   return 0
 end
 redis.call('set', count, ARGV[1])
-redis.call(ARGV[3], channel, 'free ' .. ARGV[1])
+redis.pcall(ARGV[3], channel, 'free ' .. ARGV[1])
 redis.call('set', marker, '1', 'px', ARGV[2])
 return 1

@@ -9,6 +9,7 @@
 --                          that the hold did not end by an earlier run of its own
 -- KEYS[5]  the fence       <prefix>:{<name>}:fence
 -- ARGV[1]  publish command PUBLISH (or SPUBLISH on a sharded cluster)
+--                          by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 -- ARGV[2]  latch ttl       milliseconds
 --
 -- Replies: 1 = it was locked and is now free, 0 = it was not locked.
@@ -42,7 +43,7 @@ if kind ~= 'none' then
     freed = '0' -- not a fence of ours: the mark still says why, just for no token
   end
   redis.call('set', forced, freed, 'px', math.max(tonumber(latch_ttl), pttl))
-  redis.call(publish, channel, 'force')
+  redis.pcall(publish, channel, 'force')
   result = 1
 end
 redis.call('set', latch, result, 'px', latch_ttl)

@@ -21,7 +21,9 @@ local current = redis.pcall('get', KEYS[1])
 if not current then
   return answer('0')
 end
-if type(current) == 'table' or not string.match(current, '^%d+$') then
+-- Digits of a 64-bit count (a longer run of digits is no count of ours).
+if type(current) == 'table' or not (string.match(current, '^%d+$')
+    and (#current < 19 or (#current == 19 and current <= '9223372036854775807'))) then
   return redis.error_reply('WRONGTYPE latch')
 end
 return answer(current)

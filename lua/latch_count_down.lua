@@ -5,6 +5,7 @@
 -- KEYS[3]  the marker   <prefix>:{<name>}:latch:req:<request id> this call's reply
 -- ARGV[1]  ttl          ms the marker lives, and the count once it reached zero
 -- ARGV[2]  publish      PUBLISH (or SPUBLISH on a sharded cluster)
+--                       by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 --
 -- Reply: what remains after this call, as a decimal string (exact for any 64-bit count); "0"
 -- when no count was running (nothing changed).
@@ -53,7 +54,7 @@ if current and current ~= '0' then
     -- The server time (µs) goes with it: a waiter whose last look came before it returns
     -- without another (latch_count.lua answers the time of that look).
     local time = redis.call('time')
-    redis.call(publish, channel, string.format('open %d%06d', time[1], time[2]))
+    redis.pcall(publish, channel, string.format('open %d%06d', time[1], time[2]))
   end
 end
 redis.call('set', marker, reply, 'px', ttl)

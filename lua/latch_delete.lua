@@ -6,6 +6,7 @@
 -- KEYS[3]  the marker   <prefix>:{<name>}:latch:req:<request id> this call's reply
 -- ARGV[1]  ttl          ms the marker lives: the longest a retry of this call can take
 -- ARGV[2]  publish      PUBLISH (or SPUBLISH on a sharded cluster)
+--                       by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 --
 -- Reply: 1 if a count was running (above 0), 0 if not (never set, or at 0 and kept a while:
 -- that key goes too).
@@ -25,7 +26,10 @@ if done then
 end
 -- A key of another type fails the GET (the pcall's table): foreign data, nothing written.
 local current = redis.pcall('get', count)
-if type(current) == 'table' or (current and not string.match(current, '^%d+$')) then
+-- Digits of a 64-bit count (a longer run of digits is no count of ours).
+if type(current) == 'table'
+    or (current and not (string.match(current, '^%d+$')
+      and (#current < 19 or (#current == 19 and current <= '9223372036854775807')))) then
   return redis.error_reply('WRONGTYPE latch')
 end
 local reply = 0
@@ -34,7 +38,7 @@ if current then
   if current ~= '0' then
     reply = 1
     local time = redis.call('time')
-    redis.call(ARGV[2], channel, string.format('open %d%06d', time[1], time[2]))
+    redis.pcall(ARGV[2], channel, string.format('open %d%06d', time[1], time[2]))
   end
 end
 redis.call('set', marker, reply, 'px', ARGV[1])

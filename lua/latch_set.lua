@@ -24,7 +24,9 @@ if kind ~= 'none' and kind ~= 'string' then
   return redis.error_reply('WRONGTYPE latch')
 end
 local current = redis.call('get', count)
-if current and not string.match(current, '^%d+$') then
+-- Digits of a 64-bit count (a longer run of digits is no count of ours).
+if current and not (string.match(current, '^%d+$')
+    and (#current < 19 or (#current == 19 and current <= '9223372036854775807'))) then
   return redis.error_reply('WRONGTYPE latch')
 end
 local reply = 0

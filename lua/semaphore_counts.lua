@@ -12,7 +12,9 @@
 local clock = redis.call('time')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 local total = redis.pcall('get', KEYS[3])
-if type(total) == 'table' or (total and not tonumber(total)) then
+-- A total as shares.lua's total() judges it: digits, at most 4294967295.
+if type(total) == 'table'
+    or (total and not (string.match(total, '^%d+$') and tonumber(total) <= 4294967295)) then
   return redis.error_reply('WRONGTYPE permits')
 end
 local live = redis.pcall('zrangebyscore', KEYS[2], '(' .. now, '+inf')

@@ -21,6 +21,7 @@
 --   <KEYS[1]>:permits   string: a semaphore's total (a read-write lock never reads it)
 -- ARGV[1]  policy          "rw" (read-write lock) or "sem" (semaphore)
 -- ARGV[2]  publish command PUBLISH (or SPUBLISH on a sharded cluster), for grants
+--                          by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 -- ARGV[3]  fence retention ms the fencing counter outlives the lease of the latest token
 --
 -- An owner's count is its hold count (a read-write lock: reads and writes re-enter) or the
@@ -87,7 +88,9 @@ local function check_types()
     wrongtype('lock')
   end
   local f = redis.pcall('get', fence)
-  if type(f) == 'table' or (f and not string.match(f, '^%d+$')) then
+  -- Digits below 2^53, as acquire.lua's next_token judges a token.
+  if type(f) == 'table' or (f and not (string.match(f, '^%d+$') and (#f < 16
+      or (#f == 16 and f <= '9007199254740991') or tonumber(f) <= 9007199254740991))) then
     wrongtype('fence') -- another type, or a string that is not a counter (as the usual cases
     -- judge it: tonumber would take "1.5", " 7" or "inf")
   end
@@ -152,9 +155,12 @@ local function used()
   return sum
 end
 
+-- The total: decimal digits up to the largest total set_permits takes. tonumber alone would
+-- take "inf", "nan", "1.5", "0x10", " 5" or "1e3", and a script would then grant against it
+-- or write back what it made of it.
 local function total()
   local v = redis.call('get', total_key)
-  if v and not tonumber(v) then
+  if v and not (string.match(v, '^%d+$') and tonumber(v) <= 4294967295) then
     wrongtype('permits')
   end
   return tonumber(v or '0')
@@ -269,7 +275,7 @@ local function grant_waiters(released_end)
       table.insert(words, list[i].token)
       table.insert(words, list[i].owner)
     end
-    redis.call(publish, to, table.concat(words, ' '))
+    redis.pcall(publish, to, table.concat(words, ' '))
   end
   if #granted == 0 then
     return blocked

@@ -97,8 +97,11 @@ if present then
   local total
   if sane and not rw then
     local text = redis.pcall('get', held_by .. ':permits')
-    total = type(text) ~= 'table' and tonumber(text or '0')
-    sane = total and permits <= total
+    -- Digits only (one string.match on a total that is set; see shares.lua's total()):
+    -- anything else takes the general way, which refuses it.
+    total = type(text) ~= 'table' and (not text or string.match(text, '^%d+$') ~= nil)
+      and tonumber(text or '0')
+    sane = total and total <= 4294967295 and permits <= total
   end
   -- Every lease live, and the queue's head.
   local earliest, head
@@ -164,7 +167,8 @@ if present then
       local old = redis.pcall('set', counter_key, clock, 'PX', counter_life, 'GET')
       if type(old) == 'table' then
         sane = false
-      elseif old and not string.match(old, '^%d+$') then
+      elseif old and not (string.match(old, '^%d+$') and (#old < 16
+          or (#old == 16 and old <= '9007199254740991') or tonumber(old) <= 9007199254740991)) then
         redis.call('set', counter_key, old)
         sane = false
       elseif old and not (#old < #clock or (#old == #clock and old < clock))
@@ -207,7 +211,9 @@ if present then
 
   local settled = sane and present > 0 and (blocked or not fits)
   local fence = settled and redis.pcall('get', held_by .. ':fence')
-  if settled and (fence == false or (type(fence) == 'string' and string.match(fence, '^%d+$'))) then
+  if settled and (fence == false or (type(fence) == 'string' and string.match(fence, '^%d+$')
+    and (#fence < 16 or (#fence == 16 and fence <= '9007199254740991')
+        or tonumber(fence) <= 9007199254740991))) then
     local queue_for, queued = ARGV[9] or '0', true
     if queue_for ~= '0' then
       local queue, waiters = held_by .. ':queue', held_by .. ':waiters'

@@ -28,6 +28,7 @@
 -- The usual hand-over below writes the head's token first instead: refused, it has written
 -- nothing, and the general way frees first.
 -- A key of another type answers 0 ("not ours") and is left alone.
+-- Grants are published by pcall: refused by an ACL, they fail nothing (see release.lua).
 
 -- The usual cases first, before shares.lua's helpers are made: the last hold of an owner,
 -- taken by an attempt of its own or from a grant's message, when it is the only holder and
@@ -129,7 +130,8 @@ if ARGV[5] == '1' and mode ~= '1' then
       local next_token = clock
       if type(old) == 'table' then
         next_token = nil
-      elseif old and not string.match(old, '^%d+$') then
+      elseif old and not (string.match(old, '^%d+$') and (#old < 16
+          or (#old == 16 and old <= '9007199254740991') or tonumber(old) <= 9007199254740991)) then
         redis.call('set', fence, old) -- not a counter: put back, for the general way to name
         next_token = nil
       elseif old and not (#old < #clock or (#old == #clock and old < clock))
@@ -156,7 +158,7 @@ if ARGV[5] == '1' and mode ~= '1' then
         if now + tonumber(lease) >= tonumber(released_end) then
           channel = channel .. ':' .. string.match(head, '^[^:]*')
         end
-        redis.call(ARGV[2], channel, 'grant ' .. next_token .. ' ' .. lease .. ' ' .. head)
+        redis.pcall(ARGV[2], channel, 'grant ' .. next_token .. ' ' .. lease .. ' ' .. head)
       end
     end
   end

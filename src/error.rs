@@ -43,10 +43,13 @@ pub enum Error {
         /// The lock's name.
         name: String,
     },
-    /// A key that the lock uses holds data that is not a lock of ours (another type, or a
-    /// hash without a lease; in [`Layout::Redisson`](crate::Layout::Redisson), where
-    /// objects of different kinds share the key of their name, another kind's data, such
-    /// as a read-write lock's hash where a lock is asked for). It was left untouched.
+    /// A key that the lock uses holds data that is not a lock of ours (another type, a
+    /// hash without a lease, in either layout, or a number that is not a decimal integer
+    /// in its range, such as a semaphore's total of `"1.5"` or `"inf"`; in
+    /// [`Layout::Redisson`](crate::Layout::Redisson), where objects of different kinds share
+    /// the key of their name, another kind's data, such as a read-write lock's hash where a
+    /// lock is asked for, and for `force_unlock` a hash whose fields are not a lock's). It
+    /// was left untouched.
     WrongType {
         /// The Redis key in question.
         key: String,

@@ -1250,3 +1250,229 @@ fn a_hand_over_stopped_by_a_foreign_mark_leaves_a_queue_that_expires() {
     let kept: String = redis::cmd("GET").arg(&mark).query(&mut admin).unwrap();
     assert_eq!(kept, "precious");
 }
+
+/// What Lua's `tonumber` takes but no count of ours (or Redisson's) is: every number read
+/// from a key must be a decimal integer (issue 40, item 5).
+const NOT_INTEGERS: &[&str] = &[
+    "inf",
+    "-inf",
+    "nan",
+    "NaN",
+    "1.5",
+    "0x10",
+    " 5",
+    "5 ",
+    "1e3",
+    "",
+    "+3",
+    "-",
+    // Beyond what Lua counts exactly (2^53), and beyond i64.
+    "9007199254740993",
+    "99999999999999999999",
+    "-99999999999999999999",
+];
+
+/// The calls that read (and may write) the number kept under one key.
+struct NumberKey {
+    what: &'static str,
+    key: String,
+    calls: Vec<Box<dyn Fn() -> redlatch::Result<()> + Send>>,
+}
+
+fn number_keys(client: &Client, name: &str) -> Vec<NumberKey> {
+    let redisson = client.layout() == redlatch::Layout::Redisson;
+    let key = |ours: String| if redisson { name.to_string() } else { ours };
+    let sem = client.semaphore(name);
+    let counting = client.counting_semaphore(name);
+    let latch = client.count_down_latch(name);
+    let lock = client.lock(name);
+    let rw = client.read_write_lock(name);
+    let (s, c, l) = (sem.clone(), counting.clone(), latch.clone());
+    let mut keys = vec![
+        NumberKey {
+            what: "semaphore total",
+            key: key(format!("redlatch:{{{name}}}:semaphore:permits")),
+            calls: vec![
+                Box::new({
+                    let s = s.clone();
+                    move || s.set_permits(3)
+                }),
+                Box::new({
+                    let s = s.clone();
+                    move || s.try_set_permits(3).map(drop)
+                }),
+                Box::new({
+                    let s = s.clone();
+                    move || s.add_permits(1).map(drop)
+                }),
+                Box::new({
+                    let s = s.clone();
+                    move || s.add_permits(-1).map(drop)
+                }),
+                Box::new({
+                    let s = s.clone();
+                    move || s.permits().map(drop)
+                }),
+                Box::new({
+                    let s = s.clone();
+                    move || s.available().map(drop)
+                }),
+                Box::new({
+                    let s = s.clone();
+                    move || s.acquired().map(drop)
+                }),
+                Box::new({
+                    let s = s.clone();
+                    move || s.try_acquire(1, Duration::ZERO, None).map(drop)
+                }),
+            ],
+        },
+        NumberKey {
+            what: "counting semaphore count",
+            key: key(format!("redlatch:{{{name}}}:counting")),
+            calls: vec![
+                Box::new({
+                    let c = c.clone();
+                    move || c.try_set_permits(3).map(drop)
+                }),
+                Box::new({
+                    let c = c.clone();
+                    move || c.add_permits(1)
+                }),
+                Box::new({
+                    let c = c.clone();
+                    move || c.add_permits(-1)
+                }),
+                Box::new({
+                    let c = c.clone();
+                    move || c.release(1)
+                }),
+                Box::new({
+                    let c = c.clone();
+                    move || c.available().map(drop)
+                }),
+                Box::new({
+                    let c = c.clone();
+                    move || c.drain().map(drop)
+                }),
+                Box::new({
+                    let c = c.clone();
+                    move || c.try_acquire(1, Duration::ZERO).map(drop)
+                }),
+            ],
+        },
+        NumberKey {
+            what: "latch count",
+            key: if redisson {
+                name.to_string()
+            } else {
+                format!("redlatch:{{{name}}}:latch")
+            },
+            calls: vec![
+                Box::new({
+                    let l = l.clone();
+                    move || l.try_set_count(2).map(drop)
+                }),
+                Box::new({
+                    let l = l.clone();
+                    move || l.count_down().map(drop)
+                }),
+                Box::new({
+                    let l = l.clone();
+                    move || l.count().map(drop)
+                }),
+                Box::new({
+                    let l = l.clone();
+                    move || l.wait(Duration::ZERO).map(drop)
+                }),
+                Box::new({
+                    let l = l.clone();
+                    move || l.delete().map(drop)
+                }),
+            ],
+        },
+    ];
+    let fence = if redisson {
+        format!("redisson_lock_token:{{{name}}}")
+    } else {
+        format!("redlatch:{{{name}}}:fence")
+    };
+    keys.push(NumberKey {
+        what: "lock fence",
+        key: fence,
+        calls: vec![Box::new(move || {
+            lock.try_lock(Duration::ZERO, None).map(drop)
+        })],
+    });
+    if !redisson {
+        keys.push(NumberKey {
+            what: "read-write lock fence",
+            key: format!("redlatch:{{{name}}}:rwlock:fence"),
+            calls: vec![Box::new(move || {
+                rw.try_write(Duration::ZERO, None).map(drop)
+            })],
+        });
+    }
+    keys
+}
+
+#[test]
+fn a_number_under_our_keys_that_is_not_a_decimal_integer_is_refused_and_left_alone() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let mut failures = Vec::new();
+    for layout in [redlatch::Layout::Redlatch, redlatch::Layout::Redisson] {
+        let client = Client::builder(&server.url())
+            .layout(layout)
+            .build()
+            .unwrap();
+        let redisson = layout == redlatch::Layout::Redisson;
+        for value in NOT_INTEGERS {
+            let name = unique("not-a-number");
+            for number in number_keys(&client, &name) {
+                // A 64-bit count (a latch's), or an integer Redis's INCR takes (Redisson's
+                // token counter, as Java's).
+                if *value == "9007199254740993"
+                    && (number.what == "latch count" || (redisson && number.what == "lock fence"))
+                {
+                    continue;
+                }
+                let _: () = redis::cmd("SET")
+                    .arg(&number.key)
+                    .arg(value)
+                    .query(&mut admin)
+                    .unwrap();
+                let before = dump(&mut admin, &number.key);
+                for (i, call) in number.calls.into_iter().enumerate() {
+                    let got = bounded(Duration::from_secs(10), call);
+                    let wrong = matches!(&got, Err(Error::WrongType { key }) if *key == number.key);
+                    let after = dump(&mut admin, &number.key);
+                    let pttl = support::pttl(&mut admin, &number.key);
+                    if !wrong || after != before || pttl != -1 {
+                        failures.push(format!(
+                            "{layout:?} {} {value:?}, call {i}: {got:?}, key {} (PTTL {pttl})",
+                            number.what,
+                            if after == before { "kept" } else { "CHANGED" },
+                        ));
+                        // Put it back for the next call.
+                        let _: () = redis::cmd("SET")
+                            .arg(&number.key)
+                            .arg(value)
+                            .query(&mut admin)
+                            .unwrap();
+                    }
+                }
+                let _: () = redis::cmd("DEL")
+                    .arg(&number.key)
+                    .query(&mut admin)
+                    .unwrap();
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}

@@ -1438,3 +1438,204 @@ fn attempts_whose_reply_was_lost_are_settled_once_the_server_answers() {
         assert!(again.is_some(), "{layout:?}: the lock is free for others");
     }
 }
+
+/// The ACLs of issue 40 (item 1) that leave a user without our channels: none granted, none
+/// and no PUBLISH either, or the channels granted but PUBLISH refused. `keys` are the user's
+/// key patterns.
+fn channel_less_acls(keys: &[&str], channels: &str) -> Vec<Vec<String>> {
+    // Redis 6.2 has no SPUBLISH, and refuses to remove what it does not know.
+    let no_publish: &[&str] = if support::sharded_pubsub() {
+        &["-publish", "-spublish"]
+    } else {
+        &["-publish"]
+    };
+    let base = |extra: &[&str]| {
+        let mut rules = vec!["resetkeys".to_string()];
+        rules.extend(keys.iter().map(|k| k.to_string()));
+        rules.extend(["+@all", "-@dangerous"].map(String::from));
+        rules.extend(extra.iter().map(|r| r.to_string()));
+        rules
+    };
+    vec![
+        base(&[]),
+        base(no_publish),
+        base(&[&[channels], no_publish].concat()),
+    ]
+}
+
+/// What the client logged, at every level, in every test of this file (each test picks its
+/// own lines by its server's port).
+static LOGGED: std::sync::Mutex<Vec<(log::Level, String)>> = std::sync::Mutex::new(Vec::new());
+
+struct Capture;
+
+impl log::Log for Capture {
+    fn enabled(&self, _: &log::Metadata) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record) {
+        let line = record.args().to_string();
+        LOGGED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((record.level(), line));
+    }
+    fn flush(&self) {}
+}
+
+/// Starts capturing the client's log (once per test binary); lines already logged stay.
+fn capture_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        log::set_logger(&Capture).unwrap();
+        log::set_max_level(log::LevelFilter::Debug);
+    });
+}
+
+/// How many lines at `level` mention `port` and contain `text`.
+fn logged(level: log::Level, port: u16, text: &str) -> usize {
+    let port = format!(":{port}");
+    LOGGED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|(l, line)| *l == level && line.contains(&port) && line.contains(text))
+        .count()
+}
+
+/// A release by a user whose ACL refuses our channels (or PUBLISH) succeeds and frees the lock
+/// at once, where the refused PUBLISH made the whole script fail and the lock stay held for
+/// its lease; the waiter, who hears nothing, has it by the end of the lease it knew of. So
+/// does every other call that publishes, of every kind.
+fn a_release_succeeds_whatever_the_channel_permission(layout: redlatch::Layout) {
+    capture_logs();
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let (keys, channels, grant): (&[&str], _, _) = match layout {
+        redlatch::Layout::Redisson => (
+            &["~redlatch:*", "~redisson_*", "~{redlatch:*"],
+            "&redisson_*",
+            "&redisson_lock__channel:*",
+        ),
+        _ => (&["~redlatch:*"], "&redlatch:*", "&redlatch:*"),
+    };
+    for (i, rules) in channel_less_acls(keys, channels).into_iter().enumerate() {
+        let warned = logged(log::Level::Warn, server.port, "refused");
+        let repeated = logged(log::Level::Debug, server.port, "refused");
+        let rules: Vec<&str> = rules.iter().map(String::as_str).collect();
+        let url = server.acl_user(&format!("u{i}"), &rules);
+        let client = |url: &str| {
+            Client::builder(url)
+                .layout(layout)
+                .response_timeout(Duration::from_secs(2))
+                .build()
+                .unwrap()
+        };
+        let (a, b) = (client(&url), client(&url));
+        // Redisson's keys are the names themselves: under `redlatch:` for the ACL's sake.
+        let name = format!("redlatch:{}", unique("acl-release"));
+        let key = match layout {
+            redlatch::Layout::Redisson => name.clone(),
+            _ => format!("redlatch:{{{name}}}"),
+        };
+        let lease = Duration::from_secs(2);
+        let held = a.lock(&name).lock_with_lease(lease).unwrap();
+        let taken = Instant::now();
+        let holder = a.current_thread_owner_id();
+        let waiter_lock = b.lock(&name);
+        let waiter = thread::spawn(move || {
+            waiter_lock
+                .try_lock(Duration::from_secs(10), None)
+                .map(|g| g.map(|g| (Instant::now(), g.owner_id().to_string())))
+        });
+        thread::sleep(Duration::from_millis(300)); // the waiter tried, and sleeps
+        assert!(!waiter.is_finished(), "{rules:?}: the waiter must wait");
+        held.unlock()
+            .unwrap_or_else(|e| panic!("{rules:?}: the release failed: {e}"));
+        // Free, or handed to the waiter: not the holder's any more.
+        let pttl = support::pttl(&mut admin, &key);
+        let fields: Vec<String> = redis::cmd("HKEYS").arg(&key).query(&mut admin).unwrap();
+        assert!(
+            pttl == -2 || !fields.contains(&holder),
+            "{rules:?}: still held after the release: PTTL {pttl}, fields {fields:?}"
+        );
+        let (got, owner) = waiter
+            .join()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{rules:?}: the wait failed: {e}"))
+            .unwrap_or_else(|| panic!("{rules:?}: the waiter did not get the lock"));
+        assert!(
+            got.duration_since(taken) < lease + Duration::from_secs(1),
+            "{rules:?}: the waiter had the lock {:?} after it was taken",
+            got.duration_since(taken)
+        );
+        assert!(owner.starts_with(b.id()), "{owner}");
+        // The refused SUBSCRIBE, retried all along the wait, is said once, with what to
+        // grant; the ACL that grants the channels refuses none (debug lines may still come
+        // from the last ACL's clients, whose subscriber threads end after they are dropped).
+        let said = logged(
+            log::Level::Warn,
+            server.port,
+            &format!("ACL SETUSER <user> {grant}"),
+        );
+        let warned = logged(log::Level::Warn, server.port, "refused") - warned;
+        let repeated = logged(log::Level::Debug, server.port, "refused") - repeated;
+        if rules.iter().any(|r| r.starts_with('&')) {
+            assert_eq!(warned, 0, "{rules:?}");
+        } else {
+            assert_eq!(warned, 1, "{rules:?}: warned {warned} times");
+            assert!(
+                said >= 1 && repeated >= 1,
+                "{rules:?}: said {said}, {repeated} at debug"
+            );
+        }
+
+        // Every other call that publishes, each kind on a name of its own (in Redisson's
+        // layout a lock and a read-write lock of one name are one hash).
+        let other = |kind: &str| format!("redlatch:{}", unique(&format!("acl-{kind}")));
+        let lock = a.lock(&other("lock"));
+        let held = lock.lock().unwrap();
+        assert!(b.lock(lock.name()).force_unlock().unwrap(), "{rules:?}");
+        drop(held);
+        let rw = a.read_write_lock(&other("rw"));
+        rw.write().unwrap().unlock().unwrap();
+        rw.read().unwrap().unlock().unwrap();
+        assert!(!rw.is_locked().unwrap());
+        let write = rw.write().unwrap();
+        assert!(
+            b.read_write_lock(rw.name()).force_unlock().unwrap(),
+            "{rules:?}"
+        );
+        drop(write);
+        let sem = a.semaphore(&other("sem"));
+        sem.set_permits(2).unwrap();
+        assert!(!sem.try_set_permits(3).unwrap());
+        assert_eq!(sem.add_permits(1).unwrap(), 3);
+        sem.acquire(1).unwrap().release().unwrap();
+        let permit = sem.acquire(1).unwrap();
+        assert!(b.semaphore(sem.name()).force_unlock().unwrap(), "{rules:?}");
+        drop(permit);
+        let counting = a.counting_semaphore(&other("counting"));
+        assert!(counting.try_set_permits(1).unwrap());
+        counting.add_permits(1).unwrap();
+        counting.acquire(1).unwrap();
+        counting.release(1).unwrap();
+        assert_eq!(counting.available().unwrap(), 2);
+        let latch = a.count_down_latch(&other("latch"));
+        assert!(latch.try_set_count(2).unwrap());
+        assert_eq!(latch.count_down().unwrap(), 1);
+        assert_eq!(latch.count_down().unwrap(), 0);
+        assert!(latch.try_set_count(1).unwrap());
+        assert!(latch.delete().unwrap());
+    }
+}
+
+#[test]
+fn a_release_succeeds_whatever_the_channel_permission_in_our_layout() {
+    a_release_succeeds_whatever_the_channel_permission(redlatch::Layout::Redlatch);
+}
+
+#[test]
+fn a_release_succeeds_whatever_the_channel_permission_in_redissons_layout() {
+    a_release_succeeds_whatever_the_channel_permission(redlatch::Layout::Redisson);
+}

@@ -894,3 +894,172 @@ fn extend_sets_a_fair_locks_lease_too() {
     ));
     assert_eq!(pttl_of(&mut admin, &name), -2);
 }
+
+/// Runs `f` on a thread of its own; its result within `limit`, or the test fails (a wait that
+/// never ends is the bug these tests look for).
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("no answer within {limit:?}"))
+}
+
+/// A call that takes a lock of some kind on a name, with a client of its own.
+type TakeOn = Box<dyn FnOnce(Client, String) -> redlatch::Result<()> + Send>;
+
+fn assert_wrong_type<T: std::fmt::Debug>(what: &str, key: &str, got: redlatch::Result<T>) {
+    match got {
+        Err(Error::WrongType { key: k }) => assert_eq!(k, key, "{what}"),
+        other => panic!("{what}: expected WrongType, got {other:?}"),
+    }
+}
+
+/// An application's hash without a TTL is no Redisson lock (Java's and ours always have a
+/// lease while held): every kind that takes a lock on it says `WrongType` at once, where a
+/// `lock()` waited forever and `try_lock` called it busy (issue 40, item 3). The hash stays.
+#[test]
+fn an_applications_hash_without_a_ttl_is_not_a_lock_and_is_left_alone() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    let name = unique("user");
+    let _: () = redis::cmd("HSET")
+        .arg(&name)
+        .arg(&["name", "bob"])
+        .query(&mut admin)
+        .unwrap();
+    let before: Vec<u8> = redis::cmd("DUMP").arg(&name).query(&mut admin).unwrap();
+    let limit = Duration::from_secs(5);
+    let free = unique("free");
+    let calls: Vec<(&str, TakeOn)> = vec![
+        ("lock", Box::new(|c, n| c.lock(&n).lock().map(drop))),
+        (
+            "try_lock",
+            Box::new(|c, n| c.lock(&n).try_lock(Duration::from_secs(1), None).map(drop)),
+        ),
+        (
+            "fair lock",
+            Box::new(|c, n| c.fair_lock(&n).lock().map(drop)),
+        ),
+        (
+            "fair try_lock",
+            Box::new(|c, n| c.fair_lock(&n).try_lock(Duration::ZERO, None).map(drop)),
+        ),
+        (
+            "spin lock",
+            Box::new(|c, n| c.spin_lock(&n).lock().map(drop)),
+        ),
+        (
+            "multi-lock",
+            Box::new(move |c, n| c.multi_lock(&[&free, &n]).lock().map(drop)),
+        ),
+        (
+            "write",
+            Box::new(|c, n| c.read_write_lock(&n).write().map(drop)),
+        ),
+        (
+            "read",
+            Box::new(|c, n| c.read_write_lock(&n).read().map(drop)),
+        ),
+    ];
+    for (what, call) in calls {
+        let (c, n) = (client.clone(), name.clone());
+        assert_wrong_type(what, &name, within(limit, move || call(c, n)));
+        let after: Vec<u8> = redis::cmd("DUMP").arg(&name).query(&mut admin).unwrap();
+        assert_eq!(after, before, "{what} changed the hash");
+        assert_eq!(support::pttl(&mut admin, &name), -1, "{what}");
+    }
+}
+
+/// `force_unlock` deletes only what looks like a lock: one field `<owner>:<thread>` with a
+/// positive count, with or without a lease. An application's hash stays, with its TTL
+/// (Java's forceUnlock would delete it).
+#[test]
+fn force_unlock_deletes_a_lock_but_not_an_applications_hash() {
+    let server = RedisServer::start();
+    let mut admin = server.admin();
+    let client = redisson(&server);
+    for fields in [
+        vec!["name", "bob"],
+        vec!["name", "bob", "age", "7"],
+        vec!["a1b2:7", "bob"],
+        vec!["a1b2:7", "0"],
+        vec!["a1b2:7", "1", "name", "bob"],
+        vec!["nothread", "1"],
+    ] {
+        let name = unique("app-hash");
+        let _: () = redis::cmd("HSET")
+            .arg(&name)
+            .arg(&fields)
+            .query(&mut admin)
+            .unwrap();
+        let _: () = redis::cmd("PEXPIRE")
+            .arg(&name)
+            .arg(60_000)
+            .query(&mut admin)
+            .unwrap();
+        let before: Vec<u8> = redis::cmd("DUMP").arg(&name).query(&mut admin).unwrap();
+        assert_wrong_type(
+            &format!("{fields:?}"),
+            &name,
+            client.lock(&name).force_unlock(),
+        );
+        let after: Vec<u8> = redis::cmd("DUMP").arg(&name).query(&mut admin).unwrap();
+        assert_eq!(after, before, "{fields:?}");
+        assert!(
+            support::pttl(&mut admin, &name) > 50_000,
+            "{fields:?}: its TTL stays"
+        );
+    }
+    // The read-write lock's: a hash with a `mode` field is not one unless it reads as one.
+    for fields in [
+        vec!["mode", "dark", "user", "bob"],
+        vec!["mode", "read", "user", "bob"],
+        vec!["mode", "write", "a1b2:7:write", "x"],
+    ] {
+        let name = unique("app-mode");
+        let _: () = redis::cmd("HSET")
+            .arg(&name)
+            .arg(&fields)
+            .query(&mut admin)
+            .unwrap();
+        let _: () = redis::cmd("PEXPIRE")
+            .arg(&name)
+            .arg(60_000)
+            .query(&mut admin)
+            .unwrap();
+        let before: Vec<u8> = redis::cmd("DUMP").arg(&name).query(&mut admin).unwrap();
+        let rw = client.read_write_lock(&name);
+        assert_wrong_type(&format!("{fields:?}"), &name, rw.force_unlock());
+        let after: Vec<u8> = redis::cmd("DUMP").arg(&name).query(&mut admin).unwrap();
+        assert_eq!(after, before, "{fields:?}");
+    }
+    let rw = client.read_write_lock(&unique("rw-held"));
+    let write = rw.write().unwrap();
+    assert!(rw.force_unlock().unwrap());
+    drop(write);
+    // A lock, Java's or ours, with its lease or after someone cleared it: freed.
+    for lease in [Some(60_000), None] {
+        let name = unique("stuck");
+        let _: () = redis::cmd("HSET")
+            .arg(&name)
+            .arg(&["3f2c5d4e-1111-2222-3333-444455556666:81", "2"])
+            .query(&mut admin)
+            .unwrap();
+        if let Some(ms) = lease {
+            let _: () = redis::cmd("PEXPIRE")
+                .arg(&name)
+                .arg(ms)
+                .query(&mut admin)
+                .unwrap();
+        }
+        assert!(client.lock(&name).force_unlock().unwrap(), "{lease:?}");
+        assert_eq!(support::pttl(&mut admin, &name), -2, "{lease:?}");
+    }
+    let name = unique("held");
+    let guard = client.lock(&name).lock().unwrap();
+    assert!(client.lock(&name).force_unlock().unwrap());
+    assert!(guard.is_lost() || guard.check().is_err() || !client.lock(&name).is_locked().unwrap());
+}

@@ -11,13 +11,15 @@
 --
 -- Replies:
 --   <token>        an integer: taken, or re-entered (with the hold's own token)
---   {0, pttl}      held by another owner for pttl ms more (-1: a holder without a lease,
---                  which only a foreign client can leave)
+--   {0, pttl}      held by another owner for pttl ms more
 --   {-1, 0}        a re-entry whose hold is gone
 -- Errors (nothing was written with any of them):
 --   "WRONGTYPE lock"   the key is a read-write lock's hash (it has a `mode` field, which a
 --                      lock's never has: Java's getReadWriteLock of the same name), whether
 --                      busy, re-entered or holding a field named as the caller
+--   "WRONGTYPE lock"   the key has no lease (PTTL -1): no lock of Redisson's or ours, which
+--                      always have one while held, but an application's hash (or a lock
+--                      whose expiry someone cleared: force_unlock.lua frees that one)
 --   "WRONGTYPE fence"  the counter holds something that is not a number
 --   Redis's own WRONGTYPE when the lock's key is not a hash.
 --
@@ -63,6 +65,12 @@ if pttl == -2 then
   redis.call('hset', lock, owner, 1)
   redis.call('pexpire', lock, lease)
   return token
+end
+-- A key without a lease is no lock: Java's lock scripts give the hash a PX whenever they
+-- hold it (the watchdog's or leaseTime), and so do ours. An application's hash (HSET user:2
+-- name bob) would otherwise be waited for forever, and called busy by every attempt.
+if pttl == -1 then
+  return redis.error_reply('WRONGTYPE lock')
 end
 local fields = redis.call('hmget', lock, owner, 'mode')
 if fields[2] then

@@ -9,8 +9,9 @@
 --
 -- Replies (an array):
 --   { 1, token 1, ..., token n }  every lock taken, each with a new token
---   { 0, i, pttl }                lock i (from 1) is held by another owner for pttl ms more
---                                 (-1: a holder without a lease); nothing was changed
+--   { 0, i, pttl }                lock i (from 1) is held by another owner for pttl ms more;
+--                                 nothing was changed (a key without a lease is no lock:
+--                                 "WRONGTYPE lock <i>", as acquire.lua)
 -- Errors: "WRONGTYPE lock <i>" / "WRONGTYPE fence <i>" when that key of lock i holds data
 -- that is not a lock or a counter (a lock's key: another type, or a read-write lock's hash,
 -- which has a `mode` field that a lock's never has); nothing was changed then.
@@ -39,7 +40,12 @@ for i = 1, n do
       return redis.error_reply('WRONGTYPE lock ' .. i)
     end
     if not fields[1] then
-      return {0, i, redis.call('pttl', lock)}
+      -- Without a lease no lock (see acquire.lua).
+      local pttl = redis.call('pttl', lock)
+      if pttl == -1 then
+        return redis.error_reply('WRONGTYPE lock ' .. i)
+      end
+      return {0, i, pttl}
     end
     mine[i] = true
   end

@@ -9,6 +9,7 @@
 -- ARGV[1]  delta        a whole number, below 0 to take permits away
 -- ARGV[2]  ttl          ms the marker lives
 -- ARGV[3]  publish      PUBLISH or SPUBLISH
+--                       by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 --
 -- Reply: the new count, as a decimal string (a missing count was 0; it may be below 0).
 -- Errors: "WRONGTYPE lock" when the key holds something that is not a count; "RANGE <count>"
@@ -24,7 +25,10 @@ if done then
   return done
 end
 local current = redis.pcall('get', count)
-if type(current) == 'table' or (current and not string.match(current, '^%-?%d+$')) then
+-- A count is decimal, within what Lua counts exactly (tonumber would take "inf", "1.5"...).
+if type(current) == 'table'
+    or (current and not (string.match(current, '^%-?%d+$')
+      and math.abs(tonumber(current)) <= 9007199254740991)) then
   return redis.error_reply('WRONGTYPE lock')
 end
 local new = tonumber(current or '0') + tonumber(ARGV[1])
@@ -33,6 +37,6 @@ if new > 9007199254740991 or new < -9007199254740991 then
 end
 local reply = string.format('%d', new)
 redis.call('set', count, reply)
-redis.call(ARGV[3], channel, reply)
+redis.pcall(ARGV[3], channel, reply)
 redis.call('set', marker, reply, 'px', ARGV[2])
 return reply

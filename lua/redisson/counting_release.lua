@@ -8,6 +8,7 @@
 -- ARGV[1]  permits      at least 1
 -- ARGV[2]  ttl          ms the marker lives
 -- ARGV[3]  publish      PUBLISH or SPUBLISH
+--                       by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 --
 -- Reply: the new count, as a decimal string (a missing count was 0).
 -- Errors: "WRONGTYPE lock" when the key holds something that is not a count; "RANGE <count>"
@@ -23,13 +24,16 @@ if done then
   return done
 end
 local current = redis.pcall('get', count)
-if type(current) == 'table' or (current and not string.match(current, '^%-?%d+$')) then
+-- A count is decimal, within what Lua counts exactly (tonumber would take "inf", "1.5"...).
+if type(current) == 'table'
+    or (current and not (string.match(current, '^%-?%d+$')
+      and math.abs(tonumber(current)) <= 9007199254740991)) then
   return redis.error_reply('WRONGTYPE lock')
 end
 if tonumber(current or '0') + tonumber(ARGV[1]) > 9007199254740991 then
   return redis.error_reply('RANGE ' .. (current or '0'))
 end
 local reply = string.format('%d', redis.call('incrby', count, ARGV[1]))
-redis.call(ARGV[3], channel, reply)
+redis.pcall(ARGV[3], channel, reply)
 redis.call('set', marker, reply, 'px', ARGV[2])
 return reply

@@ -24,7 +24,9 @@
 --   "WRONGTYPE lock"   the lock's key is a read-write lock's hash (it has a `mode` field,
 --                      which a lock's never has: Java's getReadWriteLock of the same name),
 --                      whether busy, re-entered or holding a field named as the caller:
---                      nothing written, not even the queue's stale heads dropped
+--                      nothing written, not even the queue's stale heads dropped; or the
+--                      key, held by another, has no lease (PTTL -1): no lock (see
+--                      acquire.lua), likewise nothing written
 --   "WRONGTYPE fence"  the counter is not a number (the lock not taken; stale heads may
 --                      have been dropped, as any attempt drops them)
 --   Redis's own WRONGTYPE when a key is of another type.
@@ -61,12 +63,18 @@ end
 
 local held = redis.call('exists', lock) == 1
 local mine = false
+local pttl = -2
 if held then
   local fields = redis.call('hmget', lock, owner, 'mode')
   if fields[2] then
     return redis.error_reply('WRONGTYPE lock')
   end
   mine = fields[1]
+  pttl = redis.call('pttl', lock)
+  -- Without a lease no lock (see acquire.lua): checked before the queue is touched.
+  if pttl == -1 and not mine then
+    return redis.error_reply('WRONGTYPE lock')
+  end
 end
 
 while true do
@@ -106,7 +114,6 @@ if mine then
   return tonumber(redis.call('get', KEYS[2]) or '0')
 end
 
-local pttl = redis.call('pttl', lock)
 local function bound(ms)
   return {0, math.max(ms, 5)}
 end

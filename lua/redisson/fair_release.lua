@@ -11,6 +11,7 @@
 -- ARGV[2]  now              epoch ms, the caller's clock
 -- ARGV[3]  holds            the owner's holds before this release (>= 1); absent: 1
 -- ARGV[4]  publish command  PUBLISH or SPUBLISH; absent: PUBLISH
+--                           by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 -- ARGV[5]  latch ttl        ms (only with KEYS[5])
 -- (The caller leaves off the end what says nothing: a usual release sends ARGV[1] and [2].)
 --
@@ -53,7 +54,7 @@ end
 local function wake_head()
   local head = redis.call('lindex', queue, 0)
   if head then
-    redis.call(ARGV[4] or 'PUBLISH', KEYS[4] .. ':' .. head, '0')
+    redis.pcall(ARGV[4] or 'PUBLISH', KEYS[4] .. ':' .. head, '0')
   end
 end
 

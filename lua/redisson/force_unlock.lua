@@ -10,13 +10,16 @@
 -- KEYS[5]  the latch        redisson_unlock_latch:{<name>}:<request id>
 -- ARGV[1]  now              epoch ms, the caller's clock (a fair queue's deadlines are too)
 -- ARGV[2]  publish command  PUBLISH or SPUBLISH
+--                           by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 -- ARGV[3]  latch ttl        ms
 --
 -- Reply: 1 if the lock was there, else 0; a retry of the same request answers the same.
 -- Errors: "WRONGTYPE lock" when the key is not a hash (a Java map of the same name, say), or
--- is a read-write lock's hash (it has a `mode` field, which a lock's never has: its waiters
--- listen on another channel, and its readers' timeout keys would outlive it): nothing was
--- deleted, published or latched. A free key costs no check.
+-- a hash that is not a lock's: not exactly one field "<owner>:<thread>" with a positive
+-- count. A read-write lock's hash is one (it has a `mode` field: its waiters listen on
+-- another channel, and its readers' timeout keys would outlive it), and so is an
+-- application's hash: nothing was deleted, published or latched. A free key costs no check,
+-- a held one HLEN and HGETALL of its one field.
 --
 -- The plain lock's waiters hear "1", which Java's lock waiters read as "wake all" (Java's
 -- own force-unlock sends "0", waking one per client: the rest would sleep to their bound).
@@ -28,13 +31,28 @@ if replay then
   return tonumber(replay)
 end
 local found = redis.call('type', lock).ok
-if found ~= 'hash' and found ~= 'none'
-    or found == 'hash' and redis.call('hexists', lock, 'mode') == 1 then
+if found ~= 'hash' and found ~= 'none' then
   return redis.error_reply('WRONGTYPE lock')
+end
+if found == 'hash' then
+  -- Only what looks like a lock is deleted: one field, an owner "<id>:<thread>" (Java's
+  -- "<uuid>:<thread id>", ours "<client id>:<n>"), whose value is a hold count. Java's
+  -- forceUnlock deletes any key; an application's hash of the same name (HSET user:2 name
+  -- bob) stays. A lock whose lease someone cleared still goes: that is what a force-unlock
+  -- is for. HLEN first, so that a big hash costs no more than a small one; a read-write
+  -- lock's hash (its `mode` field) is refused by the same test.
+  local ok = redis.call('hlen', lock) == 1
+  if ok then
+    local pair = redis.call('hgetall', lock)
+    ok = string.match(pair[1], '^.+:%d+$') and string.match(pair[2], '^[1-9]%d*$')
+  end
+  if not ok then
+    return redis.error_reply('WRONGTYPE lock')
+  end
 end
 local deleted = redis.call('del', lock)
 if deleted == 1 then
-  redis.call(ARGV[2], KEYS[4], '1')
+  redis.pcall(ARGV[2], KEYS[4], '1')
   local now = tonumber(ARGV[1])
   while true do
     local head = redis.call('lindex', queue, 0)
@@ -43,7 +61,7 @@ if deleted == 1 then
     end
     local deadline = redis.call('zscore', deadlines, head)
     if not deadline or tonumber(deadline) > now then
-      redis.call(ARGV[2], KEYS[4] .. ':' .. head, '0')
+      redis.pcall(ARGV[2], KEYS[4] .. ':' .. head, '0')
       break
     end
     redis.call('zrem', deadlines, head)

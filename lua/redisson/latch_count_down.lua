@@ -7,6 +7,7 @@
 -- KEYS[3]  the marker   redisson_unlock_latch:{<name>}:<request id> this call's reply
 -- ARGV[1]  ttl          ms the marker lives
 -- ARGV[2]  publish      PUBLISH or SPUBLISH
+--                       by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 --
 -- Reply: what remains after this call, as a decimal string; "0" when no count was running
 -- (nothing changed: Java's DECR of a missing key would make and delete a -1, the same).
@@ -26,7 +27,9 @@ if kind ~= 'none' and kind ~= 'string' then
   return redis.error_reply('WRONGTYPE latch')
 end
 local current = redis.call('get', count)
-if current and not string.match(current, '^%-?%d+$') then
+-- Digits of a 64-bit count, as Java's long (a longer run is no count: DECR would refuse it).
+if current and not (string.match(current, '^%-?%d+$')
+    and (#current < 19 or (#current == 19 and current <= '9223372036854775807'))) then
   return redis.error_reply('WRONGTYPE latch')
 end
 local reply = '0'
@@ -34,7 +37,7 @@ if current and tonumber(current) > 0 then
   local left = redis.call('decr', count)
   if left <= 0 then
     redis.call('del', count)
-    redis.call(ARGV[2], KEYS[2], '0')
+    redis.pcall(ARGV[2], KEYS[2], '0')
   else
     reply = tostring(left)
   end

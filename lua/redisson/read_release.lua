@@ -14,6 +14,7 @@
 -- ARGV[2]  holds              the reader's holds before this release (>= 1); absent: 1
 -- ARGV[3]  publish command    PUBLISH, or SPUBLISH on a Redis 7 Cluster (as Redisson
 --                             chooses); absent: PUBLISH
+--                             by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 -- ARGV[4]  latch ttl          ms (only with KEYS[5])
 -- (The caller leaves off the end what says nothing: a usual release sends ARGV[1] alone.)
 --
@@ -64,7 +65,7 @@ if not mode then
   if redis.call('exists', lock) == 1 then
     return redis.error_reply('WRONGTYPE lock')
   end
-  redis.call(publish, channel, '0')
+  redis.pcall(publish, channel, '0')
   return 3
 end
 local count = tonumber(redis.call('hget', lock, field))
@@ -107,5 +108,5 @@ if redis.call('hlen', lock) > 1 then
   end
 end
 redis.call('del', lock)
-redis.call(publish, channel, '0')
+redis.pcall(publish, channel, '0')
 return answer(1)

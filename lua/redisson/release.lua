@@ -9,6 +9,7 @@
 -- ARGV[2]  holds            the owner's holds before this release (>= 1); absent: 1
 -- ARGV[3]  publish command  PUBLISH, or SPUBLISH on a Redis 7 Cluster (as Redisson chooses);
 --                           absent: PUBLISH
+--                           by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 -- ARGV[4]  latch ttl        ms (only with KEYS[3])
 -- (The caller leaves off the end what says nothing: a usual release sends ARGV[1] alone.)
 --
@@ -63,7 +64,7 @@ if holds > 1 then
   return 2
 end
 redis.call('del', lock)
-redis.call(ARGV[3] or 'PUBLISH', KEYS[2], '0')
+redis.pcall(ARGV[3] or 'PUBLISH', KEYS[2], '0')
 if latch then
   redis.call('set', latch, '1', 'px', ARGV[4])
 end

@@ -9,11 +9,15 @@
 --                                                       <that>:<x>:rwlock_timeout:<k>
 -- KEYS[4]  the latch        <granted prefix>:<request id>
 -- ARGV[1]  publish command  PUBLISH or SPUBLISH
+--                           by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 -- ARGV[2]  latch ttl        ms
 --
 -- Reply: 1 if the lock was held, else 0; a retry of the same request answers the same.
 -- Errors: "WRONGTYPE lock" when the key is not a hash, or is a hash without `mode` (a plain
--- lock's, whose waiters listen on another channel): nothing is deleted, published or latched.
+-- lock's, whose waiters listen on another channel), or one that is no read-write lock's
+-- (`mode` not "read" or "write", a field not "<owner>:<thread>[:write]", a count not 1 to
+-- 99999): nothing is deleted, published or latched. It reads the whole hash (HGETALL), as it
+-- did to find the readers' timeout keys: a lock's hash has a field per holding thread.
 --
 -- Publishes "1" (Java's READ_UNLOCK message), which every Java waiter of the lock reads as
 -- "wake all" (a "0" wakes one per JVM, and Java's write force-unlock sends "1" too). The
@@ -34,6 +38,21 @@ if found ~= 'hash' or redis.call('hexists', lock, 'mode') == 0 then
   return redis.error_reply('WRONGTYPE lock')
 end
 local fields = redis.call('hgetall', lock)
+-- Only what looks like a read-write lock is deleted: `mode` "read" or "write", every other
+-- field an owner "<id>:<thread>" (a writer's with ":write") with a positive count. An
+-- application's hash with a `mode` field stays, and no count from it ("inf", "1e9") drives
+-- the loop below.
+for i = 1, #fields, 2 do
+  local field, value = fields[i], fields[i + 1]
+  if field == 'mode' then
+    if value ~= 'read' and value ~= 'write' then
+      return redis.error_reply('WRONGTYPE lock')
+    end
+  elseif not (string.match(field, '^.+:%d+$') or string.match(field, '^.+:%d+:write$'))
+      or not string.match(value, '^[1-9]%d?%d?%d?%d?$') then
+    return redis.error_reply('WRONGTYPE lock')
+  end
+end
 redis.call('del', lock)
 for i = 1, #fields, 2 do
   local field, count = fields[i], tonumber(fields[i + 1])
@@ -43,6 +62,6 @@ for i = 1, #fields, 2 do
     end
   end
 end
-redis.call(ARGV[1], channel, '1')
+redis.pcall(ARGV[1], channel, '1')
 redis.call('set', latch, 1, 'px', ARGV[2])
 return 1

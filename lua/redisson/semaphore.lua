@@ -20,8 +20,12 @@ local sem, held, channel = KEYS[1], KEYS[2], KEYS[3]
 -- or nil: checked before anything is written.
 local function foreign()
   local found = redis.call('type', sem).ok
-  if found ~= 'none'
-      and (found ~= 'string' or not string.match(redis.call('get', sem), '^%-?%d+$')) then
+  -- A count is decimal, within what Lua counts exactly: tonumber would take "inf", "nan",
+  -- "1.5", "0x10", " 5" or "1e3", and the scripts grant against it or write back what they
+  -- made of it. Java's counts are ints.
+  local count = found == 'string' and redis.call('get', sem)
+  if found ~= 'none' and not (count and string.match(count, '^%-?%d+$')
+      and math.abs(tonumber(count)) <= 9007199254740991) then
     return 'lock'
   end
   found = redis.call('type', held).ok
@@ -32,7 +36,8 @@ local function foreign()
 end
 
 -- Java's reclaim: the permits whose lease ended by `now` (at most `limit` of them; all
--- without one) are free again; if any were, the new count is published when above 0.
+-- without one) are free again; if any were, the new count is published when above 0 (by
+-- pcall: refused by an ACL, it fails nothing; see lua/release.lua).
 -- Returns that count, or nil when nothing had ended.
 local function reclaim(now, limit, publish)
   local ended
@@ -49,7 +54,7 @@ local function reclaim(now, limit, publish)
   end
   local free = redis.call('incrby', sem, #ended)
   if free > 0 then
-    redis.call(publish, channel, free)
+    redis.pcall(publish, channel, free)
   end
   return free
 end

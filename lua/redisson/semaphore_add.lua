@@ -6,6 +6,7 @@
 --
 -- ARGV[1]  delta              a whole number, below 0 to shrink
 -- ARGV[2]  publish command    PUBLISH or SPUBLISH
+--                             by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 --
 -- Reply: {1, the new total}, the total being the count plus the permits held; or {0, the
 -- total as it is} when the new total would fall below 0 or rise above 4294967295: then
@@ -27,6 +28,6 @@ if new < 0 or new > 4294967295 then
 end
 redis.call('set', sem, string.format('%d', free + delta))
 if delta > 0 then
-  redis.call(ARGV[2], channel, ARGV[1])
+  redis.pcall(ARGV[2], channel, ARGV[1])
 end
 return {1, string.format('%d', new)}

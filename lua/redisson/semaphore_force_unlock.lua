@@ -5,6 +5,7 @@
 --
 -- KEYS[4]  the latch          redisson_unlock_latch:{<name>}:<request id>
 -- ARGV[1]  publish command    PUBLISH or SPUBLISH
+--                             by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 -- ARGV[2]  latch ttl          ms
 -- ARGV[3]  now                epoch ms by this client's clock
 --
@@ -41,7 +42,7 @@ if #permits > 0 then
   redis.call('del', held)
   local free = redis.call('incrby', sem, #permits / 2)
   if free > 0 then
-    redis.call(ARGV[1], channel, free)
+    redis.pcall(ARGV[1], channel, free)
   end
 end
 redis.call('set', latch, result, 'px', ARGV[2])

@@ -3,6 +3,7 @@
 -- comes first: see it for KEYS[1..3].
 --
 -- ARGV[1]  publish command    PUBLISH or SPUBLISH
+--                             by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 -- ARGV[2..] the permit ids    16 raw bytes each
 --
 -- Replies (as redisson/release.lua's):
@@ -31,6 +32,6 @@ if removed == 0 then
 end
 local free = redis.call('incrby', sem, removed)
 if free > 0 then
-  redis.call(ARGV[1], channel, free)
+  redis.pcall(ARGV[1], channel, free)
 end
 return removed == #ARGV - 1 and 1 or 3

@@ -4,6 +4,7 @@
 --
 -- ARGV[1]  total
 -- ARGV[2]  publish command    PUBLISH or SPUBLISH
+--                             by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 --
 -- Reply: 0. Errors: "WRONGTYPE lock", "WRONGTYPE leases"; nothing was written.
 --
@@ -21,12 +22,12 @@ local total = tonumber(ARGV[1])
 local free = redis.call('get', sem)
 if not free then
   redis.call('set', sem, total)
-  redis.call(ARGV[2], channel, total)
+  redis.pcall(ARGV[2], channel, total)
   return 0
 end
 local was = tonumber(free) + redis.call('zcount', held, 0, '+inf')
 if was ~= total then
   redis.call('incrby', sem, total - was)
-  redis.call(ARGV[2], channel, total)
+  redis.pcall(ARGV[2], channel, total)
 end
 return 0

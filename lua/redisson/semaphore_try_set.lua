@@ -4,6 +4,7 @@
 --
 -- ARGV[1]  total
 -- ARGV[2]  publish command    PUBLISH or SPUBLISH
+--                             by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 --
 -- Reply: 1 if the count was set (and published, which wakes as many waiters), 0 if one was
 -- there already. Errors: "WRONGTYPE lock", "WRONGTYPE leases"; nothing was written.
@@ -17,5 +18,5 @@ if redis.call('get', sem) then
   return 0
 end
 redis.call('set', sem, ARGV[1])
-redis.call(ARGV[2], channel, ARGV[1])
+redis.pcall(ARGV[2], channel, ARGV[1])
 return 1

@@ -9,6 +9,7 @@
 -- ARGV[1]  write field        <client id>:<thread number>:write
 -- ARGV[2]  holds              the writer's holds before this release (>= 1); absent: 1
 -- ARGV[3]  publish command    PUBLISH or SPUBLISH; absent: PUBLISH
+--                             by pcall: refused by an ACL, it fails nothing (see lua/release.lua)
 -- ARGV[4]  latch ttl          ms (only with KEYS[3])
 -- (The caller leaves off the end what says nothing: a usual release sends ARGV[1] alone.)
 --
@@ -50,7 +51,7 @@ if not mode then
   if redis.call('exists', lock) == 1 then
     return redis.error_reply('WRONGTYPE lock')
   end
-  redis.call(publish, channel, '1')
+  redis.pcall(publish, channel, '1')
   return 3
 end
 local count = mode == 'write' and tonumber(redis.call('hget', lock, field))
@@ -68,7 +69,7 @@ end
 redis.call('hdel', lock, field)
 if redis.call('hlen', lock) == 1 then
   redis.call('del', lock)
-  redis.call(publish, channel, '1')
+  redis.pcall(publish, channel, '1')
 else
   redis.call('hset', lock, 'mode', 'read')
 end

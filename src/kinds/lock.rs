@@ -261,6 +261,20 @@ impl Lock {
 
     /// Deletes the lock whoever holds it and wakes every waiter. `true` if it was locked.
     ///
+    /// What it deletes, and what it refuses with [`Error::WrongType`](crate::Error::WrongType)
+    /// (leaving the key as it is, byte for byte and with its TTL):
+    /// - In our layout, the hash `<prefix>:{name}` if it has a lease (every lock of ours has
+    ///   one while held); a key of another type, or a hash without a lease, is refused.
+    ///   Only keys under the client's prefix are touched.
+    /// - In [`Layout::Redisson`](crate::Layout::Redisson), the hash `name` only if it looks
+    ///   like a lock: exactly one field `<owner>:<thread>` (Java's `<uuid>:<thread id>`, ours
+    ///   `<client id>:<n>`) whose value is a positive hold count, with or without a lease (a
+    ///   lock whose expiry somebody cleared is still freed: that is what a force-unlock is
+    ///   for). Anything else, an application's hash of the same name (`HSET user:2 name
+    ///   bob`), a read-write lock's hash (it has `mode`), another type, is refused. Java's
+    ///   `forceUnlock` deletes whatever key has the name; ours never deletes data that is not
+    ///   a lock. A fair lock's queue is not deleted: its head is woken.
+    ///
     /// The holder is not interrupted: its guard reports the loss at its next renewal
     /// (watchdog), when its lease runs out, or when it releases (at once if it is a thread
     /// of this client). The loss is announced through

@@ -230,7 +230,11 @@ impl ReadWriteLock {
     /// the readers' `rwlock_timeout` keys and publishes `1` on `redisson_rwlock:{name}`, which
     /// wakes every waiter, Java's too (Java's `readLock().forceUnlock()` frees only a hash in
     /// read mode, its `writeLock().forceUnlock()` only one in write mode); a plain lock's hash
-    /// there is [`Error::WrongType`], left untouched.
+    /// there is [`Error::WrongType`], left untouched, and so is a hash that is no read-write
+    /// lock's: `mode` other than `read` or `write`, a field other than `<owner>:<thread>` (or
+    /// `<owner>:<thread>:write`), or a count that is not 1 to 99999 (an application's hash
+    /// with a `mode` field stays, where Java's would delete it). In our layout only keys
+    /// under the client's prefix are touched, and foreign data there is refused the same way.
     ///
     /// The holders are not interrupted: their guards report the loss at their next renewal,
     /// when their lease runs out, or when they release (at once for this client's), through

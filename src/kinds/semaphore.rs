@@ -235,7 +235,9 @@ impl Semaphore {
     /// after a release. In [`Layout::Redisson`](crate::Layout::Redisson) (where Java has no such call) every permit id
     /// goes from `{name}:timeout` and its permit is added back to the count `name`, and the
     /// new count is published on `redisson_sc:{name}`, as Java's release does, so Java's
-    /// waiters wake too.
+    /// waiters wake too. The total (or Redisson's count) is never deleted; foreign data (a
+    /// count that is not a decimal integer, keys of other types) is
+    /// [`Error::WrongType`](crate::Error::WrongType), left untouched.
     ///
     /// The holders are not interrupted: their [`Permits`] report the loss at their next
     /// renewal, when their lease runs out, or when they release (at once for this client's,

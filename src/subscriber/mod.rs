@@ -27,8 +27,10 @@
 //! When a connection fails the thread reconnects with backoff, resubscribes every channel
 //! that has waiters, and the confirmations give every waiter a permit. Meanwhile, and whenever
 //! a message is lost, waiters still wake when the lock's TTL or their deadline says so. A
-//! refused subscription (an ACL without our channels) is logged and retried with backoff;
-//! waiting then degrades to waking at the lock's TTL. A frame the thread cannot use (a
+//! refused subscription (an ACL without our channels) is retried with backoff, and logged
+//! as a warning once per channel pattern to grant, then at debug level; waiting then
+//! degrades to waking at the lock's TTL (the releases' publishes cannot fail the release:
+//! the scripts send them with `redis.pcall`). A frame the thread cannot use (a
 //! message too big to keep, which anyone with PUBLISH on the channel can send) is read past
 //! and costs only itself; a connection fails only on bytes that are not RESP, which no answer
 //! to our commands can be, since no channel we subscribe is too long to read back. A
