@@ -338,7 +338,7 @@ impl Wait<'_> {
 /// A call of `owner`'s on `kind` with `lease`, queueing as `queueing` says, failed with `e`:
 /// if the request may have reached the server, it may still run there, and is remembered to
 /// be settled ([`doubt`](super::doubt)).
-fn in_doubt(
+pub(crate) fn in_doubt(
     core: &Core,
     kind: &dyn Kind,
     owner: &Arc<str>,

@@ -48,7 +48,7 @@ use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::scripts::{self, Acquire, Freeing, Queueing, Release, Releasing};
 
-pub(crate) use acquire::{Acquired, acquire, acquisition, check_replicas, register};
+pub(crate) use acquire::{Acquired, acquire, acquisition, check_replicas, in_doubt, register};
 pub(crate) use extend::extend;
 pub(crate) use hold::Hold;
 pub(crate) use lease::{Terms, deadline_after, validate_duration, validate_lease};

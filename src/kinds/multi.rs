@@ -7,7 +7,7 @@ use crate::engine::{self, Acquired, Hold, Kind, Terms, deadline_after, validate_
 use crate::error::{Error, Result};
 use crate::kinds::lock::{Lock, LockGuard};
 use crate::kinds::{check_composite, drop_lost};
-use crate::scripts::{AcquireMany, TakenBy};
+use crate::scripts::{AcquireMany, Queueing, TakenBy};
 
 /// Several locks taken together, made by [`Client::multi_lock`].
 ///
@@ -183,10 +183,14 @@ impl MultiLock {
         let owner = core.thread_owner();
         let keys: Vec<_> = group.iter().map(|&i| &**self.locks[i].keys()).collect();
         let lock_keys: Vec<&str> = keys.iter().map(|k| k.lock()).collect();
+        // This call takes up whatever a lost one of the thread's took (`engine::doubt`).
+        for key in &lock_keys {
+            core.doubts.forget(key, &owner);
+        }
         let sent = Instant::now();
         // Failed waits of this thread for a member may have left places in its queue: the
         // call voids them, as the lock's own attempt does.
-        let (reply, acknowledged) = core.leftovers.voiding(&lock_keys, &owner, |places| {
+        let reply = core.leftovers.voiding(&lock_keys, &owner, |places| {
             engine::acquisition(
                 core,
                 |con| {
@@ -196,6 +200,12 @@ impl MultiLock {
                 },
                 |reply| matches!(reply, AcquireMany::Acquired(_)),
             )
+        });
+        let (reply, acknowledged) = reply.inspect_err(|e| {
+            // It may still run, and take every member: each is settled on its own.
+            for &i in group {
+                engine::in_doubt(core, &self.locks[i], &owner, lease, &Queueing::NONE, e);
+            }
         })?;
         let tokens = match reply {
             AcquireMany::Acquired(tokens) => tokens,
