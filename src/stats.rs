@@ -32,7 +32,14 @@ pub struct Stats {
     pub handed_over: u64,
     /// Acquisitions that waited and gave up (`Ok(None)`).
     pub timeouts: u64,
-    /// Acquisitions whose wait was cancelled ([`Error::Cancelled`](crate::Error::Cancelled)).
+    /// Waits that were cancelled: calls that returned
+    /// [`Error::Cancelled`](crate::Error::Cancelled), of every kind (a latch's `wait` and a
+    /// counting semaphore's `acquire` included, though they are not acquisitions), whether
+    /// the cancel came while the call waited or before it began.
+    ///
+    /// One call is one cancelled wait: a `MultiLock` or `Redlock` whose wait is cancelled
+    /// counts once, not once per member (a `Redlock`'s on the client of the master it was
+    /// waiting for).
     pub cancelled: u64,
     /// At most how long the median acquisition took, over every acquisition since the
     /// client was built (those that timed out not counted).

@@ -63,7 +63,7 @@ pub(crate) fn acquire(
     let started = Instant::now();
     let watched = Watched::new(&core.cancel, cancel);
     if watched.is_cancelled() {
-        return Err(cancelled(kind.keys()));
+        return Err(counted_cancel(core, kind.keys()));
     }
     let mut outcome = Outcome::AtOnce;
     let acquired = acquire_counted(core, kind, owner, wait, terms, &watched, &mut outcome)
@@ -329,7 +329,17 @@ impl Wait<'_> {
     }
 }
 
-/// The error of a wait for `keys`'s object that was cancelled.
+/// The error of a wait for `keys`'s object that was cancelled, counted in
+/// [`Stats::cancelled`](crate::Stats::cancelled): for a wait that returns it straight away,
+/// where no caller above counts it.
+pub(super) fn counted_cancel(core: &Core, keys: &LockKeys) -> Error {
+    core.counters
+        .acquisition(Outcome::Cancelled, Duration::ZERO);
+    cancelled(keys)
+}
+
+/// The error of a wait for `keys`'s object that was cancelled (not counted: see
+/// [`counted_cancel`]).
 pub(super) fn cancelled(keys: &LockKeys) -> Error {
     Error::Cancelled {
         name: keys.name().to_string(),

@@ -94,13 +94,16 @@ impl MultiLock {
     ) -> Result<Option<MultiLockGuard>> {
         check_composite(&self.locks, lease, "multi-lock")?;
         let first = &self.locks[0];
-        // A cancelled handle takes nothing, even members that are free.
+        let core = first.core();
+        // A cancelled handle takes nothing, even members that are free. Counted here, once:
+        // a wait cancelled later is counted by the one member's wait it ends.
         if first.cancelled_by().is_some_and(|c| c.is_cancelled()) {
+            core.counters
+                .acquisition(crate::stats::Outcome::Cancelled, Duration::ZERO);
             return Err(Error::Cancelled {
                 name: self.names().join(", "),
             });
         }
-        let core = first.core();
         let deadline = deadline_after(wait);
         let terms = first.terms(lease);
         let mut held: Vec<Option<LockGuard>> = self.locks.iter().map(|_| None).collect();
