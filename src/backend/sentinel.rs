@@ -76,6 +76,20 @@ struct Master {
 }
 
 impl Sentinels {
+    /// The master name the sentinels are asked for.
+    pub fn master_name(&self) -> &str {
+        &self.master_name
+    }
+
+    /// The sentinels' addresses, as given.
+    pub fn sentinel_addrs(&self) -> Vec<ConnectionAddr> {
+        self.sentinels
+            .lock()
+            .iter()
+            .map(|s| s.addr().clone())
+            .collect()
+    }
+
     /// Checks the sentinel URLs and the master name. No I/O.
     pub fn new(spec: &SentinelSpec, settings: &LinkSettings) -> Result<Sentinels> {
         if spec.sentinels.is_empty() {
