@@ -260,7 +260,7 @@ impl Client {
     /// tells them; without them where it cannot. Reads only.
     pub fn inspect(&self, kind: ObjectKind, name: &str) -> Result<Report> {
         let core = self.core();
-        engine::check_name(core, name)?;
+        engine::check_name(core, kind.family(), name)?;
         let keys = core.keys(kind.family(), name);
         let read = |con: &mut dyn ConnectionLike| match core.layout {
             Layout::Redlatch => report::read_report(con, kind, &keys),

@@ -308,7 +308,7 @@ impl Lock {
     }
 
     pub(crate) fn validate_name(&self) -> Result<()> {
-        engine::check_name(self.core(), self.keys.name())
+        engine::check_name(self.core(), self.keys.family, self.keys.name())
     }
 
     /// What ends this handle's waits, besides the client's `cancel_all_waits`.
