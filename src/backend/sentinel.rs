@@ -227,7 +227,14 @@ impl Sentinels {
                     self.stale.store(false, Ordering::Release);
                     return Ok(master);
                 }
-                // Each failure names the sentinel, or the master it named.
+                // Each failure names the sentinel, or the master it named; the kind of the
+                // whole is said once, by the error below, not again for each sentinel.
+                Err(e) if e.kind() == ErrorKind::MasterNameNotFoundBySentinel => {
+                    failures.push(format!(
+                        "{}: does not know the master",
+                        e.detail().unwrap_or_default()
+                    ))
+                }
                 Err(e) => failures.push(e.to_string()),
             }
         }
