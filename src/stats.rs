@@ -168,6 +168,8 @@ pub(crate) struct Counters {
     pub renewals_failed: AtomicU64,
     pub locks_lost: AtomicU64,
     pub reconnects: AtomicU64,
+    /// Whether the log was told that Redis cannot be reached (see [`Outage`]).
+    pub outage: Outage,
 }
 
 impl Default for Counters {
@@ -183,6 +185,54 @@ impl Default for Counters {
             renewals_failed: AtomicU64::new(0),
             locks_lost: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
+            outage: Outage::default(),
+        }
+    }
+}
+
+/// What the log was told of Redis being out of reach, so that one outage is one WARN line
+/// however many threads and retries meet it: a server restart had the subscriber warn at
+/// each reconnect attempt and the renewal thread at each retry, six lines in 2 s, which buried
+/// what an operator needs (that it happened, and that it recovered). The first failure of a
+/// streak is a WARN that says what is done meanwhile; the failures after it are at debug
+/// (every one is still there, for whoever looks); the first success after it is an INFO
+/// saying how long it lasted. One streak per client, whichever server (a Cluster's node) it
+/// met: a second node failing meanwhile is at debug too.
+#[derive(Debug, Default)]
+pub(crate) struct Outage {
+    /// When the streak began, and how many failures it has had.
+    since: parking_lot::Mutex<Option<(std::time::Instant, u64)>>,
+}
+
+impl Outage {
+    /// A failure to reach Redis, said by `what` (the server and the error in it).
+    pub fn failed(&self, what: fmt::Arguments<'_>) {
+        let mut since = self.since.lock();
+        match &mut *since {
+            Some((_, failures)) => {
+                *failures += 1;
+                log::debug!("{what}");
+            }
+            None => {
+                *since = Some((std::time::Instant::now(), 1));
+                log::warn!(
+                    "{what}. Until Redis answers again, calls fail or retry and holds go \
+                     unrenewed (lost if their lease runs out); the failures meanwhile are logged \
+                     at debug"
+                );
+            }
+        }
+    }
+
+    /// Redis answered (a renewal round or a subscription went through): the end of a streak,
+    /// if one was under way.
+    pub fn answered(&self) {
+        if let Some((began, failures)) = self.since.lock().take() {
+            log::info!(
+                "Redis answers again, after {} and {failures} failure{} to reach it",
+                Words(began.elapsed()),
+                if failures == 1 { "" } else { "s" }
+            );
         }
     }
 }

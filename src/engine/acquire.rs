@@ -414,7 +414,12 @@ pub(super) fn attempt(
             if let Some(hold) = existing {
                 let cause = why_gone(core, keys, hold.token, LossCause::FoundGone);
                 if hold.mark_lost(cause) {
-                    log::warn!("lock {:?} was lost under its holder", keys.name());
+                    let kind = hold.kind();
+                    log::warn!(
+                        "{} {} lost under its holder",
+                        kind.of(keys.name()),
+                        kind.was()
+                    );
                 }
             }
             Err(lost(keys))

@@ -370,7 +370,7 @@ impl Lock {
     }
 
     fn held(&self, acquired: Acquired) -> Held<Lock> {
-        Held::new(self.clone(), &self.runtime, acquired, "lock")
+        Held::new(self.clone(), &self.runtime, acquired)
     }
 }
 
