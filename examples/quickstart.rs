@@ -1,15 +1,31 @@
 //! The smallest useful program: take a lock, use its fencing token, release it.
 //!
 //! ```text
+//! cargo run --example quickstart
 //! REDIS_URL=redis://127.0.0.1:6379/ cargo run --example quickstart
 //! ```
+//!
+//! Without `REDIS_URL` it starts a private `redis-server` (from `PATH`) on a free loopback
+//! port and stops it at the end, as the `contention` and `family` examples do, so that a
+//! first run needs no Redis of one's own.
 
 use std::time::Duration;
+
+// The test support starts the private redis-server.
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 fn main() -> redlatch::Result<()> {
     // RUST_LOG=redlatch=debug shows what the crate logs; warnings are on by default.
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    // Declared before the client, so that it is dropped (stopped) after it.
+    let private = std::env::var("REDIS_URL")
+        .is_err()
+        .then(support::RedisServer::start);
+    let url = match &private {
+        Some(server) => server.url(),
+        None => std::env::var("REDIS_URL").unwrap(),
+    };
     let client = redlatch::Client::open(&url)?;
     let lock = client.lock("quickstart");
 

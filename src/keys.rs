@@ -66,26 +66,26 @@ pub const MAX_NAME_LEN: usize = 64 * 1024;
 /// same frame limit as [`MAX_NAME_LEN`].
 pub const MAX_PREFIX_LEN: usize = 1024;
 
-/// Checks a lock name before anything is sent for it, for every kind of lock: the one place
-/// where a name's limits are known.
+/// Checks the name of an object (`what`: its kind in words, `lock`, `semaphore`...) before
+/// anything is sent for it, for every kind: the one place where a name's limits are known.
 ///
 /// On a Cluster a name must not begin with `}`: `p:{}x}` has no hash tag, so its keys would
 /// hash to different slots.
-pub(crate) fn check_name(name: &str, cluster: bool) -> Result<()> {
+pub(crate) fn check_name(what: &str, name: &str, cluster: bool) -> Result<()> {
     if name.is_empty() {
-        return Err(Error::invalid("lock name must not be empty"));
+        return Err(Error::invalid(format!("{what} name must not be empty")));
     }
     if name.len() > MAX_NAME_LEN {
         return Err(Error::invalid(format!(
-            "lock name of {} bytes is too long: at most {} bytes",
+            "{what} name of {} bytes is too long: at most {} bytes",
             Count(name.len() as u64),
             Count(MAX_NAME_LEN as u64)
         )));
     }
     if name.starts_with('}') && cluster {
-        return Err(Error::invalid(
-            "on a Redis Cluster, a lock name must not begin with '}'",
-        ));
+        return Err(Error::invalid(format!(
+            "on a Redis Cluster, a {what} name must not begin with '}}'"
+        )));
     }
     Ok(())
 }
@@ -167,6 +167,18 @@ pub(crate) enum Family {
 }
 
 impl Family {
+    /// The kind in words, for messages: `lock`, `read-write lock`, `semaphore`, `latch`,
+    /// `counting semaphore`.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Family::Lock => "lock",
+            Family::ReadWrite => "read-write lock",
+            Family::Semaphore => "semaphore",
+            Family::Latch => "latch",
+            Family::Counting => "counting semaphore",
+        }
+    }
+
     /// What follows `p:{name}` in the object's main key (and starts its other keys).
     fn suffix(self) -> &'static str {
         match self {

@@ -60,6 +60,37 @@ pub enum HoldKind {
     Permits,
 }
 
+impl HoldKind {
+    /// A hold of this kind on object `name`, for a log line: `lock "x"`, `read hold of
+    /// read-write lock "x"`, `permits of semaphore "x"`.
+    pub(crate) fn of(self, name: &str) -> String {
+        match self {
+            HoldKind::Lock => format!("lock {name:?}"),
+            HoldKind::Read => format!("read hold of read-write lock {name:?}"),
+            HoldKind::Write => format!("write hold of read-write lock {name:?}"),
+            HoldKind::Permits => format!("permits of semaphore {name:?}"),
+        }
+    }
+
+    /// `is`, or `are` after [`HoldKind::of`]'s permits.
+    pub(crate) fn is(self) -> &'static str {
+        if self == HoldKind::Permits {
+            "are"
+        } else {
+            "is"
+        }
+    }
+
+    /// `was`, or `were` after [`HoldKind::of`]'s permits.
+    pub(crate) fn was(self) -> &'static str {
+        if self == HoldKind::Permits {
+            "were"
+        } else {
+            "was"
+        }
+    }
+}
+
 /// What holds tell the renewal thread.
 #[derive(Debug)]
 pub(crate) enum Notice {

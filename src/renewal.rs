@@ -33,6 +33,7 @@ use crate::engine::{self, Hold, Renewed};
 use crate::lost::{LossCause, LossHook, Notice};
 use crate::stats::bump;
 use crate::subscriber::Errand;
+use crate::words::Words;
 
 /// Pause between attempts while Redis cannot be reached.
 const RETRY: Duration = Duration::from_millis(250);
@@ -170,8 +171,9 @@ fn round(core: &Core, lease: Duration, period: Duration, stop: &Receiver<()>) ->
                     let cause = engine::why_gone(core, &hold.keys, hold.token, LossCause::Taken);
                     if hold.mark_lost(cause) {
                         log::warn!(
-                            "lock {:?} is no longer held by us ({cause:?}); marked lost",
-                            hold.keys.name()
+                            "{} {} no longer held by us ({cause:?}); marked lost",
+                            hold.kind().of(hold.keys.name()),
+                            hold.kind().is()
                         );
                     }
                 }
@@ -180,12 +182,17 @@ fn round(core: &Core, lease: Duration, period: Duration, stop: &Receiver<()>) ->
         }
     }
     if let Some(e) = failure {
-        log::warn!("lock renewal failed ({e}); retrying in {RETRY:?}");
+        let retry = Words(RETRY);
+        counters.outage.failed(format_args!(
+            "lock renewal failed ({e}); retrying in {retry}"
+        ));
         next = next.min(Instant::now() + RETRY);
         // A renewal cut short by a hold's deadline: wake at that deadline to announce it.
         if let Some(first) = answer_by(&live) {
             next = next.min(first + Duration::from_millis(1));
         }
+    } else if !due.is_empty() {
+        counters.outage.answered();
     }
     next
 }

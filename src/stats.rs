@@ -32,7 +32,14 @@ pub struct Stats {
     pub handed_over: u64,
     /// Acquisitions that waited and gave up (`Ok(None)`).
     pub timeouts: u64,
-    /// Acquisitions whose wait was cancelled ([`Error::Cancelled`](crate::Error::Cancelled)).
+    /// Waits that were cancelled: calls that returned
+    /// [`Error::Cancelled`](crate::Error::Cancelled), of every kind (a latch's `wait` and a
+    /// counting semaphore's `acquire` included, though they are not acquisitions), whether
+    /// the cancel came while the call waited or before it began.
+    ///
+    /// One call is one cancelled wait: a `MultiLock` or `Redlock` whose wait is cancelled
+    /// counts once, not once per member (a `Redlock`'s on the client of the master it was
+    /// waiting for).
     pub cancelled: u64,
     /// At most how long the median acquisition took, over every acquisition since the
     /// client was built (those that timed out not counted).
@@ -167,6 +174,8 @@ pub(crate) struct Counters {
     pub locks_lost: AtomicU64,
     pub reconnects: AtomicU64,
     pub lost_replies_settled: AtomicU64,
+    /// Whether the log was told that Redis cannot be reached (see [`Outage`]).
+    pub outage: Outage,
 }
 
 impl Default for Counters {
@@ -183,6 +192,54 @@ impl Default for Counters {
             locks_lost: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
             lost_replies_settled: AtomicU64::new(0),
+            outage: Outage::default(),
+        }
+    }
+}
+
+/// What the log was told of Redis being out of reach, so that one outage is one WARN line
+/// however many threads and retries meet it: a server restart had the subscriber warn at
+/// each reconnect attempt and the renewal thread at each retry, six lines in 2 s, which buried
+/// what an operator needs (that it happened, and that it recovered). The first failure of a
+/// streak is a WARN that says what is done meanwhile; the failures after it are at debug
+/// (every one is still there, for whoever looks); the first success after it is an INFO
+/// saying how long it lasted. One streak per client, whichever server (a Cluster's node) it
+/// met: a second node failing meanwhile is at debug too.
+#[derive(Debug, Default)]
+pub(crate) struct Outage {
+    /// When the streak began, and how many failures it has had.
+    since: parking_lot::Mutex<Option<(std::time::Instant, u64)>>,
+}
+
+impl Outage {
+    /// A failure to reach Redis, said by `what` (the server and the error in it).
+    pub fn failed(&self, what: fmt::Arguments<'_>) {
+        let mut since = self.since.lock();
+        match &mut *since {
+            Some((_, failures)) => {
+                *failures += 1;
+                log::debug!("{what}");
+            }
+            None => {
+                *since = Some((std::time::Instant::now(), 1));
+                log::warn!(
+                    "{what}. Until Redis answers again, calls fail or retry and holds go \
+                     unrenewed (lost if their lease runs out); the failures meanwhile are logged \
+                     at debug"
+                );
+            }
+        }
+    }
+
+    /// Redis answered (a renewal round or a subscription went through): the end of a streak,
+    /// if one was under way.
+    pub fn answered(&self) {
+        if let Some((began, failures)) = self.since.lock().take() {
+            log::info!(
+                "Redis answers again, after {} and {failures} failure{} to reach it",
+                Words(began.elapsed()),
+                if failures == 1 { "" } else { "s" }
+            );
         }
     }
 }

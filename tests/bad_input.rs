@@ -155,6 +155,55 @@ fn error_count(admin: &mut redis::Connection, code: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// An empty name is refused in the words of its kind: a semaphore's is no "lock name".
+#[test]
+fn an_empty_name_is_refused_naming_its_kind() {
+    use redlatch::ObjectKind;
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let second = Duration::from_secs(1);
+    for (kind, message) in [
+        ("lock", invalid(client.lock("").try_lock(second, None))),
+        ("lock", invalid(client.fair_lock("").try_lock(second, None))),
+        ("lock", invalid(client.spin_lock("").try_lock(second, None))),
+        (
+            "lock",
+            invalid(client.multi_lock(&["a", ""]).try_lock(second, None)),
+        ),
+        (
+            "read-write lock",
+            invalid(client.read_write_lock("").read()),
+        ),
+        (
+            "read-write lock",
+            invalid(client.read_write_lock("").is_locked()),
+        ),
+        ("semaphore", invalid(client.semaphore("").acquire(1))),
+        ("semaphore", invalid(client.semaphore("").set_permits(1))),
+        ("latch", invalid(client.count_down_latch("").count())),
+        ("latch", invalid(client.count_down_latch("").wait(second))),
+        (
+            "counting semaphore",
+            invalid(client.counting_semaphore("").available()),
+        ),
+        (
+            "counting semaphore",
+            invalid(client.counting_semaphore("").acquire(1)),
+        ),
+        (
+            "semaphore",
+            invalid(client.inspect(ObjectKind::Semaphore, "")),
+        ),
+        (
+            "latch",
+            invalid(client.watch(ObjectKind::CountDownLatch, "", Some(second), |_, _| true)),
+        ),
+        ("object", invalid(client.detect(""))),
+    ] {
+        assert_eq!(message, format!("{kind} name must not be empty"));
+    }
+}
+
 #[test]
 fn empty_names_zero_and_absurd_durations_are_refused_before_any_io() {
     let server = RedisServer::start();

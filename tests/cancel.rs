@@ -433,3 +433,114 @@ fn a_cancel_racing_a_grant_of_permits_or_a_write_never_strands_it() {
         );
     }
 }
+
+#[test]
+fn every_kind_of_wait_cancelled_by_cancel_all_waits_counts_once_in_stats() {
+    let server = RedisServer::start();
+    for layout in LAYOUTS {
+        let name = unique("cancel-count");
+        let (holder, waiting) = (client(&server, layout), client(&server, layout));
+        let lock = holder.lock(&format!("{name}-lock")).lock().unwrap();
+        let write = holder
+            .read_write_lock(&format!("{name}-rw"))
+            .write()
+            .unwrap();
+        let semaphore = holder.semaphore(&format!("{name}-sem"));
+        semaphore.set_permits(1).unwrap();
+        let permit = semaphore.acquire(1).unwrap();
+        let latch = holder.count_down_latch(&format!("{name}-latch"));
+        assert!(latch.try_set_count(1).unwrap());
+        let spun = holder.lock(&format!("{name}-spin")).lock().unwrap();
+        // The multi-lock's second and third members are busy: it waits for one member at a
+        // time, and its cancel must count as one wait, not one per member.
+        let m2 = holder.lock(&format!("{name}-m2")).lock().unwrap();
+        let m3 = holder.lock(&format!("{name}-m3")).lock().unwrap();
+
+        type Wait = Box<dyn FnOnce() -> redlatch::Result<()> + Send>;
+        let c = &waiting;
+        let waits: Vec<(&str, Wait)> = vec![
+            ("lock", {
+                let h = c.lock(&format!("{name}-lock"));
+                Box::new(move || h.lock().map(drop))
+            }),
+            ("read", {
+                let h = c.read_write_lock(&format!("{name}-rw"));
+                Box::new(move || h.read().map(drop))
+            }),
+            ("semaphore", {
+                let h = c.semaphore(&format!("{name}-sem"));
+                Box::new(move || h.acquire(1).map(drop))
+            }),
+            ("latch", {
+                let h = c.count_down_latch(&format!("{name}-latch"));
+                Box::new(move || h.wait(Duration::from_secs(60)).map(drop))
+            }),
+            ("counting semaphore", {
+                // No permits at all: the wait has nothing to take.
+                let h = c.counting_semaphore(&format!("{name}-counting"));
+                Box::new(move || h.acquire(1))
+            }),
+            ("multi-lock", {
+                let h = c.multi_lock(&[
+                    &format!("{name}-m1"),
+                    &format!("{name}-m2"),
+                    &format!("{name}-m3"),
+                ]);
+                Box::new(move || h.lock().map(drop))
+            }),
+            ("spin lock", {
+                let h = c.spin_lock(&format!("{name}-spin"));
+                Box::new(move || h.lock().map(drop))
+            }),
+        ];
+        let kinds: Vec<&str> = waits.iter().map(|(k, _)| *k).collect();
+        let threads: Vec<_> = waits
+            .into_iter()
+            .map(|(_, wait)| thread::spawn(wait))
+            .collect();
+        // Every kind but the spin lock waits on the subscriber.
+        await_waiting(&waiting, kinds.len() as u64 - 1);
+        thread::sleep(Duration::from_millis(50)); // the spin lock into its backoff
+        waiting.cancel_all_waits();
+        let ended = join_all(threads, Duration::from_secs(10), "a cancelled wait");
+        for (kind, result) in kinds.iter().zip(ended) {
+            assert!(is_cancelled(&result), "{layout:?} {kind}: {result:?}");
+        }
+        let stats = waiting.stats();
+        assert_eq!(
+            stats.cancelled,
+            kinds.len() as u64,
+            "{layout:?}: one cancelled wait of each of {kinds:?}: {stats}"
+        );
+        assert_eq!(stats.timeouts, 0, "{layout:?}: {stats}");
+        drop((lock, write, permit, spun, m2, m3));
+    }
+}
+
+#[test]
+fn a_wait_on_a_handle_cancelled_beforehand_counts_as_cancelled() {
+    let server = RedisServer::start();
+    for layout in LAYOUTS {
+        let name = unique("cancel-before");
+        let c = client(&server, layout);
+        let cancel = Cancel::new();
+        cancel.cancel();
+        let results = [
+            c.lock(&name).cancel_on(&cancel).lock().map(drop),
+            c.spin_lock(&name).cancel_on(&cancel).lock().map(drop),
+            c.count_down_latch(&name)
+                .cancel_on(&cancel)
+                .wait(Duration::from_secs(1))
+                .map(drop),
+            c.counting_semaphore(&name).cancel_on(&cancel).acquire(1),
+            c.multi_lock(&[&format!("{name}-a"), &format!("{name}-b")])
+                .cancel_on(&cancel)
+                .lock()
+                .map(drop),
+        ];
+        for (i, result) in results.iter().enumerate() {
+            assert!(is_cancelled(result), "{layout:?} #{i}: {result:?}");
+        }
+        assert_eq!(c.stats().cancelled, results.len() as u64, "{layout:?}");
+    }
+}

@@ -1048,7 +1048,7 @@ fn a_counting_semaphore_is_seen_watched_and_never_force_unlocked_in_both_layouts
 }
 
 /// A counting semaphore never set has no key, only waiters: they are what shows it, in
-/// `inspect` (both layouts) and `list` (ours, which reads the channels listened to).
+/// `inspect` and `list` (which reads the channels listened to), in both layouts.
 #[test]
 fn a_counting_semaphore_waited_for_before_it_is_set_is_found_by_its_waiters() {
     let server = RedisServer::start();
@@ -1074,13 +1074,18 @@ fn a_counting_semaphore_waited_for_before_it_is_set_is_found_by_its_waiters() {
                 && report.contains("1 client(s) subscribed"),
             "{layout}: {report}"
         );
-        if layout == "redlatch" {
-            let listed = ok(&["--url", &url, "list", &format!("{name}*")]);
-            assert!(
-                listed.starts_with("counting") && listed.contains("in use"),
-                "{listed}"
-            );
-        }
+        let listed = ok(&[
+            "--url",
+            &url,
+            "--layout",
+            layout,
+            "list",
+            &format!("{name}*"),
+        ]);
+        assert!(
+            listed.starts_with("counting") && listed.contains("in use") && listed.contains(&name),
+            "{layout}: {listed}"
+        );
         client.counting_semaphore(&name).release(1).unwrap();
         assert!(join_all(vec![waiting], Duration::from_secs(25), "waiter").remove(0));
     }
@@ -1192,4 +1197,138 @@ fn a_redisson_count_shared_by_both_semaphores_shows_below_zero() {
     assert!(report.contains("permits free -3"), "{report}");
     let json = inspect(&["--kind", "semaphore", "--json"]);
     assert!(json.contains("\"available\":-3"), "{json}");
+}
+
+/// `watch` in Redisson's layout says what Redisson's messages mean, for each kind, instead of
+/// printing them raw as none of redlatch's.
+#[test]
+fn watch_in_the_redisson_layout_says_what_redissons_messages_mean() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = client_in(&url, "redisson", Duration::from_secs(30));
+    let (lock, rw, sem, latch) = (
+        unique("cli-rw-lock"),
+        unique("cli-rw-rw"),
+        unique("cli-rw-sem"),
+        unique("cli-rw-latch"),
+    );
+    // (name, kind, its channel)
+    let watched = [
+        (&lock, "lock", format!("redisson_lock__channel:{{{lock}}}")),
+        (&rw, "rwlock", format!("redisson_rwlock:{{{rw}}}")),
+        (&sem, "semaphore", format!("redisson_sc:{{{sem}}}")),
+        (
+            &latch,
+            "latch",
+            format!("redisson_countdownlatch__channel__{{{latch}}}"),
+        ),
+    ];
+    let watches: Vec<_> = watched
+        .iter()
+        .map(|(name, kind, _)| {
+            spawn_watch(&[
+                "--url",
+                &url,
+                "--layout",
+                "redisson",
+                "watch",
+                name,
+                "--kind",
+                kind,
+                "--seconds",
+                "3",
+            ])
+        })
+        .collect();
+    for (_, kind, channel) in &watched {
+        assert!(
+            support::eventually(Duration::from_secs(5), || listeners(&server, channel) == 1),
+            "the {kind} watch listens on {channel}"
+        );
+    }
+    client.lock(&lock).lock().unwrap().unlock().unwrap(); // "0"
+    let held = client.lock(&lock).lock().unwrap();
+    assert!(client.lock(&lock).force_unlock().unwrap()); // "1"
+    drop(held);
+    client
+        .read_write_lock(&rw)
+        .write()
+        .unwrap()
+        .unlock()
+        .unwrap(); // "1"
+    client
+        .read_write_lock(&rw)
+        .read()
+        .unwrap()
+        .unlock()
+        .unwrap(); // "0"
+    client.semaphore(&sem).set_permits(3).unwrap(); // "3"
+    let latch_handle = client.count_down_latch(&latch);
+    assert!(latch_handle.try_set_count(1).unwrap()); // "1"
+    latch_handle.count_down().unwrap(); // "0"
+
+    let mut said = Vec::new();
+    for (mut child, lines) in watches {
+        let lines = join_all(vec![lines], Duration::from_secs(10), "watch").remove(0);
+        assert!(child.wait().unwrap().success(), "{lines:?}");
+        said.push(lines);
+    }
+    for ((_, kind, _), lines) in watched.iter().zip(&said) {
+        assert!(
+            !lines.is_empty() && lines.iter().all(|l| !l.contains("not redlatch's")),
+            "{kind}: printed raw: {lines:?}"
+        );
+    }
+    let has = |lines: &[String], text: &str| lines.iter().any(|l| l.contains(text));
+    assert!(
+        has(&said[0], "released") && has(&said[0], "force-unlocked"),
+        "{:?}",
+        said[0]
+    );
+    assert!(
+        has(&said[1], "write hold released") && has(&said[1], "last read hold released"),
+        "{:?}",
+        said[1]
+    );
+    assert!(has(&said[2], "3 (Redisson's count"), "{:?}", said[2]);
+    assert!(
+        has(&said[3], "a new count was set") && has(&said[3], "reached zero"),
+        "{:?}",
+        said[3]
+    );
+}
+
+/// In Redisson's layout one token counter per name serves its lock, read-write lock and
+/// semaphore alike: `list --fences` says so rather than calling every counter a lock's.
+#[test]
+fn list_fences_in_the_redisson_layout_does_not_call_every_counter_a_lock() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = client_in(&url, "redisson", Duration::from_secs(30));
+    let name = unique("cli-rf-sem");
+    let sem = client.semaphore(&name);
+    sem.set_permits(1).unwrap();
+    sem.acquire(1).unwrap().release().unwrap();
+    // The semaphore gone, its counter stays (Java never deletes it).
+    let _: () = redis::cmd("DEL")
+        .arg(&name)
+        .query(&mut server.admin())
+        .unwrap();
+    let args = ["--url", &url, "--layout", "redisson", "list", "cli-rf-*"];
+    let listed = ok(&[&args[..], &["--fences"]].concat());
+    let line = listed
+        .lines()
+        .find(|l| l.ends_with(&name))
+        .unwrap_or_else(|| panic!("no counter of {name}: {listed}"));
+    assert!(
+        line.starts_with("lock/rwlock/semaphore") && line.contains(" fence "),
+        "{listed}"
+    );
+    let json = ok(&[&args[..], &["--fences", "--json"]].concat());
+    assert!(
+        json.contains("\"kind\":null")
+            && json.contains("\"could_be\":[\"lock\",\"rwlock\",\"semaphore\"]")
+            && json.contains("\"fence_only\":true"),
+        "{json}"
+    );
 }

@@ -91,6 +91,30 @@ fn a_connection_error_names_the_address_and_the_step() {
     assert!(e.is_timeout(), "{e:?}");
 }
 
+/// A stopped server accepts the connection and never answers the handshake: the error names
+/// the steps actually sent, not AUTH when no password was given.
+#[test]
+fn a_stopped_server_names_only_the_handshake_steps_sent() {
+    let server = RedisServer::start_with(&["--requirepass", "pw"]);
+    support::signal(server.pid(), "-STOP");
+    let port = server.port;
+    let said = |url: String| {
+        let (e, text) = redis_error_text(quick(&url).build());
+        assert!(e.is_timeout(), "{e:?}");
+        text
+    };
+    let plain = said(format!("redis://127.0.0.1:{port}/"));
+    let db = said(format!("redis://127.0.0.1:{port}/3"));
+    let auth = said(format!("redis://:pw@127.0.0.1:{port}/"));
+    support::signal(server.pid(), "-CONT");
+    assert!(
+        plain.contains(&format!("127.0.0.1:{port}: handshake (CLIENT SETNAME)")),
+        "{plain}"
+    );
+    assert!(db.contains("handshake (SELECT, CLIENT SETNAME)"), "{db}");
+    assert!(auth.contains("handshake (AUTH, CLIENT SETNAME)"), "{auth}");
+}
+
 #[test]
 fn with_three_seeds_the_error_names_each_one_that_failed() {
     let ports = [free_port(), free_port(), free_port()];

@@ -20,8 +20,10 @@ fn free_locks_are_taken_in_one_call_and_released_together() {
     let other = Client::open(&server.url()).unwrap();
     let names = [unique("m-c"), unique("m-a"), unique("m-b")];
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let multi = client.multi_lock(&[refs[0], refs[1], refs[2], refs[0]]);
-    assert_eq!(multi.names().len(), 3, "repeated names count once");
+    let multi = client.multi_lock(&refs);
+    let mut sorted = refs.clone();
+    sorted.sort_unstable();
+    assert_eq!(multi.names(), sorted, "taken in name order");
     // Load the script first: a NOSCRIPT reply would count as a call too.
     multi.lock().unwrap().unlock().unwrap();
 
@@ -338,4 +340,31 @@ fn a_fixed_lease_member_that_ran_out_while_waiting_is_never_returned_as_held() {
         "returned holding a member it had lost: tokens {tokens:?}"
     );
     stolen.join().unwrap().unwrap();
+}
+
+/// A name given twice is refused, naming it, and nothing is taken: the caller meant two
+/// locks, and would have held one.
+#[test]
+fn a_name_given_twice_is_refused_naming_it() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let (x, y) = (unique("twice-x"), unique("twice-y"));
+    let multi = client.multi_lock(&[&x, &y, &x]);
+    for result in [
+        multi
+            .try_lock(Duration::from_secs(1), None)
+            .map(|g| g.is_some()),
+        multi.lock().map(|_| true),
+    ] {
+        match result {
+            Err(Error::InvalidArgument(message)) => {
+                assert!(message.contains(&format!("{x:?} twice")), "{message}")
+            }
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+    assert!(!client.lock(&x).is_locked().unwrap() && !client.lock(&y).is_locked().unwrap());
+    // Each name once is fine.
+    let guard = client.multi_lock(&[&x, &y]).lock().unwrap();
+    assert_eq!(guard.fencing_tokens().len(), 2);
 }

@@ -291,3 +291,62 @@ fn a_member_lost_while_waiting_does_not_count_towards_the_majority() {
     );
     drop(held_2);
 }
+
+/// The error of `RedlockClient::new(clients)`, which must refuse them as `InvalidArgument`.
+fn refused(clients: Vec<Client>) -> String {
+    match RedlockClient::new(clients) {
+        Err(Error::InvalidArgument(message)) => message,
+        Err(e) => panic!("refused, but not as InvalidArgument: {e:?}"),
+        Ok(_) => panic!("one server given twice was accepted as two masters"),
+    }
+}
+
+#[test]
+fn one_server_given_twice_is_refused_naming_the_duplicate() {
+    let server = support::RedisServer::start();
+    let url = server.url();
+    let port = url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .to_string();
+    let open = |url: &str| Client::open(url).unwrap();
+    let c = open(&url);
+
+    // One client three times: a quorum of one.
+    let message = refused(vec![c.clone(), c.clone(), c.clone()]);
+    println!("{message}");
+    assert!(message.contains("masters 0 and 1"), "{message}");
+    assert!(message.contains(c.id()), "{message}");
+
+    // Three clients of one address.
+    let message = refused(vec![open(&url), open(&url), open(&url)]);
+    println!("{message}");
+    assert!(message.contains("masters 0 and 1"), "{message}");
+    assert!(
+        message.contains(&format!("(127.0.0.1:{port})")),
+        "{message}"
+    );
+
+    // The same server under another loopback name, and in another database: one process,
+    // which fails for both.
+    let other = support::RedisServer::start();
+    let message = refused(vec![
+        open(&other.url()),
+        open(&format!("redis://localhost:{port}/")),
+        open(&format!("redis://127.0.0.1:{port}/3")),
+    ]);
+    println!("{message}");
+    assert!(message.contains("masters 1 and 2"), "{message}");
+    assert!(
+        message.contains(&format!("(localhost:{port} and 127.0.0.1:{port})")),
+        "{message}"
+    );
+
+    // Distinct servers are fine, and a lock over them is held on each.
+    let third = support::RedisServer::start();
+    let rl = RedlockClient::new(vec![c, open(&other.url()), open(&third.url())]).unwrap();
+    let guard = rl.lock(&unique("distinct")).lock().unwrap();
+    assert_eq!(guard.held_on(), 3);
+}

@@ -258,8 +258,15 @@ fn bad_sentinel_settings_are_refused_and_unreachable_sentinels_fail_fast() {
         .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(5));
     let text = err.to_string();
+    println!("{text}");
     assert!(
         text.contains("no sentinel named a reachable master") && text.contains("no-such-master"),
+        "{text}"
+    );
+    // The kind once, not again for each sentinel's failure.
+    assert_eq!(
+        text.matches("MasterNameNotFoundBySentinel").count(),
+        1,
         "{text}"
     );
 

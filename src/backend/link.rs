@@ -221,6 +221,17 @@ impl Link {
             return Ok(());
         }
         let packed = setup.get_packed_pipeline();
+        // The steps actually sent: a failure that names one not sent misleads (AUTH, with
+        // no password set, reads as a credentials problem).
+        let sent: Vec<&str> = steps
+            .iter()
+            .map(|step| match step {
+                Step::Auth => "AUTH",
+                Step::Select(_) => "SELECT",
+                Step::Name => "CLIENT SETNAME",
+            })
+            .collect();
+        let handshake = format!("handshake ({})", sent.join(", "));
         self.socket.set_deadline(Some(deadline));
         let replies = self.send_and_read(&packed, 0, steps.len()).map_err(|e| {
             self.open = false;
@@ -231,11 +242,13 @@ impl Link {
                 _ if e.is_connection_dropped() && matches!(self.socket, Socket::Tcp(_)) => {
                     with_context(
                         e,
-                        "handshake (AUTH, SELECT, CLIENT SETNAME): the server closed the \
-                         connection (if this is a TLS port, use rediss://)",
+                        format!(
+                            "{handshake}: the server closed the connection (if this is a TLS \
+                             port, use rediss://)"
+                        ),
                     )
                 }
-                _ => with_context(e, "handshake (AUTH, SELECT, CLIENT SETNAME)"),
+                _ => with_context(e, handshake),
             };
             self.failed(e)
         })?;

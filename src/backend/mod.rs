@@ -206,6 +206,33 @@ impl Backend {
         }
     }
 
+    /// The servers this client was told of, each as another client's equals when the two
+    /// were told of the same one (no I/O, nothing resolved): one server's address, a
+    /// Cluster's seed nodes, or the master name at each sentinel. What a
+    /// [`RedlockClient`](crate::RedlockClient) compares to refuse one master given twice.
+    pub fn servers(&self) -> Vec<Server> {
+        match &self.target {
+            Target::Direct(client) => vec![Server::at(client.get_connection_info().addr())],
+            Target::Cluster(cluster) => cluster
+                .nodes
+                .iter()
+                .map(|node| Server::at(node.get_connection_info().addr()))
+                .collect(),
+            Target::Sentinel(sentinels) => sentinels
+                .sentinel_addrs()
+                .iter()
+                .map(|addr| {
+                    let sentinel = Server::at(addr);
+                    let master = format!("master {:?} of sentinel ", sentinels.master_name());
+                    Server {
+                        key: format!("{master}{}", sentinel.key),
+                        shown: format!("{master}{}", sentinel.shown),
+                    }
+                })
+                .collect(),
+        }
+    }
+
     /// Whether this is a Redis Cluster: a script may only touch keys of one slot.
     pub fn is_cluster(&self) -> bool {
         matches!(self.target, Target::Cluster(_))
@@ -360,6 +387,53 @@ pub(crate) fn parse_url(what: &str, url: &str) -> Result<ConnectionInfo> {
     }
     url.into_connection_info()
         .map_err(|e| Error::invalid(format!("{what} {url:?} cannot be read ({e}); {EXPECTED}")))
+}
+
+/// One server a client was told of ([`Backend::servers`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Server {
+    /// Equal for two mentions of one server: `host:port` with the host in lower case and
+    /// the loopback names (`localhost`, `127.0.0.1`, `::1`) as one, or `unix:path`. No
+    /// database number: another database of one process fails with it.
+    pub key: String,
+    /// As it was given, for a message.
+    pub shown: String,
+}
+
+impl Server {
+    fn at(addr: &ConnectionAddr) -> Server {
+        let (host, port) = match addr {
+            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                (host, port)
+            }
+            ConnectionAddr::Unix(path) => {
+                let shown = format!("unix:{}", path.display());
+                return Server {
+                    key: shown.clone(),
+                    shown,
+                };
+            }
+            // A transport of a later `redis` version: its own text, compared as it is.
+            other => {
+                return Server {
+                    key: other.to_string(),
+                    shown: other.to_string(),
+                };
+            }
+        };
+        let bare = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase();
+        let key_host = match bare.as_str() {
+            "127.0.0.1" | "::1" | "localhost" => "localhost",
+            other => other,
+        };
+        Server {
+            key: format!("{key_host}:{port}"),
+            shown: format!("{host}:{port}"),
+        }
+    }
 }
 
 /// A client for the server at `url`.

@@ -76,6 +76,20 @@ struct Master {
 }
 
 impl Sentinels {
+    /// The master name the sentinels are asked for.
+    pub fn master_name(&self) -> &str {
+        &self.master_name
+    }
+
+    /// The sentinels' addresses, as given.
+    pub fn sentinel_addrs(&self) -> Vec<ConnectionAddr> {
+        self.sentinels
+            .lock()
+            .iter()
+            .map(|s| s.addr().clone())
+            .collect()
+    }
+
     /// Checks the sentinel URLs and the master name. No I/O.
     pub fn new(spec: &SentinelSpec, settings: &LinkSettings) -> Result<Sentinels> {
         if spec.sentinels.is_empty() {
@@ -213,7 +227,14 @@ impl Sentinels {
                     self.stale.store(false, Ordering::Release);
                     return Ok(master);
                 }
-                // Each failure names the sentinel, or the master it named.
+                // Each failure names the sentinel, or the master it named; the kind of the
+                // whole is said once, by the error below, not again for each sentinel.
+                Err(e) if e.kind() == ErrorKind::MasterNameNotFoundBySentinel => {
+                    failures.push(format!(
+                        "{}: does not know the master",
+                        e.detail().unwrap_or_default()
+                    ))
+                }
                 Err(e) => failures.push(e.to_string()),
             }
         }

@@ -41,7 +41,10 @@ pub struct Client {
 
 impl Client {
     /// Connects with default settings. `url` is `redis://[user:password@]host[:port][/db]`,
-    /// `rediss://...` (with the `tls` feature) or `redis+unix:///path`.
+    /// `rediss://...` (with the `tls` feature), or a Unix socket as `redis+unix:///path` or
+    /// `unix:///path` (`?db=1&user=u&pass=p` for the database and credentials).
+    /// `valkey://`, `valkeys://` and `valkey+unix://` are accepted as the same as their
+    /// `redis` counterparts.
     ///
     /// Fails with [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a malformed URL and with [`Error::Redis`](crate::Error::Redis) when
     /// the server cannot be reached or refuses the credentials.

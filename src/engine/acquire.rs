@@ -65,7 +65,7 @@ pub(crate) fn acquire(
     let started = Instant::now();
     let watched = Watched::new(&core.cancel, cancel);
     if watched.is_cancelled() {
-        return Err(cancelled(kind.keys()));
+        return Err(counted_cancel(core, kind.keys()));
     }
     let mut outcome = Outcome::AtOnce;
     let acquired = acquire_counted(core, kind, owner, wait, terms, &watched, &mut outcome)
@@ -353,7 +353,17 @@ pub(crate) fn in_doubt(
     }
 }
 
-/// The error of a wait for `keys`'s object that was cancelled.
+/// The error of a wait for `keys`'s object that was cancelled, counted in
+/// [`Stats::cancelled`](crate::Stats::cancelled): for a wait that returns it straight away,
+/// where no caller above counts it.
+pub(super) fn counted_cancel(core: &Core, keys: &LockKeys) -> Error {
+    core.counters
+        .acquisition(Outcome::Cancelled, Duration::ZERO);
+    cancelled(keys)
+}
+
+/// The error of a wait for `keys`'s object that was cancelled (not counted: see
+/// [`counted_cancel`]).
 pub(super) fn cancelled(keys: &LockKeys) -> Error {
     Error::Cancelled {
         name: keys.name().to_string(),
@@ -436,7 +446,12 @@ pub(super) fn attempt(
             if let Some(hold) = existing {
                 let cause = why_gone(core, keys, hold.token, LossCause::FoundGone);
                 if hold.mark_lost(cause) {
-                    log::warn!("lock {:?} was lost under its holder", keys.name());
+                    let kind = hold.kind();
+                    log::warn!(
+                        "{} {} lost under its holder",
+                        kind.of(keys.name()),
+                        kind.was()
+                    );
                 }
             }
             Err(lost(keys))

@@ -182,8 +182,8 @@ impl Hold {
         first
     }
 
-    /// What is held, for the user's callback.
-    fn kind(&self) -> HoldKind {
+    /// What is held, for the user's callback and the log.
+    pub fn kind(&self) -> HoldKind {
         match self.keys.family {
             Family::ReadWrite if self.keys.reads(&self.owner) => HoldKind::Read,
             Family::ReadWrite => HoldKind::Write,
@@ -204,10 +204,15 @@ impl Hold {
                 LossCause::LeaseExpired
             };
             if self.mark_lost(cause) {
-                log::warn!(
-                    "lock {:?}: lease ran out before it was renewed; lost",
-                    self.keys.name()
-                );
+                let what = self.kind().of(self.keys.name());
+                // A fixed lease is never renewed: it ran out because it was not released.
+                match cause {
+                    LossCause::LeaseExpired => log::warn!(
+                        "{what}: its fixed lease of {} ran out before it was released; lost",
+                        crate::words::Words(self.longest_lease())
+                    ),
+                    _ => log::warn!("{what}: its lease ran out before it was renewed; lost"),
+                }
             }
             return true;
         }

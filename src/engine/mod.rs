@@ -45,7 +45,7 @@ use redis::{ConnectionLike, RedisResult};
 
 use crate::core::Core;
 use crate::error::Result;
-use crate::keys::LockKeys;
+use crate::keys::{Family, LockKeys};
 use crate::scripts::{self, Acquire, Freeing, Queueing, Release, Releasing};
 
 pub(crate) use acquire::{Acquired, acquire, acquisition, check_replicas, in_doubt, register};
@@ -133,9 +133,10 @@ pub(crate) fn freeing(core: &Core) -> Freeing {
     Freeing::of(&core.backend, core.fence_retention)
 }
 
-/// Checks an object's name for this client's deployment (see `keys::check_name`).
-pub(crate) fn check_name(core: &Core, name: &str) -> Result<()> {
-    crate::keys::check_name(name, core.backend.is_cluster())
+/// Checks the name of an object of `family` for this client's deployment (see
+/// `keys::check_name`); a refusal names the kind.
+pub(crate) fn check_name(core: &Core, family: Family, name: &str) -> Result<()> {
+    crate::keys::check_name(family.noun(), name, core.backend.is_cluster())
 }
 
 /// The indices of `slots` in groups that may each go in one script call: one group per slot

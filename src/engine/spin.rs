@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Kind;
-use super::acquire::{Acquired, attempt, cancelled};
+use super::acquire::{Acquired, attempt, counted_cancel};
 use super::lease::{Terms, deadline_after, validate_duration};
 use crate::cancel::{Cancel, Watched};
 use crate::core::Core;
@@ -88,7 +88,7 @@ pub(crate) fn spin(
     let keys = kind.keys();
     let watched = Watched::new(&core.cancel, cancel);
     if watched.is_cancelled() {
-        return Err(cancelled(keys));
+        return Err(counted_cancel(core, keys));
     }
     let existing = core.holds.get(keys.lock(), &owner);
     let mut jitter = Jitter::new();
@@ -126,9 +126,7 @@ pub(crate) fn spin(
             .min(left.unwrap_or(Duration::MAX));
         if watched.sleep(sleep) {
             // Nothing to leave: a spinning waiter takes no place in the queue.
-            core.counters
-                .acquisition(Outcome::Cancelled, started.elapsed());
-            return Err(cancelled(keys));
+            return Err(counted_cancel(core, keys));
         }
         step = step.mul_f64(backoff.multiplier).min(backoff.max);
     }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, RedisResult};
 
-use super::acquire::cancelled;
+use super::acquire::counted_cancel;
 use super::lease::deadline_after;
 use crate::cancel::{Cancel, Watched};
 use crate::core::Core;
@@ -43,7 +43,8 @@ pub(crate) struct Look {
 /// caller waited.
 ///
 /// `cancel` (and the client's [`cancel_all_waits`](crate::Client::cancel_all_waits)) ends the
-/// wait with [`Error::Cancelled`](crate::Error::Cancelled), at once if it already has.
+/// wait with [`Error::Cancelled`](crate::Error::Cancelled), at once if it already has; either
+/// counts in [`Stats::cancelled`](crate::Stats::cancelled), as a lock's cancelled wait does.
 pub(crate) fn watch(
     core: &Core,
     keys: &Arc<LockKeys>,
@@ -54,7 +55,7 @@ pub(crate) fn watch(
 ) -> Result<bool> {
     let watched = Watched::new(&core.cancel, cancel);
     if watched.is_cancelled() {
-        return Err(cancelled(keys));
+        return Err(counted_cancel(core, keys));
     }
     let deadline = deadline_after(wait);
     // When the last look was taken (server µs), if it said.
@@ -85,7 +86,7 @@ pub(crate) fn watch(
         let wake =
             waiter.wait(left.map_or(core.watchdog_timeout, |l| l.min(core.watchdog_timeout)));
         if wake == Wake::Cancelled {
-            return Err(cancelled(keys));
+            return Err(counted_cancel(core, keys));
         }
         if let Wake::Opened { at_us } = wake
             && looked_at.is_some_and(|seen| at_us > seen)

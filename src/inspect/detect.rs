@@ -13,7 +13,6 @@ use redis::{ConnectionLike, RedisResult};
 use super::{Listed, Listeners, ObjectKind, redisson};
 use crate::client::Client;
 use crate::core::Core;
-use crate::engine;
 use crate::error::{Error, Result};
 use crate::keys::Layout;
 
@@ -62,7 +61,8 @@ impl Client {
     /// ```
     pub fn detect(&self, name: &str) -> Result<Detected> {
         let core = self.core();
-        engine::check_name(core, name)?;
+        // Any kind's name: the refusal cannot name one.
+        crate::keys::check_name("object", name, core.backend.is_cluster())?;
         let listeners = Listeners::of(core);
         let read = |con: &mut dyn ConnectionLike| match core.layout {
             Layout::Redisson => redisson::detect(con, name, listeners),

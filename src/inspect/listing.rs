@@ -5,8 +5,9 @@ use redis::{ConnectionLike, RedisResult};
 
 use super::{Listed, Listeners, Listing, ObjectKind, redisson, scan};
 use crate::client::Client;
+use crate::core::Core;
 use crate::error::{Error, Result};
-use crate::keys::Layout;
+use crate::keys::{Layout, redisson_tagged};
 
 impl Client {
     /// The objects under this client's prefix whose name matches `pattern` (a Redis glob:
@@ -46,6 +47,23 @@ impl Client {
                 all.kept_fences.extend(one.kept_fences);
                 all.unattributed_counts += one.unattributed_counts;
             }
+            // Java's RSemaphore waits on a count never set, so a counting semaphore may be
+            // only its waiters, who leave no key for SCAN: they are found by the channels
+            // listened to, and each such name is read as `detect` reads it (the key may be
+            // there after all, or be an application's).
+            let listened_for = redisson_tagged("redisson_sc", pattern);
+            for channel in listened_channels(core, &listened_for)? {
+                let Some(name) = channel
+                    .strip_prefix("redisson_sc:{")
+                    .and_then(|c| c.strip_suffix('}'))
+                else {
+                    continue;
+                };
+                if all.objects.iter().any(|o| o.name == name) {
+                    continue;
+                }
+                all.objects.extend(self.detect(name)?.found);
+            }
             all
         } else {
             let scan_for = format!("{}:{{{pattern}}}*", core.prefix);
@@ -53,22 +71,14 @@ impl Client {
             // whether one is waited for is read from the channels with listeners.
             let counting = ObjectKind::CountingSemaphore.suffix();
             let listened_for = format!("{}:{{{pattern}{counting}:unlocked", core.prefix);
-            let sharded = core.backend.sharded_pubsub();
             let keys = core
                 .backend
                 .on_every_master(|con| scan(con, &scan_for))
                 .map_err(Error::Redis)?;
-            let listened = if sharded {
-                core.backend
-                    .on_every_master(|con| channels(con, &listened_for, sharded))
-            } else {
-                core.backend
-                    .on_every_listening_node(|con| channels(con, &listened_for, sharded))
-            }
-            .map_err(Error::Redis)?;
+            let listened = listened_channels(core, &listened_for)?;
             ours(
                 keys.into_iter().flatten(),
-                listened.into_iter().flatten(),
+                listened.into_iter(),
                 &format!("{}:{{", core.prefix),
             )
         };
@@ -144,6 +154,22 @@ fn ours(
         }
     }
     listing
+}
+
+/// The channels with listeners matching `pattern`, wherever a client may listen: every
+/// master's shard channels where the cluster publishes that way, else every node a classic
+/// subscriber may use.
+fn listened_channels(core: &Core, pattern: &str) -> Result<Vec<String>> {
+    let sharded = core.backend.sharded_pubsub();
+    let listened = if sharded {
+        core.backend
+            .on_every_master(|con| channels(con, pattern, sharded))
+    } else {
+        core.backend
+            .on_every_listening_node(|con| channels(con, pattern, sharded))
+    }
+    .map_err(Error::Redis)?;
+    Ok(listened.into_iter().flatten().collect())
 }
 
 /// The channels with listeners matching `pattern` on one server (its shard channels where

@@ -129,12 +129,27 @@ pub struct Listing {
     /// lease (an hour by default), Redisson's `redisson_lock_token:{name}` for ever. They
     /// are not objects: a shared server has many, and listing each as an idle lock buried
     /// the objects in use.
+    ///
+    /// In [`Layout::Redisson`](crate::Layout::Redisson) one counter per name serves every
+    /// kind of that name that hands out tokens (its lock, its read-write lock, its
+    /// semaphore's permits), and nothing in Redis says which took them: the kind given there
+    /// is [`ObjectKind::Lock`], standing for any of [`Listing::REDISSON_FENCED`].
     pub kept_fences: Vec<Listed>,
     /// [`Layout::Redisson`]: keys holding a bare count, with no permit out and nobody
     /// waiting: a semaphore or counting semaphore nobody uses, a latch, or an application's
     /// counter, which nothing in Redis tells apart. Counted, not listed (`inspect NAME --kind
     /// latch` reads one).
     pub unattributed_counts: u64,
+}
+
+impl Listing {
+    /// The kinds a kept fencing counter of [`Layout::Redisson`](crate::Layout::Redisson)
+    /// may have counted for: one counter, `redisson_lock_token:{name}`, serves them all.
+    pub const REDISSON_FENCED: [ObjectKind; 3] = [
+        ObjectKind::Lock,
+        ObjectKind::ReadWriteLock,
+        ObjectKind::Semaphore,
+    ];
 }
 
 /// What [`Client::inspect`] found for one object.
@@ -245,7 +260,7 @@ impl Client {
     /// tells them; without them where it cannot. Reads only.
     pub fn inspect(&self, kind: ObjectKind, name: &str) -> Result<Report> {
         let core = self.core();
-        engine::check_name(core, name)?;
+        engine::check_name(core, kind.family(), name)?;
         let keys = core.keys(kind.family(), name);
         let read = |con: &mut dyn ConnectionLike| match core.layout {
             Layout::Redlatch => report::read_report(con, kind, &keys),

@@ -40,7 +40,7 @@ impl Client {
         mut each: impl FnMut(SystemTime, &str) -> bool,
     ) -> Result<()> {
         let core = self.core();
-        engine::check_name(core, name)?;
+        engine::check_name(core, kind.family(), name)?;
         let keys = core.keys(kind.family(), name);
         let sharded = core.backend.sharded_pubsub();
         let mut link = core.backend.link_for_slot(keys.slot())?;

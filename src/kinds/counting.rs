@@ -306,7 +306,7 @@ impl CountingSemaphore {
     }
 
     fn check_name(&self) -> Result<()> {
-        engine::check_name(&self.runtime.core, self.keys.name())
+        engine::check_name(&self.runtime.core, self.keys.family, self.keys.name())
     }
 }
 

@@ -21,20 +21,16 @@ pub(crate) struct Held<K: Kind> {
     /// Keeps the client's threads alive while the guard lives.
     runtime: Arc<Runtime>,
     hold: Arc<Hold>,
-    /// What the log calls the object when a dropped guard's release fails: "lock",
-    /// "read-write lock", "permits of semaphore".
-    what: &'static str,
     released: bool,
 }
 
 impl<K: Kind> Held<K> {
     /// Wraps the hold the engine acquired of `kind`.
-    pub fn new(kind: K, runtime: &Arc<Runtime>, acquired: Acquired, what: &'static str) -> Self {
+    pub fn new(kind: K, runtime: &Arc<Runtime>, acquired: Acquired) -> Self {
         Held {
             kind,
             runtime: runtime.clone(),
             hold: acquired.hold,
-            what,
             released: false,
         }
     }
@@ -107,6 +103,6 @@ impl<K: Kind> Drop for Held<K> {
             return;
         }
         let released = self.release_once();
-        super::log_dropped_release(self.what, self.kind.keys().name(), released);
+        super::log_dropped_release(self.hold.kind(), self.kind.keys().name(), released);
     }
 }

@@ -219,7 +219,7 @@ impl CountDownLatch {
     }
 
     fn check_name(&self) -> Result<()> {
-        engine::check_name(&self.runtime.core, self.keys.name())
+        engine::check_name(&self.runtime.core, self.keys.family, self.keys.name())
     }
 }
 

@@ -322,7 +322,7 @@ impl Lock {
     }
 
     pub(crate) fn validate_name(&self) -> Result<()> {
-        engine::check_name(self.core(), self.keys.name())
+        engine::check_name(self.core(), self.keys.family, self.keys.name())
     }
 
     /// What ends this handle's waits, besides the client's `cancel_all_waits`.
@@ -384,7 +384,7 @@ impl Lock {
     }
 
     fn held(&self, acquired: Acquired) -> Held<Lock> {
-        Held::new(self.clone(), &self.runtime, acquired, "lock")
+        Held::new(self.clone(), &self.runtime, acquired)
     }
 }
 

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use crate::engine::validate_lease;
 use crate::error::{Error, Result};
+use crate::lost::HoldKind;
 use lock::{Lock, LockGuard};
 
 /// The checks an acquisition over several locks (a [`MultiLock`](crate::MultiLock), a
@@ -63,16 +64,17 @@ pub(crate) fn drop_lost(held: &mut [Option<LockGuard>]) {
 }
 
 /// What a guard dropped without `unlock` does with its release's outcome: nothing can be
-/// raised from a drop, so a loss is a warning and a failure an error in the log. `what` names
-/// the object for the reader of the log ("lock", "read-write lock", ...).
-pub(crate) fn log_dropped_release(what: &str, name: &str, released: Result<()>) {
+/// raised from a drop, so a loss is a warning and a failure an error in the log. `kind` names
+/// the hold for the reader of the log (`permits of semaphore "x"`, ...).
+pub(crate) fn log_dropped_release(kind: HoldKind, name: &str, released: Result<()>) {
+    let what = kind.of(name);
     match released {
         Ok(()) => {}
         Err(Error::LockLost { .. }) => {
-            log::warn!("{what} {name:?} was lost before its guard was dropped")
+            log::warn!("{what} {} lost before the guard was dropped", kind.was())
         }
-        Err(e) => log::error!(
-            "releasing {what} {name:?} failed ({e}); it frees itself when its lease runs out"
-        ),
+        Err(e) => {
+            log::error!("releasing {what} failed ({e}); it frees itself when its lease runs out")
+        }
     }
 }

@@ -38,20 +38,27 @@ use crate::scripts::{AcquireMany, Queueing, TakenBy};
 /// ```
 #[derive(Clone, Debug)]
 pub struct MultiLock {
-    /// In name order, each name once.
+    /// In name order.
     locks: Vec<Lock>,
+    /// A name given twice, refused when the handle is used.
+    repeated: Option<String>,
 }
 
 impl Client {
     /// A handle on the locks called `names`, to take all at once. No I/O; the names are
-    /// checked when it is used. Repeated names count once.
+    /// checked when it is used: a name given twice (or two that the
+    /// [name mapper](crate::ClientBuilder::name_mapper) makes one) fails every call with
+    /// [`Error::InvalidArgument`] naming it, since the caller meant two locks and would hold
+    /// one.
     pub fn multi_lock(&self, names: &[&str]) -> MultiLock {
-        let mut names = names.to_vec();
-        names.sort_unstable();
-        names.dedup();
-        MultiLock {
-            locks: names.into_iter().map(|name| self.lock(name)).collect(),
-        }
+        let mut locks: Vec<Lock> = names.iter().map(|name| self.lock(name)).collect();
+        locks.sort_unstable_by(|a, b| a.name().cmp(b.name()));
+        let mut keys = std::collections::HashSet::new();
+        let repeated = locks
+            .iter()
+            .find(|l| !keys.insert(l.keys().lock().to_string()))
+            .map(|l| l.name().to_string());
+        MultiLock { locks, repeated }
     }
 }
 
@@ -62,6 +69,7 @@ impl MultiLock {
     pub fn cancel_on(&self, cancel: &crate::Cancel) -> MultiLock {
         MultiLock {
             locks: self.locks.iter().map(|l| l.cancel_on(cancel)).collect(),
+            repeated: self.repeated.clone(),
         }
     }
 
@@ -93,14 +101,23 @@ impl MultiLock {
         lease: Option<Duration>,
     ) -> Result<Option<MultiLockGuard>> {
         check_composite(&self.locks, lease, "multi-lock")?;
+        if let Some(name) = &self.repeated {
+            return Err(Error::invalid(format!(
+                "a multi-lock of lock {name:?} twice: give each lock once (it would hold one \
+                 lock where two were meant)"
+            )));
+        }
         let first = &self.locks[0];
-        // A cancelled handle takes nothing, even members that are free.
+        let core = first.core();
+        // A cancelled handle takes nothing, even members that are free. Counted here, once:
+        // a wait cancelled later is counted by the one member's wait it ends.
         if first.cancelled_by().is_some_and(|c| c.is_cancelled()) {
+            core.counters
+                .acquisition(crate::stats::Outcome::Cancelled, Duration::ZERO);
             return Err(Error::Cancelled {
                 name: self.names().join(", "),
             });
         }
-        let core = first.core();
         let deadline = deadline_after(wait);
         let terms = first.terms(lease);
         let mut held: Vec<Option<LockGuard>> = self.locks.iter().map(|_| None).collect();

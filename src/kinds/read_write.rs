@@ -252,7 +252,7 @@ impl ReadWriteLock {
     /// # Ok(()) }
     /// ```
     pub fn force_unlock(&self) -> Result<bool> {
-        engine::check_name(&self.runtime.core, self.keys.name())?;
+        engine::check_name(&self.runtime.core, self.keys.family, self.keys.name())?;
         let core = &self.runtime.core;
         let keys = &self.keys;
         // Names this call, so that a retry after a lost reply answers the same rather than
@@ -269,14 +269,14 @@ impl ReadWriteLock {
 
     fn inspect(&self) -> Result<scripts::read_write::RwInspection> {
         let core = &self.runtime.core;
-        engine::check_name(core, self.keys.name())?;
+        engine::check_name(core, self.keys.family, self.keys.name())?;
         let keys = &self.keys;
         engine::call(core, keys, |con, _| (core.dialect.rw_inspect)(con, keys))
     }
 
     fn hold_count(&self, read: bool) -> Result<u32> {
         let core = &self.runtime.core;
-        engine::check_name(core, self.keys.name())?;
+        engine::check_name(core, self.keys.family, self.keys.name())?;
         let owner = self.keys.rw_owner(&core.thread_owner(), read);
         Ok(core
             .holds
@@ -286,7 +286,7 @@ impl ReadWriteLock {
     }
 
     fn check(&self, lease: Option<Duration>) -> Result<()> {
-        engine::check_name(&self.runtime.core, self.keys.name())?;
+        engine::check_name(&self.runtime.core, self.keys.family, self.keys.name())?;
         validate_lease(lease)
     }
 

@@ -15,6 +15,7 @@
 //! master the writer holds. Tokens are at least each server's clock in microseconds, so they
 //! also grow across restarts.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
@@ -55,9 +56,56 @@ pub struct RedlockClient {
 impl RedlockClient {
     /// Over the masters that `clients` talk to, one each. Their number should be odd (3 or
     /// 5): a majority of an even number tolerates no more failures than of one fewer.
+    ///
+    /// Fails with [`Error::InvalidArgument`] naming the duplicate when two of `clients` are
+    /// one server: the same client (or a clone), or two clients of one address (`host:port`
+    /// or socket path, whatever the database number: another database of one process fails
+    /// with it; `localhost`, `127.0.0.1` and `::1` count as one). A server given twice
+    /// would count twice towards the majority, which it alone could then make. Told apart
+    /// by what each client was given, without I/O: two names of one host (a DNS name and its
+    /// address) are not caught, nor a server given once directly and once through Sentinel
+    /// or as a Cluster's seed; two Sentinel clients of one master name sharing a sentinel
+    /// are, and two Cluster clients sharing a seed.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlatch::Result<()> {
+    /// use redlatch::{Client, RedlockClient};
+    /// let one = Client::open("redis://10.0.0.1/")?;
+    /// let refused = RedlockClient::new(vec![one.clone(), one.clone(), one]);
+    /// assert!(matches!(refused, Err(redlatch::Error::InvalidArgument(_))));
+    /// # Ok(()) }
+    /// ```
     pub fn new(clients: Vec<Client>) -> Result<RedlockClient> {
         if clients.is_empty() {
             return Err(Error::invalid("a Redlock needs at least one master"));
+        }
+        let servers: Vec<_> = clients.iter().map(|c| c.core().backend.servers()).collect();
+        for (j, later) in clients.iter().enumerate() {
+            for (i, earlier) in clients[..j].iter().enumerate() {
+                if Arc::ptr_eq(earlier.core(), later.core()) {
+                    return Err(Error::invalid(format!(
+                        "Redlock masters {i} and {j} are one client (a clone, id {}): a \
+                         master given twice would count twice towards the majority; give \
+                         each master once",
+                        earlier.id()
+                    )));
+                }
+                let same = servers[i]
+                    .iter()
+                    .find_map(|a| servers[j].iter().find(|b| a.key == b.key).map(|b| (a, b)));
+                if let Some((a, b)) = same {
+                    let server = if a.shown == b.shown {
+                        a.shown.clone()
+                    } else {
+                        format!("{} and {}", a.shown, b.shown)
+                    };
+                    return Err(Error::invalid(format!(
+                        "Redlock masters {i} and {j} are one server ({server}): a master \
+                         given twice would count twice towards the majority; give each \
+                         master once"
+                    )));
+                }
+            }
         }
         Ok(RedlockClient { clients })
     }

@@ -300,7 +300,7 @@ impl Semaphore {
     }
 
     fn check_name(&self) -> Result<()> {
-        engine::check_name(&self.runtime.core, self.keys.name())
+        engine::check_name(&self.runtime.core, self.keys.family, self.keys.name())
     }
 
     fn take(

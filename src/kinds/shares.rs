@@ -79,12 +79,8 @@ impl Share {
             asked: lease,
             watchdog: core.watchdog_timeout,
         };
-        let what = match self.wants {
-            Wants::Permits(_) => "permits of semaphore",
-            Wants::Read { .. } | Wants::Write => "read-write lock",
-        };
         let acquired = engine::acquire(core, &self, owner, wait, terms, cancel)?;
-        Ok(acquired.map(|acquired| Held::new(self, runtime, acquired, what)))
+        Ok(acquired.map(|acquired| Held::new(self, runtime, acquired)))
     }
 }
 

@@ -233,10 +233,10 @@ impl PolledTask {
                 None => match self.open(&node, now) {
                     Ok(i) => i,
                     Err(e) => {
-                        log::warn!(
+                        self.shared.counters.outage.failed(format_args!(
                             "redlatch cannot reach {node} for pub/sub: {e}; \
                              its waiters wake at their lock's TTL until it is back"
-                        );
+                        ));
                         self.routes.stale = true;
                         self.pause(now);
                         continue;
@@ -509,6 +509,7 @@ impl PolledTask {
                     return Ok(());
                 }
                 self.backoff = BACKOFF_MIN;
+                self.shared.counters.outage.answered();
                 let entry = self.shared.entries.lock().get(&channel).cloned();
                 // Not if the channel has moved to another connection since it was sent.
                 let node = &self.shards[i].node;
@@ -540,11 +541,11 @@ impl PolledTask {
         if self.shared.stop.load(Ordering::SeqCst) {
             return;
         }
-        log::warn!(
+        self.shared.counters.outage.failed(format_args!(
             "redlatch pub/sub connection to {} failed: {e}; its waiters wake at their lock's \
              TTL until it is back",
             shard.node
-        );
+        ));
         crate::stats::bump(&self.shared.counters.reconnects, 1);
         let entries = self.shared.entries.lock();
         for channel in shard.channels.keys() {

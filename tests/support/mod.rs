@@ -967,6 +967,7 @@ pub mod fake;
 pub mod heap;
 pub mod java;
 pub mod jvm;
+pub mod logs;
 pub mod soak;
 pub mod tls;
 

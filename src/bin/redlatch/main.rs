@@ -223,21 +223,42 @@ fn run(cli: Cli) -> redlatch::Result<ExitCode> {
             } else {
                 &[]
             };
+            // Redisson's one counter per name counts for its lock, read-write lock and
+            // semaphore alike: its kind is not known, only what it may be.
+            fn fence_kinds(layout: redlatch::Layout, o: &redlatch::Listed) -> &[ObjectKind] {
+                match layout {
+                    redlatch::Layout::Redisson => &redlatch::Listing::REDISSON_FENCED[..],
+                    _ => std::slice::from_ref(&o.kind),
+                }
+            }
+            let layout = client.layout();
             if json {
-                let items: Vec<String> = listing
-                    .objects
-                    .iter()
-                    .map(|o| (o, false))
-                    .chain(shown_fences.iter().map(|o| (o, true)))
-                    .map(|(o, fence_only)| {
-                        format!(
-                            "{{\"kind\":\"{}\",\"name\":{},\"active\":{},\"fence_only\":{fence_only}}}",
-                            o.kind.as_str(),
-                            json_string(&o.name),
-                            o.active
-                        )
-                    })
-                    .collect();
+                let objects = listing.objects.iter().map(|o| {
+                    format!(
+                        "{{\"kind\":\"{}\",\"name\":{},\"active\":{},\"fence_only\":false}}",
+                        o.kind.as_str(),
+                        json_string(&o.name),
+                        o.active
+                    )
+                });
+                let fences = shown_fences.iter().map(|o| {
+                    let kind = match fence_kinds(layout, o) {
+                        [kind] => format!("\"kind\":\"{}\"", kind.as_str()),
+                        kinds => {
+                            let names: Vec<String> = kinds
+                                .iter()
+                                .map(|k| format!("\"{}\"", k.as_str()))
+                                .collect();
+                            format!("\"kind\":null,\"could_be\":[{}]", names.join(","))
+                        }
+                    };
+                    format!(
+                        "{{{kind},\"name\":{},\"active\":{},\"fence_only\":true}}",
+                        json_string(&o.name),
+                        o.active
+                    )
+                });
+                let items: Vec<String> = objects.chain(fences).collect();
                 println!("[{}]", items.join(","));
             } else {
                 for o in &listing.objects {
@@ -245,7 +266,9 @@ fn run(cli: Cli) -> redlatch::Result<ExitCode> {
                     println!("{:<10} {:<7} {}", o.kind.as_str(), state, o.name);
                 }
                 for o in shown_fences {
-                    println!("{:<10} {:<7} {}", o.kind.as_str(), "fence", o.name);
+                    let kinds: Vec<&str> =
+                        fence_kinds(layout, o).iter().map(|k| k.as_str()).collect();
+                    println!("{:<10} {:<7} {}", kinds.join("/"), "fence", o.name);
                 }
                 // Not on stdout, which scripts read line by line as objects.
                 eprint!("{}", list_footer(&listing, fences));
@@ -341,11 +364,12 @@ fn run(cli: Cli) -> redlatch::Result<ExitCode> {
             let duration = seconds.map(Duration::from_secs);
             eprintln!("watching {} {name:?}", kind.as_str());
             let mut clients = Clients::read(&client);
+            let layout = client.layout();
             client.watch(kind, &name, duration, |at, payload| {
                 println!(
                     "{} {}",
                     timestamp(at),
-                    describe(payload, kind, &mut |owner| clients.who(owner))
+                    describe(payload, kind, layout, &mut |owner| clients.who(owner))
                 );
                 std::io::stdout().flush().is_ok()
             })?;

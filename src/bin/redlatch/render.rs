@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redlatch::{Client, ObjectKind, Report};
+use redlatch::{Client, Layout, ObjectKind, Report};
 
 /// A kind in words: `counting semaphore` where its short name is `counting`.
 pub(crate) fn kind_name(kind: ObjectKind) -> &'static str {
@@ -165,23 +165,27 @@ pub(crate) fn json_string(s: &str) -> String {
     out
 }
 
-/// A channel message of an object of `kind`, in words, with each owner said by `who` (which
-/// names its client).
+/// A channel message of an object of `kind` in `layout`, in words, with each owner said by
+/// `who` (which names its client).
 pub(crate) fn describe(
     payload: &str,
     kind: ObjectKind,
+    layout: Layout,
     who: &mut dyn FnMut(&str) -> String,
 ) -> String {
+    match layout {
+        Layout::Redisson => describe_redisson(payload, kind),
+        _ => describe_ours(payload, who),
+    }
+}
+
+/// A message of our layout, in words.
+fn describe_ours(payload: &str, who: &mut dyn FnMut(&str) -> String) -> String {
     let words: Vec<&str> = payload.split(' ').collect();
     match words.as_slice() {
         ["free", count] => format!(
             "permits given back or added: {count} free now; every waiter woken to race for them"
         ),
-        // Redisson's RSemaphore publishes its new count, whatever it is: a bare number means
-        // that only on a counting semaphore's channel (a lock's "0" is a release).
-        [count] if kind == ObjectKind::CountingSemaphore && count.parse::<i64>().is_ok() => {
-            format!("the count is now {count} (Redisson's message): every waiter woken to try")
-        }
         ["grant", token, lease, owner, rest @ ..] => {
             let lease = match lease.parse::<u64>() {
                 Ok(ms) if ms % 1000 == 0 => format!("{} s", ms / 1000),
@@ -202,6 +206,43 @@ pub(crate) fn describe(
         ["force"] => "force-unlocked: every waiter woken".into(),
         ["open"] => "the latch reached zero: every waiter released".into(),
         _ => format!("(not redlatch's) {payload:?}"),
+    }
+}
+
+/// A message of Redisson's layout, in words: Redisson's messages are bare numbers, whose
+/// meaning depends on the kind whose channel carries them (see the guide's Redisson page).
+fn describe_redisson(payload: &str, kind: ObjectKind) -> String {
+    let number = payload.parse::<i64>().ok();
+    match (kind, payload) {
+        // On the lock's channel, and on a fair lock's head's own channel.
+        (ObjectKind::Lock, "0") => {
+            "released (Redisson's 0): a waiter of each client woken to try; on a fair \
+             lock's head channel, the head told it is its turn"
+                .into()
+        }
+        (ObjectKind::Lock, "1") => "force-unlocked (Redisson's 1): every waiter woken".into(),
+        (ObjectKind::ReadWriteLock, "0") => {
+            "the last read hold released (Redisson's 0): waiters woken to try".into()
+        }
+        (ObjectKind::ReadWriteLock, "1") => {
+            "the write hold released, or the lock force-unlocked (Redisson's 1): every \
+             waiter woken"
+                .into()
+        }
+        (ObjectKind::Semaphore, _) if number.is_some() => format!(
+            "{payload} (Redisson's count: permits free after a release, or the total set, or \
+             the permits added): up to that many waiters woken to try"
+        ),
+        (ObjectKind::CountingSemaphore, _) if number.is_some() => {
+            format!("the count is now {payload} (Redisson's message): every waiter woken to try")
+        }
+        (ObjectKind::CountDownLatch, "0") => {
+            "the latch reached zero, or was deleted (Redisson's 0): every waiter released".into()
+        }
+        (ObjectKind::CountDownLatch, "1") => {
+            "a new count was set (Redisson's 1): a new round begins".into()
+        }
+        _ => format!("(not Redisson's) {payload:?}"),
     }
 }
 
@@ -235,27 +276,39 @@ mod tests {
 
     #[test]
     fn timestamps_and_json_strings() {
+        let ours = Layout::Redlatch;
         let at = UNIX_EPOCH + Duration::from_millis(1_795_548_688_566);
         assert_eq!(timestamp(at), "2026-11-24T19:31:28.566Z");
         assert_eq!(timestamp(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         assert_eq!(json_string("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
         assert_eq!(
-            describe("grant 7 500 c:1 8 c:2", ObjectKind::Lock, &mut |o| {
+            describe("grant 7 500 c:1 8 c:2", ObjectKind::Lock, ours, &mut |o| {
                 format!("{o} (api)")
             }),
             "handed over with token 7 and a lease of 500 ms to c:1 (api); with token 8 to c:2 (api)"
         );
         assert_eq!(
-            describe("grant 7 30000 c:1", ObjectKind::Lock, &mut |o| o
+            describe("grant 7 30000 c:1", ObjectKind::Lock, ours, &mut |o| o
                 .to_string()),
             "handed over with token 7 and a lease of 30 s to c:1"
         );
         let counting = ObjectKind::CountingSemaphore;
-        assert!(describe("free 3", counting, &mut |o| o.to_string()).contains("3 free now"));
-        assert!(describe("-2", counting, &mut |o| o.to_string()).contains("count is now -2"));
+        assert!(describe("free 3", counting, ours, &mut |o| o.to_string()).contains("3 free now"));
         assert!(
-            describe("0", ObjectKind::Lock, &mut |o| o.to_string()).starts_with("(not redlatch's)"),
-            "a number means a count only on a counting semaphore's channel"
+            describe("0", ObjectKind::Lock, ours, &mut |o| o.to_string())
+                .starts_with("(not redlatch's)"),
+            "a bare number is none of our layout's messages"
         );
+        // Redisson's bare numbers, by the kind whose channel carries them.
+        let theirs =
+            |payload: &str, kind| describe(payload, kind, Layout::Redisson, &mut |o| o.into());
+        assert!(theirs("-2", counting).contains("count is now -2"));
+        assert!(theirs("0", ObjectKind::Lock).starts_with("released"));
+        assert!(theirs("1", ObjectKind::Lock).starts_with("force-unlocked"));
+        assert!(theirs("1", ObjectKind::ReadWriteLock).starts_with("the write hold released"));
+        assert!(theirs("0", ObjectKind::CountDownLatch).contains("reached zero"));
+        assert!(theirs("4", ObjectKind::Semaphore).starts_with("4 (Redisson's count"));
+        assert!(theirs("grant 7 500 c:1", ObjectKind::Lock).starts_with("(not Redisson's)"));
+        assert!(theirs("2", ObjectKind::CountDownLatch).starts_with("(not Redisson's)"));
     }
 }
