@@ -14,8 +14,8 @@ use crossbeam_channel::Sender;
 
 use crate::backend::Backend;
 use crate::cancel::Cancel;
-use crate::engine::hold::Holds;
 use crate::engine::doubt::Doubts;
+use crate::engine::hold::Holds;
 use crate::engine::leftover::Leftovers;
 use crate::keys::{Family, Layout, LockKeys};
 use crate::lost::ToRenewal;

@@ -91,7 +91,11 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
             core.to_renewal.in_round();
             next = round(&core, lease, period, &stop);
         }
-        if core.doubts.next_due().is_some_and(|due| due <= Instant::now()) {
+        if core
+            .doubts
+            .next_due()
+            .is_some_and(|due| due <= Instant::now())
+        {
             by_first_deadline(&core.holds.live(), || core.doubts.settle_due(&core));
         }
         if let Some(due) = core.doubts.next_due() {

@@ -1356,7 +1356,10 @@ fn a_write_release_that_reaches_redis_late_leaves_a_newer_write_alone() {
 fn attempts_whose_reply_was_lost_are_settled_once_the_server_answers() {
     for layout in [redlatch::Layout::Redlatch, redlatch::Layout::Redisson] {
         let server = RedisServer::start();
-        let holder = Client::builder(&server.url()).layout(layout).build().unwrap();
+        let holder = Client::builder(&server.url())
+            .layout(layout)
+            .build()
+            .unwrap();
         // The default watchdog: a lost run's hold has a 30 s lease, a place 5 s or more.
         let waiting = Client::builder(&server.url())
             .layout(layout)
@@ -1402,7 +1405,10 @@ fn attempts_whose_reply_was_lost_are_settled_once_the_server_answers() {
         support::signal(server.pid(), "-CONT");
         let resumed = Instant::now();
         drop(held); // its lease ran out in the stop: nothing of it left to release
-        assert!(failed >= 1, "{layout:?}: the waits failed while stopped: {ended:?}");
+        assert!(
+            failed >= 1,
+            "{layout:?}: the waits failed while stopped: {ended:?}"
+        );
 
         // Free, with nobody in the queue, within moments: the settlement sent while the
         // server was stopped is answered once it resumes, or the next one 250 ms later.

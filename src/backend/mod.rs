@@ -46,8 +46,8 @@ pub(crate) use cluster::SlotMap;
 use hello::{Mode, check_hello};
 pub(crate) use link::{Link, LinkSettings};
 use pool::{Pool, PooledConnection};
-pub(crate) use retry::is_transport_error;
 use retry::Retries;
+pub(crate) use retry::is_transport_error;
 use sentinel::{SentinelSpec, Sentinels};
 /// The fuzz targets (`fuzz/`) read HELLO and CLUSTER SLOTS replies through `crate::fuzzing`.
 #[cfg(fuzzing)]
@@ -295,10 +295,9 @@ impl Backend {
         &self,
         op: &mut impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
     ) -> RedisResult<T> {
-        let (mut con, epoch) = match self
-            .pool
-            .take(link::capped(Instant::now() + self.settings.link.connect_timeout))?
-        {
+        let (mut con, epoch) = match self.pool.take(link::capped(
+            Instant::now() + self.settings.link.connect_timeout,
+        ))? {
             Some(idle) => idle,
             // The epoch from before connecting: a failover noticed meanwhile must not adopt a
             // connection that may have gone to the old master.

@@ -11,8 +11,8 @@ use super::hold::Hold;
 use super::lease::{Terms, deadline_after};
 use super::local;
 use super::release::{lost, release, why_gone};
-use crate::cancel::{Cancel, Watched};
 use crate::backend::is_transport_error;
+use crate::cancel::{Cancel, Watched};
 use crate::core::{Core, Replicas};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
@@ -324,7 +324,14 @@ impl Wait<'_> {
             })
             .map_err(|e| {
                 // Its lost run may have taken up a hand-over, or not run yet.
-                in_doubt(core, self.kind, &self.owner, terms.lease_set(), queueing, &e);
+                in_doubt(
+                    core,
+                    self.kind,
+                    &self.owner,
+                    terms.lease_set(),
+                    queueing,
+                    &e,
+                );
                 scripts::failure(keys, e)
             })?;
         Ok(token.map(|token| {

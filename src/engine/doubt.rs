@@ -8,9 +8,11 @@
 //! caller has stopped asking: every attempt whose reply was lost is *settled*. The engine
 //! remembers it here ([`Doubts::remember`]), and the renewal thread settles it
 //! ([`Doubts::settle_due`]): the owner leaves the queue (taking up a hand-over made to its
-//! place), then makes one attempt of the same terms that queues nowhere (every attempt script
-//! takes up the owner's own field when it finds it: what the lost run took), and releases
-//! whatever either got, which hands the object to the next waiter.
+//! place); then, if it holds the object ([`Kind::may_hold`]), makes one attempt of the same
+//! terms that queues nowhere (every attempt script takes up the owner's own field when it
+//! finds it: what the lost run took); and releases whatever either got, which hands the
+//! object to the next waiter. A free object is left alone: the settlement takes nothing on
+//! its own account.
 //!
 //! A settlement runs as soon as the server answers (the first try right away, then every
 //! [`RETRY`]), and once more a renewal period later, for a run that came later still (a
@@ -62,12 +64,7 @@ pub(crate) struct Doubt {
 impl Doubt {
     /// An attempt of `kind` for `owner` with `lease`, queueing as `queueing` says, whose reply
     /// was lost.
-    pub fn new(
-        kind: &dyn Kind,
-        owner: &Arc<str>,
-        lease: Duration,
-        queueing: &Queueing,
-    ) -> Doubt {
+    pub fn new(kind: &dyn Kind, owner: &Arc<str>, lease: Duration, queueing: &Queueing) -> Doubt {
         let now = Instant::now();
         Doubt {
             kind: kind.detached(),
@@ -98,8 +95,8 @@ pub(crate) struct Doubts {
 /// What settling a doubt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Settled {
-    /// The owner held the object (the lost run took it, it was handed to the lost run's
-    /// place, or it was free and the settlement's attempt took it): given back now.
+    /// The owner held the object (the lost run took it, or it was handed to the lost run's
+    /// place): given back now.
     GaveBack,
     /// Nothing of the owner's was there (any place of its is gone now).
     Nothing,
@@ -178,10 +175,9 @@ impl Doubts {
                         bump(&core.counters.lost_replies_settled, 1);
                     }
                     if settled == Settled::GaveBack {
-                        log::debug!(
-                            "{:?}: settled an attempt whose reply was lost: what the owner \
-                             held (the lost run's hold, or a free object just taken) was \
-                             given back",
+                        log::info!(
+                            "{:?}: an attempt whose reply was lost had run after all; what \
+                             it took is given back",
                             doubt.kind.keys().name()
                         );
                     }
@@ -220,17 +216,26 @@ fn settle(core: &Core, doubt: &Doubt) -> RedisResult<Settled> {
     let handed = backend.run_once_only(|con| kind.withdraw(con, owner, lease, &doubt.queueing))?;
     let mut settled = Settled::Nothing;
     if let Some(token) = handed {
-        give_back(core, kind, owner, token, lease.max(doubt.queueing.handover_lease))?;
+        give_back(
+            core,
+            kind,
+            owner,
+            token,
+            lease.max(doubt.queueing.handover_lease),
+        )?;
         settled = Settled::GaveBack;
     }
     let once = Queueing {
         leftovers: doubt.queueing.leftovers.clone(),
         ..Queueing::NONE
     };
+    if !backend.run_once_only(|con| kind.may_hold(con, owner))? {
+        return Ok(settled);
+    }
     let taken = backend.run_once_only(|con| kind.attempt(con, owner, None, lease, &once))?;
     if let Acquire::Acquired { token } = taken {
-        // The lost run's hold, taken up; or the object was free, and is given back as it was.
-        // The reply does not tell the two apart.
+        // The lost run's hold, taken up (or, for a kind that cannot tell, free capacity,
+        // given back as it was).
         give_back(core, kind, owner, token, lease)?;
         settled = Settled::GaveBack;
     }

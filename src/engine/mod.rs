@@ -86,6 +86,15 @@ pub(crate) trait Kind {
         queueing: &Queueing,
     ) -> RedisResult<Option<u64>>;
 
+    /// Whether `owner` may hold the object now, for a settlement ([`doubt`]) to take up and
+    /// give back: `false` only when it surely does not, so that a settlement never takes a
+    /// free object (and hands it to a waiter) on its own account. A kind that cannot tell
+    /// cheaply answers `true`: its take-up attempt then finds out, taking free capacity only
+    /// to give it back at once.
+    fn may_hold(&self, _con: &mut dyn ConnectionLike, _owner: &str) -> RedisResult<bool> {
+        Ok(true)
+    }
+
     /// The same scripts on their own, holding nothing that keeps the client's threads alive:
     /// what the renewal thread keeps to settle an attempt whose reply was lost
     /// ([`doubt`]).

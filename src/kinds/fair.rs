@@ -74,6 +74,10 @@ impl Kind for FairWait {
         Ok(None)
     }
 
+    fn may_hold(&self, con: &mut dyn ConnectionLike, owner: &str) -> RedisResult<bool> {
+        Ok(crate::scripts::inspect(con, &self.keys, owner)?.holds > 0)
+    }
+
     fn detached(&self) -> Arc<dyn Kind + Send + Sync> {
         Arc::new(self.clone())
     }

@@ -416,6 +416,10 @@ impl Kind for Lock {
         self.scripts().withdraw(con, owner, lease, queueing)
     }
 
+    fn may_hold(&self, con: &mut dyn ConnectionLike, owner: &str) -> RedisResult<bool> {
+        self.scripts().may_hold(con, owner)
+    }
+
     fn detached(&self) -> Arc<dyn Kind + Send + Sync> {
         Arc::new(self.scripts())
     }
@@ -481,6 +485,10 @@ impl Kind for LockScripts {
     ) -> RedisResult<Option<u64>> {
         let (keys, retention) = (&self.keys, self.retention);
         (self.dialect.withdraw)(con, keys, owner, lease, queueing, retention)
+    }
+
+    fn may_hold(&self, con: &mut dyn ConnectionLike, owner: &str) -> RedisResult<bool> {
+        Ok(scripts::inspect(con, &self.keys, owner)?.holds > 0)
     }
 
     fn detached(&self) -> Arc<dyn Kind + Send + Sync> {
