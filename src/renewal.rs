@@ -104,7 +104,13 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
         // A lease end sent meanwhile is in the inbox, and lowers `next` below.
         core.to_renewal.wakes_at(next);
         select! {
-            recv(stop) -> _ => return,
+            recv(stop) -> _ => {
+                // The client is going: what a lost reply may have taken is given back now,
+                // within one response timeout in all, or it would stay held for its lease.
+                let within = Instant::now() + core.backend.response_timeout();
+                crate::backend::link::answer_by(within, || core.doubts.settle_now(&core));
+                return;
+            }
             recv(errands) -> errand => match errand {
                 Ok(Errand::GiveBack { keys, owner, token, lease }) => {
                     by_first_deadline(&core.holds.live(), || {

@@ -147,9 +147,21 @@ impl Doubts {
         }
     }
 
-    /// Settles every doubt that is due (on the renewal thread): each with one round trip or
-    /// a few, without retries, so that a server that does not answer costs one response
-    /// timeout per doubt at most; it is tried again [`RETRY`] later.
+    /// Settles every doubt once now, due or not (the client is being dropped), for as long as
+    /// the thread's deadline allows.
+    pub fn settle_now(&self, core: &Core) {
+        let entries: Vec<Entry> = self.map.lock().values().cloned().collect();
+        for entry in entries {
+            if let Some(doubt) = entry.lock().as_mut() {
+                doubt.due = Instant::now();
+            }
+        }
+        self.settle_due(core);
+    }
+
+    /// Settles every doubt that is due (on the renewal thread): each with a few round trips,
+    /// without retries; a server that does not answer costs one response timeout per call
+    /// of this, and every doubt is tried again [`RETRY`] later.
     pub fn settle_due(&self, core: &Core) {
         if !self.any() {
             return;
@@ -161,12 +173,19 @@ impl Doubts {
             .iter()
             .map(|(key, entry)| (key.clone(), entry.clone()))
             .collect();
+        // A server that does not answer fails the first settlement; the others wait with it,
+        // so that a thousand doubts cost one response timeout per try, not a thousand.
+        let mut unanswered = false;
         for (key, entry) in entries {
             let mut slot = entry.lock();
             let Some(doubt) = slot.as_mut() else {
                 continue;
             };
             if doubt.due > now {
+                continue;
+            }
+            if unanswered {
+                doubt.due = Instant::now() + RETRY;
                 continue;
             }
             let done = match settle(core, doubt) {
@@ -186,6 +205,7 @@ impl Doubts {
                     doubt.passes == 0
                 }
                 Err(e) => {
+                    unanswered = crate::backend::is_transport_error(&e);
                     log::debug!(
                         "{:?}: settling an attempt whose reply was lost failed ({e}); \
                          trying again in {RETRY:?}",
@@ -259,4 +279,87 @@ fn give_back(
     core.backend
         .run_once_only(|con| kind.release(con, owner, token, how, freeing))
         .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::LockKeys;
+    use crate::scripts::{Freeing, Release};
+    use redis::ConnectionLike;
+
+    /// A kind whose scripts are never run here: the registry's bookkeeping does no I/O.
+    struct Unrun(Arc<LockKeys>);
+
+    impl Kind for Unrun {
+        fn keys(&self) -> &Arc<LockKeys> {
+            &self.0
+        }
+        fn attempt(
+            &self,
+            _: &mut dyn ConnectionLike,
+            _: &str,
+            _: Option<(u32, u64)>,
+            _: Duration,
+            _: &Queueing,
+        ) -> RedisResult<Acquire> {
+            unreachable!("no script runs in these tests")
+        }
+        fn withdraw(
+            &self,
+            _: &mut dyn ConnectionLike,
+            _: &str,
+            _: Duration,
+            _: &Queueing,
+        ) -> RedisResult<Option<u64>> {
+            unreachable!("no script runs in these tests")
+        }
+        fn detached(&self) -> Arc<dyn Kind + Send + Sync> {
+            Arc::new(Unrun(self.0.clone()))
+        }
+        fn release(
+            &self,
+            _: &mut dyn ConnectionLike,
+            _: &str,
+            _: u64,
+            _: Releasing,
+            _: Freeing,
+        ) -> RedisResult<Release> {
+            unreachable!("no script runs in these tests")
+        }
+    }
+
+    fn doubt(name: &str, owner: &Arc<str>) -> (String, Doubt) {
+        let keys = Arc::new(LockKeys::new("p", name));
+        let lock = keys.lock().to_string();
+        let kind = Unrun(keys);
+        let lease = Duration::from_secs(30);
+        (lock, Doubt::new(&kind, owner, lease, &Queueing::NONE))
+    }
+
+    #[test]
+    fn a_doubt_is_due_at_once_and_forgotten_by_its_owners_next_attempt() {
+        let doubts = Doubts::default();
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("c:1"), Arc::from("c:2"));
+        assert!(!doubts.any() && doubts.next_due().is_none());
+        let (x, first) = doubt("x", &a);
+        let before = Instant::now();
+        doubts.remember(&x, first);
+        let (_, again) = doubt("x", &a);
+        doubts.remember(&x, again); // one per owner and object
+        let (y, other) = doubt("y", &b);
+        doubts.remember(&y, other);
+        assert_eq!(doubts.len.load(Ordering::Acquire), 2);
+        assert!(
+            doubts
+                .next_due()
+                .is_some_and(|due| due >= before && due <= Instant::now())
+        );
+        doubts.forget(&y, &a); // another owner's attempt settles nothing of a's
+        doubts.forget(&x, &b);
+        assert_eq!(doubts.len.load(Ordering::Acquire), 2);
+        doubts.forget(&x, &a);
+        doubts.forget(&y, &b);
+        assert!(!doubts.any() && doubts.next_due().is_none());
+    }
 }

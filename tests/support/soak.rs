@@ -301,13 +301,17 @@ impl Soak {
         let within = config.wait + config.response_timeout * 4 + Duration::from_secs(10);
         let unreported = checker.unreported();
         let mut resource_con = resource.admin();
-        let (counts, leftovers, (settled, unexcused)) = checker.finish(within, || {
+        let (counts, leftovers, (settled, (stranded, unexcused))) = checker.finish(within, || {
             let settled = super::eventually(Duration::from_secs(10), || {
                 client_connections(&mut admin) == 0
                     && super::pubsub_channels(&mut admin, "*").is_empty()
             });
+            // Every guard was released with its client, and every attempt whose reply a fault
+            // lost was settled: no lock is held, and nobody queues.
+            let stranded = stranded_locks(&mut admin, config);
             // Every holder has said by now whether it was told.
-            (settled, checker::occupancy_unexcused(&mut resource_con))
+            let unexcused = checker::occupancy_unexcused(&mut resource_con);
+            (settled, (stranded, unexcused))
         });
         println!(
             "--- after {} s: {counts:?}",
@@ -372,6 +376,11 @@ impl Soak {
         if !settled {
             failures.push("the clients' connections or channels outlived them".to_string());
         }
+        if !stranded.is_empty() {
+            failures.push(format!(
+                "locks held or queued for after every client was gone: {stranded:?}"
+            ));
+        }
         if failures.is_empty() {
             println!(
                 "verdict: safe (every overlap and rejected write was reported), nothing leaked"
@@ -381,6 +390,40 @@ impl Soak {
             Err(failures.join("; "))
         }
     }
+}
+
+/// The checker's locks that are still held, or have places in their queues, with what is
+/// there: none should be once every client is gone (its guards released, the attempts whose
+/// reply was lost settled), soon after. A lock's key, in the layout the children speak.
+fn stranded_locks(admin: &mut redis::Connection, config: &Config) -> Vec<String> {
+    let mut left = Vec::new();
+    super::eventually(Duration::from_secs(1), || {
+        left = (0..config.locks)
+            .flat_map(|k| {
+                let name = format!("checked-{k}");
+                let key = match config.layout {
+                    redlatch::Layout::Redisson => name.clone(),
+                    _ => format!("redlatch:{{{name}}}"),
+                };
+                let queue = format!("{key}:queue");
+                let held: Vec<String> = redis::cmd("HKEYS")
+                    .arg(&key)
+                    .query(admin)
+                    .unwrap_or_default();
+                let queued: Vec<String> = redis::cmd("ZRANGE")
+                    .arg(&queue)
+                    .arg(0)
+                    .arg(-1)
+                    .query(admin)
+                    .unwrap_or_default();
+                let held = held.into_iter().map(move |o| format!("{key} held by {o}"));
+                let queued = queued.into_iter().map(move |m| format!("{queue}: {m}"));
+                held.chain(queued).collect::<Vec<_>>()
+            })
+            .collect();
+        left.is_empty()
+    });
+    left
 }
 
 /// How often the children's live heap is read, to find each period's lowest.
