@@ -96,7 +96,7 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
             .next_due()
             .is_some_and(|due| due <= Instant::now())
         {
-            by_first_deadline(&core.holds.live(), || core.doubts.settle_due(&core));
+            by_first_deadline(&core.holds.live(), || engine::settle_due(&core));
         }
         if let Some(due) = core.doubts.next_due() {
             next = next.min(due);
@@ -108,7 +108,7 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
                 // The client is going: what a lost reply may have taken is given back now,
                 // within one response timeout in all, or it would stay held for its lease.
                 let within = Instant::now() + core.backend.response_timeout();
-                crate::backend::link::answer_by(within, || core.doubts.settle_now(&core));
+                crate::backend::link::answer_by(within, || engine::settle_now(&core));
                 return;
             }
             recv(errands) -> errand => match errand {

@@ -7,7 +7,7 @@
 //! release hands the object, again for a full lease. Retrying a call is not enough when its
 //! caller has stopped asking: every attempt whose reply was lost is *settled*. The engine
 //! remembers it here ([`Doubts::remember`]), and the renewal thread settles it
-//! ([`Doubts::settle_due`]): the owner leaves the queue (taking up a hand-over made to its
+//! ([`Doubts::settle_due`], with `engine::settle`, which runs the scripts): the owner leaves the queue (taking up a hand-over made to its
 //! place); then, if it holds the object ([`Kind::may_hold`]), makes one attempt of the same
 //! terms that queues nowhere (every attempt script takes up the owner's own field when it
 //! finds it: what the lost run took); and releases whatever either got, which hands the
@@ -21,7 +21,7 @@
 //! the doubt ([`Doubts::forget`]), after waiting for a settlement under way, so that the
 //! two never race for the owner's field.
 //!
-//! Nothing here runs a script but through the kind it was given; the common case (no
+//! Nothing here does I/O (the registry only; `engine::settle` settles); the common case (no
 //! doubt) costs one atomic load per attempt.
 
 use std::collections::HashMap;
@@ -33,9 +33,7 @@ use parking_lot::Mutex;
 use redis::RedisResult;
 
 use super::Kind;
-use crate::core::Core;
-use crate::scripts::{Acquire, Queueing, Releasing, TakenBy};
-use crate::stats::bump;
+use crate::scripts::Queueing;
 
 /// Pause between settlements while the server does not answer.
 const RETRY: Duration = Duration::from_millis(250);
@@ -47,12 +45,12 @@ const KEPT_AT_MOST: Duration = Duration::from_secs(15 * 60);
 /// An attempt whose reply was lost.
 pub(crate) struct Doubt {
     /// The object's scripts, with nothing that keeps the client alive ([`Kind::detached`]).
-    kind: Arc<dyn Kind + Send + Sync>,
-    owner: Arc<str>,
+    pub(super) kind: Arc<dyn Kind + Send + Sync>,
+    pub(super) owner: Arc<str>,
     /// The lease the attempt asked for.
-    lease: Duration,
+    pub(super) lease: Duration,
     /// How it treated the queue: its withdrawal names the same place.
-    queueing: Queueing,
+    pub(super) queueing: Queueing,
     /// Settlements still to run.
     passes: u8,
     /// When the next one is due.
@@ -149,23 +147,33 @@ impl Doubts {
 
     /// Settles every doubt once now, due or not (the client is being dropped), for as long as
     /// the thread's deadline allows.
-    pub fn settle_now(&self, core: &Core) {
+    pub fn settle_now(
+        &self,
+        period: Duration,
+        settle: impl FnMut(&Doubt) -> RedisResult<Settled>,
+    ) -> u64 {
         let entries: Vec<Entry> = self.map.lock().values().cloned().collect();
         for entry in entries {
             if let Some(doubt) = entry.lock().as_mut() {
                 doubt.due = Instant::now();
             }
         }
-        self.settle_due(core);
+        self.settle_due(period, settle)
     }
 
-    /// Settles every doubt that is due (on the renewal thread): each with a few round trips,
-    /// without retries; a server that does not answer costs one response timeout per call
-    /// of this, and every doubt is tried again [`RETRY`] later.
-    pub fn settle_due(&self, core: &Core) {
+    /// Settles every doubt that is due with `settle` (on the renewal thread: a few round
+    /// trips, without retries); a server that does not answer costs one response timeout
+    /// per call of this, and every doubt is tried again [`RETRY`] later. A doubt settled
+    /// twice, `period` apart, is done. Answers how many were settled for the first time.
+    pub fn settle_due(
+        &self,
+        period: Duration,
+        mut settle: impl FnMut(&Doubt) -> RedisResult<Settled>,
+    ) -> u64 {
         if !self.any() {
-            return;
+            return 0;
         }
+        let mut first = 0;
         let now = Instant::now();
         let entries: Vec<(LockAndOwner, Entry)> = self
             .map
@@ -188,10 +196,10 @@ impl Doubts {
                 doubt.due = Instant::now() + RETRY;
                 continue;
             }
-            let done = match settle(core, doubt) {
+            let done = match settle(doubt) {
                 Ok(settled) => {
                     if doubt.passes == 2 {
-                        bump(&core.counters.lost_replies_settled, 1);
+                        first += 1;
                     }
                     if settled == Settled::GaveBack {
                         log::info!(
@@ -201,7 +209,7 @@ impl Doubts {
                         );
                     }
                     doubt.passes -= 1;
-                    doubt.due = Instant::now() + core.watchdog_timeout / 3;
+                    doubt.due = Instant::now() + period;
                     doubt.passes == 0
                 }
                 Err(e) => {
@@ -224,68 +232,15 @@ impl Doubts {
                 self.len.store(map.len(), Ordering::Release);
             }
         }
+        first
     }
-}
-
-/// One settlement of `doubt`: out of the queue (taking up a hand-over made to its place),
-/// then one attempt that queues nowhere and takes up whatever the lost run took; what either
-/// got is released at once, handing the object to the next waiter.
-fn settle(core: &Core, doubt: &Doubt) -> RedisResult<Settled> {
-    let (kind, owner, lease) = (&*doubt.kind, &*doubt.owner, doubt.lease);
-    let backend = &core.backend;
-    let handed = backend.run_once_only(|con| kind.withdraw(con, owner, lease, &doubt.queueing))?;
-    let mut settled = Settled::Nothing;
-    if let Some(token) = handed {
-        give_back(
-            core,
-            kind,
-            owner,
-            token,
-            lease.max(doubt.queueing.handover_lease),
-        )?;
-        settled = Settled::GaveBack;
-    }
-    let once = Queueing {
-        leftovers: doubt.queueing.leftovers.clone(),
-        ..Queueing::NONE
-    };
-    if !backend.run_once_only(|con| kind.may_hold(con, owner))? {
-        return Ok(settled);
-    }
-    let taken = backend.run_once_only(|con| kind.attempt(con, owner, None, lease, &once))?;
-    if let Acquire::Acquired { token } = taken {
-        // The lost run's hold, taken up (or, for a kind that cannot tell, free capacity,
-        // given back as it was).
-        give_back(core, kind, owner, token, lease)?;
-        settled = Settled::GaveBack;
-    }
-    Ok(settled)
-}
-
-/// Releases the owner's one hold, taken with `token` for at most `lease`.
-fn give_back(
-    core: &Core,
-    kind: &dyn Kind,
-    owner: &str,
-    token: u64,
-    lease: Duration,
-) -> RedisResult<()> {
-    let freeing = super::freeing(core);
-    let how = Releasing {
-        holds: 1,
-        taken_by: Some(TakenBy::Attempt),
-        lease,
-    };
-    core.backend
-        .run_once_only(|con| kind.release(con, owner, token, how, freeing))
-        .map(drop)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::keys::LockKeys;
-    use crate::scripts::{Freeing, Release};
+    use crate::scripts::{Acquire, Freeing, Release, Releasing};
     use redis::ConnectionLike;
 
     /// A kind whose scripts are never run here: the registry's bookkeeping does no I/O.

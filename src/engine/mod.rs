@@ -34,6 +34,7 @@ pub(crate) mod leftover;
 mod local;
 mod release;
 mod renew;
+mod settle;
 mod spin;
 mod turn;
 mod watch;
@@ -54,6 +55,7 @@ pub(crate) use hold::Hold;
 pub(crate) use lease::{Terms, deadline_after, validate_duration, validate_lease};
 pub(crate) use release::{extend_all, forced, give_back, release, why_gone};
 pub(crate) use renew::{Renewed, renew};
+pub(crate) use settle::{settle_due, settle_now};
 pub(crate) use spin::{Backoff, spin};
 pub(crate) use watch::{Look, watch};
 
