@@ -42,6 +42,10 @@ const RETRY: Duration = Duration::from_millis(250);
 /// deadline: a healthy server answers well within it.
 const LEAST_BUDGET: Duration = Duration::from_millis(20);
 
+/// The least time a settlement of lost replies is given (see `engine::doubt`): it makes a
+/// few round trips, and one cut short may still run later.
+const SETTLING_BUDGET: Duration = Duration::from_millis(250);
+
 /// The latest instant this thread's round trips may last until: the first lease deadline
 /// among `holds` (it must be free then to find that hold lost and announce it, not a response
 /// timeout later), but no sooner than [`LEAST_BUDGET`] from now; `None` when nothing is held.
@@ -91,12 +95,13 @@ pub(crate) fn run(core: Arc<Core>, inbox: Inbox) {
             core.to_renewal.in_round();
             next = round(&core, lease, period, &stop);
         }
-        if core
-            .doubts
-            .next_due()
-            .is_some_and(|due| due <= Instant::now())
-        {
-            by_first_deadline(&core.holds.live(), || engine::settle_due(&core));
+        // Settling waits for announcements (their lease ended: they are due now), and never
+        // runs past the next round or a lease deadline.
+        let due = core.doubts.next_due();
+        if notices.is_empty() && due.is_some_and(|due| due <= Instant::now()) {
+            let until = answer_by(&core.holds.live()).map_or(next, |first| first.min(next));
+            let until = until.max(Instant::now() + SETTLING_BUDGET);
+            crate::backend::link::answer_by(until, || engine::settle_due(&core));
         }
         if let Some(due) = core.doubts.next_due() {
             next = next.min(due);

@@ -1645,3 +1645,49 @@ fn a_release_succeeds_whatever_the_channel_permission_in_our_layout() {
 fn a_release_succeeds_whatever_the_channel_permission_in_redissons_layout() {
     a_release_succeeds_whatever_the_channel_permission(redlatch::Layout::Redisson);
 }
+
+/// The same with a wait that begins while the server is stopped: its first attempt, which
+/// names no place (the place's arrival is what its lost reply would have said), queues when
+/// the server resumes. Settled, that place leaves the queue, so the holder's release hands
+/// the lock to a real waiter, not to a thread that had given up.
+#[test]
+fn a_first_attempt_whose_reply_was_lost_leaves_no_place_behind() {
+    let server = RedisServer::start();
+    let holder = Client::open(&server.url()).unwrap();
+    let failing = Client::builder(&server.url())
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let name = unique("lost-first-attempt");
+    let held = holder.lock(&name).lock().unwrap(); // a 30 s lease outlives the stop
+    let lock = failing.lock(&name);
+    // Warm the pool, so that the attempt below is sent on a connection made before the stop.
+    assert!(lock.try_lock(Duration::ZERO, None).unwrap().is_none());
+    support::signal(server.pid(), "-STOP");
+    let waited = lock.try_lock(Duration::from_secs(20), None);
+    assert!(matches!(waited, Err(Error::Redis(_))), "{waited:?}");
+    thread::sleep(Duration::from_millis(500));
+    support::signal(server.pid(), "-CONT");
+    let mut admin = server.admin();
+    let queued = |admin: &mut redis::Connection| support::queued_owners(admin, &name);
+    assert!(
+        eventually(Duration::from_secs(3), || queued(&mut admin).is_empty()),
+        "the failed wait's place is still queued: {:?}",
+        queued(&mut admin)
+    );
+    // The holder's release goes to a real waiter at once.
+    let waiter = Client::open(&server.url()).unwrap();
+    let w = spawn_waiter(waiter.lock(&name), Duration::from_secs(20));
+    assert!(
+        eventually(Duration::from_secs(5), || queued(&mut admin).len() == 1),
+        "the waiter did not queue"
+    );
+    let released = Instant::now();
+    held.unlock().unwrap();
+    assert!(w.join().unwrap(), "the waiter never got the lock");
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "the waiter waited {:?} after the release",
+        released.elapsed()
+    );
+}

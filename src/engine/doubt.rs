@@ -129,7 +129,8 @@ impl Doubts {
 
     /// The owner `owner` attempts object `lock_key` again: its attempt takes up whatever a
     /// lost one took, so the doubt is forgotten; a settlement under way is waited for first
-    /// (one round trip at most), so that the two never race for the owner's field.
+    /// (a few round trips, each within the response timeout), so that the two never race for
+    /// the owner's field.
     pub fn forget(&self, lock_key: &str, owner: &Arc<str>) {
         if !self.any() {
             return;
@@ -212,8 +213,8 @@ impl Doubts {
                     doubt.due = Instant::now() + period;
                     doubt.passes == 0
                 }
-                Err(e) => {
-                    unanswered = crate::backend::is_transport_error(&e);
+                Err(e) if crate::backend::is_transport_error(&e) => {
+                    unanswered = true;
                     log::debug!(
                         "{:?}: settling an attempt whose reply was lost failed ({e}); \
                          trying again in {RETRY:?}",
@@ -221,6 +222,17 @@ impl Doubts {
                     );
                     doubt.due = Instant::now() + RETRY;
                     doubt.since.elapsed() > KEPT_AT_MOST
+                }
+                Err(e) => {
+                    // The server answered, and refused (foreign data under the key, a
+                    // read-only replica...): nothing of ours to give back there, and asking
+                    // again gets the same answer.
+                    log::warn!(
+                        "{:?}: settling an attempt whose reply was lost was refused ({e}); \
+                         left as it is",
+                        doubt.kind.keys().name()
+                    );
+                    true
                 }
             };
             if done {
