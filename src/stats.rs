@@ -207,21 +207,28 @@ impl Default for Counters {
 /// met: a second node failing meanwhile is at debug too.
 #[derive(Debug, Default)]
 pub(crate) struct Outage {
-    /// When the streak began, and how many failures it has had.
-    since: parking_lot::Mutex<Option<(std::time::Instant, u64)>>,
+    /// When the streak began, how many failures it has had, and when the last one was.
+    since: parking_lot::Mutex<Option<(std::time::Instant, u64, std::time::Instant)>>,
 }
+
+/// A failure this long after the streak's last one starts a new streak (a WARN again): a
+/// client with nothing held and nothing waited for has no success to end the old one with,
+/// and its next outage must not go to debug.
+const STREAK_QUIET: Duration = Duration::from_secs(60);
 
 impl Outage {
     /// A failure to reach Redis, said by `what` (the server and the error in it).
     pub fn failed(&self, what: fmt::Arguments<'_>) {
+        let now = std::time::Instant::now();
         let mut since = self.since.lock();
         match &mut *since {
-            Some((_, failures)) => {
+            Some((_, failures, last)) if now.duration_since(*last) < STREAK_QUIET => {
                 *failures += 1;
+                *last = now;
                 log::debug!("{what}");
             }
-            None => {
-                *since = Some((std::time::Instant::now(), 1));
+            _ => {
+                *since = Some((now, 1, now));
                 log::warn!(
                     "{what}. Until Redis answers again, calls fail or retry and holds go \
                      unrenewed (lost if their lease runs out); the failures meanwhile are logged \
@@ -231,10 +238,10 @@ impl Outage {
         }
     }
 
-    /// Redis answered (a renewal round or a subscription went through): the end of a streak,
-    /// if one was under way.
+    /// Redis answered (a renewal round, a subscription or a settlement went through): the
+    /// end of a streak, if one was under way.
     pub fn answered(&self) {
-        if let Some((began, failures)) = self.since.lock().take() {
+        if let Some((began, failures, _)) = self.since.lock().take() {
             log::info!(
                 "Redis answers again, after {} and {failures} failure{} to reach it",
                 Words(began.elapsed()),
@@ -319,6 +326,25 @@ fn quantile(buckets: &[u64; BUCKETS], q: f64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_outage_is_one_streak_until_redis_answers_or_it_has_been_quiet_a_while() {
+        let outage = Outage::default();
+        let failures = |o: &Outage| o.since.lock().map(|(_, n, _)| n);
+        outage.failed(format_args!("first"));
+        outage.failed(format_args!("second"));
+        assert_eq!(failures(&outage), Some(2));
+        outage.answered();
+        assert_eq!(failures(&outage), None);
+        // A streak whose last failure was long ago, with no success to end it (a client
+        // with nothing held): the next failure is a new outage, said as a WARN again.
+        let Some(long_ago) = std::time::Instant::now().checked_sub(STREAK_QUIET * 2) else {
+            return; // a machine up for less than two minutes has no such past
+        };
+        *outage.since.lock() = Some((long_ago, 5, long_ago));
+        outage.failed(format_args!("later"));
+        assert_eq!(failures(&outage), Some(1));
+    }
 
     #[test]
     fn quantiles_come_from_the_histogram() {

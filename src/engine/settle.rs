@@ -16,6 +16,9 @@ pub(crate) fn settle_due(core: &Core) {
     let first = core
         .doubts
         .settle_due(core.watchdog_timeout / 3, |doubt| settle(core, doubt));
+    if first > 0 {
+        core.counters.outage.answered();
+    }
     bump(&core.counters.lost_replies_settled, first);
 }
 
