@@ -216,64 +216,7 @@ fn run(cli: Cli) -> redlatch::Result<ExitCode> {
             pattern,
             fences,
             json,
-        } => {
-            let listing = client.listing(&pattern)?;
-            let shown_fences = if fences {
-                &listing.kept_fences[..]
-            } else {
-                &[]
-            };
-            // Redisson's one counter per name counts for its lock, read-write lock and
-            // semaphore alike: its kind is not known, only what it may be.
-            fn fence_kinds(layout: redlatch::Layout, o: &redlatch::Listed) -> &[ObjectKind] {
-                match layout {
-                    redlatch::Layout::Redisson => &redlatch::Listing::REDISSON_FENCED[..],
-                    _ => std::slice::from_ref(&o.kind),
-                }
-            }
-            let layout = client.layout();
-            if json {
-                let objects = listing.objects.iter().map(|o| {
-                    format!(
-                        "{{\"kind\":\"{}\",\"name\":{},\"active\":{},\"fence_only\":false}}",
-                        o.kind.as_str(),
-                        json_string(&o.name),
-                        o.active
-                    )
-                });
-                let fences = shown_fences.iter().map(|o| {
-                    let kind = match fence_kinds(layout, o) {
-                        [kind] => format!("\"kind\":\"{}\"", kind.as_str()),
-                        kinds => {
-                            let names: Vec<String> = kinds
-                                .iter()
-                                .map(|k| format!("\"{}\"", k.as_str()))
-                                .collect();
-                            format!("\"kind\":null,\"could_be\":[{}]", names.join(","))
-                        }
-                    };
-                    format!(
-                        "{{{kind},\"name\":{},\"active\":{},\"fence_only\":true}}",
-                        json_string(&o.name),
-                        o.active
-                    )
-                });
-                let items: Vec<String> = objects.chain(fences).collect();
-                println!("[{}]", items.join(","));
-            } else {
-                for o in &listing.objects {
-                    let state = if o.active { "in use" } else { "idle" };
-                    println!("{:<10} {:<7} {}", o.kind.as_str(), state, o.name);
-                }
-                for o in shown_fences {
-                    let kinds: Vec<&str> =
-                        fence_kinds(layout, o).iter().map(|k| k.as_str()).collect();
-                    println!("{:<10} {:<7} {}", kinds.join("/"), "fence", o.name);
-                }
-                // Not on stdout, which scripts read line by line as objects.
-                eprint!("{}", list_footer(&listing, fences));
-            }
-        }
+        } => list(&client, &pattern, fences, json)?,
         Command::Inspect { name, kind, json } => {
             let kinds = match kind {
                 Some(kind) => vec![kind],
@@ -310,41 +253,7 @@ fn run(cli: Cli) -> redlatch::Result<ExitCode> {
             }
         }
         Command::ForceUnlock { name, kind, yes } => {
-            if let Some(why) = kind.and_then(no_holder) {
-                eprintln!("{why} (force-unlock frees a lock, rwlock or semaphore)");
-                return Ok(ExitCode::FAILURE);
-            }
-            let kind = match kind {
-                Some(kind) => kind,
-                None => match held_kind(&client, cli_prefix.as_deref(), &name)? {
-                    Ok(kind) => kind,
-                    Err(Unheld::Nothing(said)) => {
-                        println!("{said}");
-                        return Ok(ExitCode::SUCCESS);
-                    }
-                    Err(Unheld::Refused(said)) => {
-                        eprintln!("{said}");
-                        return Ok(ExitCode::FAILURE);
-                    }
-                },
-            };
-            let what = kind.as_str();
-            if !yes && !confirm(what, &name) {
-                eprintln!("not unlocked");
-                return Ok(ExitCode::FAILURE);
-            }
-            let freed = match kind {
-                ObjectKind::ReadWriteLock => client.read_write_lock(&name).force_unlock()?,
-                ObjectKind::Semaphore => client.semaphore(&name).force_unlock()?,
-                _ => client.lock(&name).force_unlock()?,
-            };
-            if freed {
-                println!(
-                    "{what} {name:?} force-unlocked: its holders lose it, its waiters were woken"
-                );
-            } else {
-                println!("{what} {name:?} was not locked");
-            }
+            return force_unlock(&client, cli_prefix.as_deref(), &name, kind, yes);
         }
         Command::Watch {
             name,
@@ -374,6 +283,110 @@ fn run(cli: Cli) -> redlatch::Result<ExitCode> {
                 std::io::stdout().flush().is_ok()
             })?;
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `list`: the objects under the pattern, as lines or JSON, with the kept fences if asked.
+fn list(client: &Client, pattern: &str, fences: bool, json: bool) -> redlatch::Result<()> {
+    let listing = client.listing(pattern)?;
+    let shown_fences = if fences {
+        &listing.kept_fences[..]
+    } else {
+        &[]
+    };
+    // Redisson's one counter per name counts for its lock, read-write lock and
+    // semaphore alike: its kind is not known, only what it may be.
+    fn fence_kinds(layout: redlatch::Layout, o: &redlatch::Listed) -> &[ObjectKind] {
+        match layout {
+            redlatch::Layout::Redisson => &redlatch::Listing::REDISSON_FENCED[..],
+            _ => std::slice::from_ref(&o.kind),
+        }
+    }
+    let layout = client.layout();
+    if json {
+        let objects = listing.objects.iter().map(|o| {
+            format!(
+                "{{\"kind\":\"{}\",\"name\":{},\"active\":{},\"fence_only\":false}}",
+                o.kind.as_str(),
+                json_string(&o.name),
+                o.active
+            )
+        });
+        let fences = shown_fences.iter().map(|o| {
+            let kind = match fence_kinds(layout, o) {
+                [kind] => format!("\"kind\":\"{}\"", kind.as_str()),
+                kinds => {
+                    let names: Vec<String> = kinds
+                        .iter()
+                        .map(|k| format!("\"{}\"", k.as_str()))
+                        .collect();
+                    format!("\"kind\":null,\"could_be\":[{}]", names.join(","))
+                }
+            };
+            format!(
+                "{{{kind},\"name\":{},\"active\":{},\"fence_only\":true}}",
+                json_string(&o.name),
+                o.active
+            )
+        });
+        let items: Vec<String> = objects.chain(fences).collect();
+        println!("[{}]", items.join(","));
+    } else {
+        for o in &listing.objects {
+            let state = if o.active { "in use" } else { "idle" };
+            println!("{:<10} {:<7} {}", o.kind.as_str(), state, o.name);
+        }
+        for o in shown_fences {
+            let kinds: Vec<&str> = fence_kinds(layout, o).iter().map(|k| k.as_str()).collect();
+            println!("{:<10} {:<7} {}", kinds.join("/"), "fence", o.name);
+        }
+        // Not on stdout, which scripts read line by line as objects.
+        eprint!("{}", list_footer(&listing, fences));
+    }
+    Ok(())
+}
+
+/// `force-unlock NAME`: of the kind given, or the one held, after a confirmation unless `yes`.
+fn force_unlock(
+    client: &Client,
+    cli_prefix: Option<&str>,
+    name: &str,
+    kind: Option<ObjectKind>,
+    yes: bool,
+) -> redlatch::Result<ExitCode> {
+    if let Some(why) = kind.and_then(no_holder) {
+        eprintln!("{why} (force-unlock frees a lock, rwlock or semaphore)");
+        return Ok(ExitCode::FAILURE);
+    }
+    let kind = match kind {
+        Some(kind) => kind,
+        None => match held_kind(client, cli_prefix, name)? {
+            Ok(kind) => kind,
+            Err(Unheld::Nothing(said)) => {
+                println!("{said}");
+                return Ok(ExitCode::SUCCESS);
+            }
+            Err(Unheld::Refused(said)) => {
+                eprintln!("{said}");
+                return Ok(ExitCode::FAILURE);
+            }
+        },
+    };
+    let what = kind.as_str();
+    if !yes && !confirm(what, name) {
+        eprintln!("not unlocked");
+        return Ok(ExitCode::FAILURE);
+    }
+    let freed = match kind {
+        ObjectKind::ReadWriteLock => client.read_write_lock(name).force_unlock()?,
+        ObjectKind::Semaphore => client.semaphore(name).force_unlock()?,
+        _ => client.lock(name).force_unlock()?,
+    };
+    if freed {
+        println!("{what} {name:?} force-unlocked: its holders lose it, its waiters were woken");
+    } else {
+        println!("{what} {name:?} was not locked");
     }
     Ok(ExitCode::SUCCESS)
 }
