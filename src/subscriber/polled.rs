@@ -43,10 +43,12 @@ use super::socket::Dial;
 use super::waiters::Entry;
 use super::{BACKOFF_MAX, BACKOFF_MIN, IDLE_TIMEOUT, LINGER, Shared};
 use crate::backend::Backend;
-use crate::keys::{Family, Layout, MAX_NAME_LEN, MAX_PREFIX_LEN};
+use crate::keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
+use refusals::Refusals;
 use routes::Routes;
 use shard::{Sent, Shard};
 
+mod refusals;
 mod routes;
 mod shard;
 
@@ -88,9 +90,8 @@ pub(super) struct PolledTask {
     /// Channels of entries that are never subscribed, because their confirmations and
     /// messages would be too long to read (see [`MAX_CHANNEL`]); kept to warn once.
     unreadable: HashSet<String>,
-    /// The ACL channel patterns ([`grant_for`]) whose refusal was logged as a
-    /// warning; later refusals under the same pattern are logged at debug level.
-    refusals_said: HashSet<String>,
+    /// Subscriptions the ACL refused, said once per pattern to grant.
+    refusals: Refusals,
     next_token: usize,
     /// After a failure, no new connection, subscription or slot map before this.
     paused_until: Option<Instant>,
@@ -108,7 +109,7 @@ impl PolledTask {
             poll: poller.0,
             shards: Vec::new(),
             unreadable: HashSet::new(),
-            refusals_said: HashSet::new(),
+            refusals: Refusals::default(),
             next_token: 1,
             paused_until: None,
             backoff: BACKOFF_MIN,
@@ -461,25 +462,7 @@ impl PolledTask {
                 if e.starts_with("MOVED") || e.starts_with("ASK") || e.starts_with("TRYAGAIN") {
                     log::debug!("redlatch: subscribing {channel} on {}: {e}", shard.node);
                 } else {
-                    let grant = grant_for(&self.shared, &channel);
-                    // Retried every backoff (up to 2 s) for as long as threads wait: said once
-                    // per pattern to grant, so that the log says what to do, not how often.
-                    if self.refusals_said.insert(grant.clone()) {
-                        log::warn!(
-                            "redlatch: subscribing {channel} refused by {}: {e}; grant the \
-                             client's ACL user the channel pattern {grant} (ACL SETUSER <user> \
-                             {grant}). \
-                             Until then releases still succeed, but waiters wake only when the \
-                             lease they know of runs out. Said once; later refusals are logged \
-                             at debug level",
-                            shard.node,
-                        );
-                    } else {
-                        log::debug!(
-                            "redlatch: subscribing {channel} refused by {}: {e}",
-                            shard.node
-                        );
-                    }
+                    self.refusals.said(&self.shared, &shard.node, &channel, &e);
                 }
                 self.routes.stale = true;
                 self.pause(Instant::now());
@@ -566,29 +549,6 @@ impl PolledTask {
     fn pause(&mut self, now: Instant) {
         self.paused_until = Some(now + self.backoff);
         self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
-    }
-}
-
-/// The ACL channel pattern that lets this client subscribe `channel`: `&<prefix>:*` in
-/// our layout (every channel of ours starts with the key prefix), Redisson's pattern of
-/// the object's kind in Redisson's layout (each kind's channels have their own start).
-fn grant_for(shared: &Shared, channel: &str) -> String {
-    let family = shared
-        .entries
-        .lock()
-        .get(channel)
-        .map(|entry| (entry.keys.layout, entry.keys.family));
-    match family {
-        Some((Layout::Redisson, family)) => match family {
-            Family::Lock => "&redisson_lock__channel:*",
-            Family::ReadWrite => "&redisson_rwlock:*",
-            Family::Semaphore | Family::Counting => "&redisson_sc:*",
-            Family::Latch => "&redisson_countdownlatch__channel__*",
-        }
-        .to_string(),
-        // Gone meanwhile: its name still says whose it is.
-        None if channel.starts_with("redisson_") => "&redisson_*".to_string(),
-        _ => format!("&{}:*", shared.key_prefix),
     }
 }
 
