@@ -418,25 +418,7 @@ pub(super) fn attempt(
                 None => register(core, keys, owner.clone(), token, TakenBy::Attempt),
             };
             hold.extend(sent, lease, terms.renew_every());
-            let acquired = Acquired { hold };
-            match (acknowledged, core.replicas) {
-                (Some(acknowledged), Some(replicas)) if acknowledged < replicas.count => {
-                    // Not safe against a failover, as asked: give it back.
-                    if let Err(e) = release(core, kind, &acquired.hold) {
-                        log::error!(
-                            "giving back lock {:?}, not replicated as asked, failed ({e}); \
-                             it expires when its lease runs out",
-                            keys.name()
-                        );
-                    }
-                    Err(Error::NotReplicated {
-                        name: keys.name().to_string(),
-                        acknowledged,
-                        wanted: replicas.count,
-                    })
-                }
-                _ => Ok(Ok(acquired)),
-            }
+            replicated(core, kind, Acquired { hold }, acknowledged)
         }
         Acquire::Busy { ttl, fence, place } => {
             if local::takes_turns(core, keys) {
@@ -463,6 +445,34 @@ pub(super) fn attempt(
             }
             Err(lost(keys))
         }
+    }
+}
+
+/// `acquired`, if as many replicas `acknowledged` it as the client asks for; else given back
+/// (it is not safe against a failover, as asked) and `Err(NotReplicated)`.
+fn replicated(
+    core: &Core,
+    kind: &dyn Kind,
+    acquired: Acquired,
+    acknowledged: Option<u32>,
+) -> Result<std::result::Result<Acquired, Busy>> {
+    let keys = kind.keys();
+    match (acknowledged, core.replicas) {
+        (Some(acknowledged), Some(replicas)) if acknowledged < replicas.count => {
+            if let Err(e) = release(core, kind, &acquired.hold) {
+                log::error!(
+                    "giving back lock {:?}, not replicated as asked, failed ({e}); it expires \
+                     when its lease runs out",
+                    keys.name()
+                );
+            }
+            Err(Error::NotReplicated {
+                name: keys.name().to_string(),
+                acknowledged,
+                wanted: replicas.count,
+            })
+        }
+        _ => Ok(Ok(acquired)),
     }
 }
 
