@@ -193,48 +193,25 @@ impl Link {
         deadline: Instant,
         name: Option<&str>,
     ) -> RedisResult<()> {
-        enum Step {
-            Auth,
-            Select(i64),
-            Name,
-        }
-        let settings = info.redis_settings();
-        let mut setup = redis::pipe();
-        let mut steps = Vec::new();
-        if let Some(password) = settings.password() {
-            let auth = setup.cmd("AUTH");
-            if let Some(username) = settings.username() {
-                auth.arg(username);
-            }
-            auth.arg(password);
-            steps.push(Step::Auth);
-        }
-        if settings.db() != 0 {
-            setup.cmd("SELECT").arg(settings.db());
-            steps.push(Step::Select(settings.db()));
-        }
-        if let Some(name) = name {
-            setup.cmd("CLIENT").arg("SETNAME").arg(name);
-            steps.push(Step::Name);
-        }
+        let (setup, steps) = handshake_steps(info, name);
         if steps.is_empty() {
             return Ok(());
         }
         let packed = setup.get_packed_pipeline();
-        // The steps actually sent: a failure that names one not sent misleads (AUTH, with
-        // no password set, reads as a credentials problem).
-        let sent: Vec<&str> = steps
-            .iter()
-            .map(|step| match step {
-                Step::Auth => "AUTH",
-                Step::Select(_) => "SELECT",
-                Step::Name => "CLIENT SETNAME",
-            })
-            .collect();
-        let handshake = format!("handshake ({})", sent.join(", "));
         self.socket.set_deadline(Some(deadline));
         let replies = self.send_and_read(&packed, 0, steps.len()).map_err(|e| {
             self.open = false;
+            // The steps actually sent: a failure that names one not sent misleads (AUTH, with
+            // no password set, reads as a credentials problem).
+            let sent: Vec<&str> = steps
+                .iter()
+                .map(|step| match step {
+                    Step::Auth => "AUTH",
+                    Step::Select(_) => "SELECT",
+                    Step::Name => "CLIENT SETNAME",
+                })
+                .collect();
+            let handshake = format!("handshake ({})", sent.join(", "));
             let e = match e.kind() {
                 ErrorKind::Parse => e,
                 // A TLS port reads plain RESP as a broken TLS record and hangs up: the most
@@ -344,6 +321,38 @@ impl Link {
             None => ANSWER_BY.with(Cell::get),
         }
     }
+}
+
+/// A request of a link's handshake.
+enum Step {
+    Auth,
+    Select(i64),
+    Name,
+}
+
+/// The handshake `info` and the connection's `name` ask for, as one pipeline, with what each
+/// of its requests is; none when the server needs nothing said.
+fn handshake_steps(info: &ConnectionInfo, name: Option<&str>) -> (redis::Pipeline, Vec<Step>) {
+    let settings = info.redis_settings();
+    let mut setup = redis::pipe();
+    let mut steps = Vec::new();
+    if let Some(password) = settings.password() {
+        let auth = setup.cmd("AUTH");
+        if let Some(username) = settings.username() {
+            auth.arg(username);
+        }
+        auth.arg(password);
+        steps.push(Step::Auth);
+    }
+    if settings.db() != 0 {
+        setup.cmd("SELECT").arg(settings.db());
+        steps.push(Step::Select(settings.db()));
+    }
+    if let Some(name) = name {
+        setup.cmd("CLIENT").arg("SETNAME").arg(name);
+        steps.push(Step::Name);
+    }
+    (setup, steps)
 }
 
 /// The refusal of a server that wants a password the URL did not give (`NOAUTH`), said so.
