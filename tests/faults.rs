@@ -1374,6 +1374,8 @@ fn attempts_whose_reply_was_lost_are_settled_once_the_server_answers() {
             .lock(&name)
             .lock_with_lease(Duration::from_secs(4))
             .unwrap();
+        let mut admin = server.admin();
+        let scripts_before = support::command_calls(&mut admin, "evalsha");
         let waiters: Vec<_> = [Some(Duration::from_secs(20)), None]
             .into_iter()
             .map(|wait| {
@@ -1384,7 +1386,6 @@ fn attempts_whose_reply_was_lost_are_settled_once_the_server_answers() {
                 })
             })
             .collect();
-        let mut admin = server.admin();
         if layout == redlatch::Layout::Redlatch {
             assert!(
                 eventually(Duration::from_secs(5), || {
@@ -1393,7 +1394,13 @@ fn attempts_whose_reply_was_lost_are_settled_once_the_server_answers() {
                 "both threads queue"
             );
         } else {
-            thread::sleep(Duration::from_millis(300));
+            // Both parked: each attempted, subscribed and attempted again (Redisson's order).
+            assert!(
+                eventually(Duration::from_secs(5), || {
+                    support::command_calls(&mut admin, "evalsha") >= scripts_before + 4
+                }),
+                "both threads wait"
+            );
         }
         support::signal(server.pid(), "-STOP");
         let stopped = Instant::now();

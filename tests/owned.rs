@@ -153,8 +153,10 @@ fn neither_kind_of_guard_re_enters_the_other_nor_an_owned_one_itself() {
     // A hold that is already lost (its lease ran out) is no hold: the owned acquisition
     // takes the lock like any waiter.
     let leased = lock.lock_with_lease(Duration::from_millis(200)).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(leased.is_lost());
+    assert!(
+        eventually(Duration::from_secs(2), || leased.is_lost()),
+        "the 200 ms lease never ran out"
+    );
     let owned = lock.lock_owned().unwrap();
     drop(leased);
     owned.unlock().unwrap();
