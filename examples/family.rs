@@ -27,13 +27,8 @@ mod support;
 fn main() -> ExitCode {
     // RUST_LOG=redlatch=debug shows what the crate logs; warnings are on by default.
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let private = std::env::var("REDIS_URL")
-        .is_err()
-        .then(support::RedisServer::start);
-    let url = match &private {
-        Some(server) => server.url(),
-        None => std::env::var("REDIS_URL").unwrap(),
-    };
+    // Declared before the client, so that it is dropped (stopped) after it.
+    let (_private, url) = support::RedisServer::unless_redis_url();
     let run = || -> redlatch::Result<Vec<String>> {
         let mut broken = Vec::new();
         broken.extend(read_write_lock(&url)?);

@@ -19,13 +19,7 @@ fn main() -> redlatch::Result<()> {
     // RUST_LOG=redlatch=debug shows what the crate logs; warnings are on by default.
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     // Declared before the client, so that it is dropped (stopped) after it.
-    let private = std::env::var("REDIS_URL")
-        .is_err()
-        .then(support::RedisServer::start);
-    let url = match &private {
-        Some(server) => server.url(),
-        None => std::env::var("REDIS_URL").unwrap(),
-    };
+    let (_private, url) = support::RedisServer::unless_redis_url();
     let client = redlatch::Client::open(&url)?;
     let lock = client.lock("quickstart");
 

@@ -29,6 +29,21 @@ impl RedisServer {
         RedisServer::start_with(&[])
     }
 
+    /// For the examples: `REDIS_URL` if it is set, else a private server started here (kept
+    /// alive, and stopped, by the returned value, which the caller declares before its
+    /// clients so that it is dropped after them).
+    #[allow(dead_code)] // only the examples call it
+    pub fn unless_redis_url() -> (Option<RedisServer>, String) {
+        match std::env::var("REDIS_URL") {
+            Ok(url) => (None, url),
+            Err(_) => {
+                let server = RedisServer::start();
+                let url = server.url();
+                (Some(server), url)
+            }
+        }
+    }
+
     /// A server with extra `redis-server` arguments, e.g. `["--requirepass", "s3cret"]`.
     pub fn start_with(args: &[&str]) -> RedisServer {
         RedisServer::start_program("redis-server", args)
